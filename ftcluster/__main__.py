@@ -1,0 +1,3 @@
+from ftcluster.cli import main
+
+main()

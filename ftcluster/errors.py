@@ -1,0 +1,38 @@
+"""User-facing errors: one clear line, no traceback, non-zero exit."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error the user can fix; the CLI prints it as one line and exits non-zero.
+
+    ``field`` names the spec field or option at fault, ``hint`` says how to fix it.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None):
+        self.message = message
+        self.field = field
+        self.hint = hint
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        text = f"{self.field}: {self.message}" if self.field else self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+class SpecError(UserError):
+    """A cluster or model spec is malformed."""
+
+
+class PlanError(UserError):
+    """The requested parallel plan is impossible for this cluster and model."""
+
+
+class LaunchError(UserError):
+    """A launch failed after submission (the job was cancelled)."""
+
+    exit_code = 1
