@@ -1,0 +1,100 @@
+"""Reading and writing the FT backend's two config formats.
+
+config.pbtxt goes through Triton's own protobuf schema (`ModelConfig` + text_format), never
+through regexes; config.ini (written by FT's converters) through configparser. Comments in
+config.pbtxt are lost on rewrite, which is why preparation writes a copy, never the original.
+"""
+
+from __future__ import annotations
+
+import configparser
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from ftcluster.errors import SpecError
+
+ModelConfig = model_config_pb2.ModelConfig
+
+
+def read_model_config(path: Path) -> model_config_pb2.ModelConfig:
+    cfg = ModelConfig()
+    try:
+        text_format.Parse(path.read_text(), cfg)
+    except text_format.ParseError as exc:
+        raise SpecError(f"{path}: not a valid Triton model config: {exc}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    return cfg
+
+
+def dump_model_config(cfg: model_config_pb2.ModelConfig) -> str:
+    return text_format.MessageToString(cfg)
+
+
+def get_param(cfg: model_config_pb2.ModelConfig, key: str) -> str | None:
+    if key in cfg.parameters:
+        return str(cfg.parameters[key].string_value)
+    return None
+
+
+def set_param(cfg: model_config_pb2.ModelConfig, key: str, value: str) -> None:
+    cfg.parameters[key].string_value = value
+
+
+@dataclass(frozen=True)
+class RepoModel:
+    """One model folder of a Triton model repository."""
+
+    name: str
+    path: Path
+    config: model_config_pb2.ModelConfig
+
+    @property
+    def backend(self) -> str:
+        return str(self.config.backend or self.config.platform)
+
+
+def scan_repository(repo: Path) -> dict[str, RepoModel]:
+    """All models (folders with a config.pbtxt) of a repository, by folder name."""
+    models: dict[str, RepoModel] = {}
+    for cfg_path in sorted(repo.glob("*/config.pbtxt")):
+        folder = cfg_path.parent
+        models[folder.name] = RepoModel(folder.name, folder, read_model_config(cfg_path))
+    if not models:
+        raise SpecError(f"repository: no */config.pbtxt under {repo}",
+                        hint="point repository at the folder that holds one folder per model")
+    return models
+
+
+def find_ft_model(models: dict[str, RepoModel], wanted: str | None, served: str) -> RepoModel:
+    """The FT model of a repository: named by the spec, else the one with the FT backend."""
+    if wanted:
+        if wanted not in models:
+            raise SpecError(f"ft_model: no model folder {wanted!r} in the repository",
+                            hint=f"choose one of {sorted(models)}")
+        return models[wanted]
+    ft = [m for m in models.values() if m.backend == "fastertransformer"]
+    if len(ft) == 1:
+        return ft[0]
+    if served in models and not ft:
+        return models[served]
+    raise SpecError(
+        f"ft_model: cannot tell which model is the FT model ({len(ft)} use the fastertransformer backend)",
+        hint="set ft_model: <folder name> in the model spec",
+    )
+
+
+def read_ini(path: Path) -> configparser.ConfigParser:
+    # FT converters write inline comments with ';' and '#' (e.g. "max_pos_seq_len=2048 ;for ...").
+    parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), interpolation=None, strict=False)
+    try:
+        with path.open() as fh:
+            parser.read_file(fh)
+    except configparser.Error as exc:
+        raise SpecError(f"{path}: not a valid config.ini: {exc.message}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    return parser

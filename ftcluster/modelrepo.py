@@ -1,0 +1,114 @@
+"""Per-run copy of the Triton model repository with the plan's values set.
+
+The user's repository is never edited. Small files are copied; large files and converted
+`N-gpu` checkpoint folders inside the repository are symlinked, so preparing a run does not
+copy gigabytes of weights. config.pbtxt files are rewritten through the protobuf schema.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2
+
+from ftcluster.errors import UserError
+from ftcluster.ftconfig import dump_model_config, read_model_config, scan_repository, set_param
+from ftcluster.plan import Plan
+from ftcluster.spec import ModelSpec
+
+_COPY_LIMIT = 1 << 20  # bytes; bigger files are linked, not copied
+_GPU_DIR = re.compile(r"^\d+-gpu$")
+
+
+@dataclass(frozen=True)
+class PreparedRepo:
+    path: Path
+    ft_model: str
+    parameters: dict[str, str]   # what was set on the FT model
+
+
+def checkpoint_path_for_server(model: ModelSpec, plan: Plan) -> str:
+    """model_checkpoint_path as the server sees it (container-side when mounted elsewhere)."""
+    base = model.checkpoint_mount or str(model.checkpoint_root)
+    return f"{base.rstrip('/')}/{plan.tensor_para_size}-gpu/"
+
+
+def ft_parameters(model: ModelSpec, plan: Plan) -> dict[str, str]:
+    """The FT backend parameters a run sets; pure."""
+    params = {
+        "tensor_para_size": str(plan.tensor_para_size),
+        "pipeline_para_size": str(plan.pipeline_para_size),
+        "model_checkpoint_path": checkpoint_path_for_server(model, plan),
+        "model_type": model.model_type,
+        "data_type": model.data_type,
+        "int8_mode": str(model.int8_mode),
+        "enable_custom_all_reduce": "1" if model.enable_custom_all_reduce else "0",
+    }
+    params.update(model.parameters)
+    return params
+
+
+def apply_plan(
+    cfg: model_config_pb2.ModelConfig, params: dict[str, str], max_batch_size: int | None
+) -> None:
+    """Set the FT model's parameters in place; nothing else is touched."""
+    for key, value in params.items():
+        set_param(cfg, key, value)
+    if max_batch_size is not None:
+        cfg.max_batch_size = max_batch_size
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    def copy(s: str, d: str) -> str:
+        if os.path.getsize(s) > _COPY_LIMIT:
+            os.symlink(os.path.abspath(s), d)
+            return d
+        return str(shutil.copy2(s, d))
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        # Link converted weight folders instead of copying them.
+        skipped = []
+        for name in names:
+            if _GPU_DIR.match(name) and os.path.isdir(os.path.join(folder, name)):
+                rel = os.path.relpath(os.path.join(folder, name), src)
+                target = dst / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(os.path.abspath(os.path.join(folder, name)), target)
+                skipped.append(name)
+            elif name in ("__pycache__",):
+                skipped.append(name)
+        return skipped
+
+    shutil.copytree(src, dst, copy_function=copy, ignore=ignore, symlinks=True)
+
+
+def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:
+    """Copy `model.repository` to `out` and set the plan on the FT model's config.pbtxt."""
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} already exists and is not empty", field="--out",
+                        hint="choose a new folder; runs never overwrite each other")
+    if out.exists():
+        out.rmdir()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _copy_tree(model.repository, out)
+    params = ft_parameters(model, plan)
+    cfg_path = out / plan.ft_model / "config.pbtxt"
+    cfg = read_model_config(cfg_path)
+    apply_plan(cfg, params, model.max_batch_size)
+    cfg_path.write_text(dump_model_config(cfg))
+    if model.max_batch_size is not None:
+        _cap_ensembles(out, plan.ft_model, model.max_batch_size)
+    return PreparedRepo(out, plan.ft_model, params)
+
+
+def _cap_ensembles(repo: Path, ft_model: str, mbs: int) -> None:
+    # An ensemble may not batch more than the models it calls.
+    for name, m in scan_repository(repo).items():
+        steps = m.config.ensemble_scheduling.step
+        if any(s.model_name == ft_model for s in steps) and m.config.max_batch_size > mbs:
+            m.config.max_batch_size = mbs
+            (m.path / "config.pbtxt").write_text(dump_model_config(m.config))

@@ -1,0 +1,201 @@
+"""The parallel plan: tensor_para_size x pipeline_para_size over nodes x GPUs.
+
+`plan_for` is pure: it takes the specs and the facts read from the model repository and the
+checkpoint, and either returns a `Plan` or raises `PlanError` with a one-line reason. This is
+where every refusal lives, so nothing impossible is ever submitted. `make_plan` is the thin
+edge that reads those facts from disk first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ftcluster.checkpoint import CheckpointFacts, read_checkpoint
+from ftcluster.errors import PlanError
+from ftcluster.ftconfig import find_ft_model, scan_repository
+from ftcluster.spec import ClusterSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the planner needs from the FT model's config.pbtxt."""
+
+    ft_model: str
+    instance_groups: tuple[tuple[int, str], ...]   # (count, KIND_*)
+    dynamic_batching: bool
+    sequence_batching: bool
+    max_batch_size: int
+
+
+@dataclass(frozen=True)
+class RankSlot:
+    rank: int
+    node_index: int
+    node: str | None        # None until Slurm allocates the nodes
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: int
+    gpus_per_node: int
+    tensor_para_size: int
+    pipeline_para_size: int
+    world_size: int          # GPUs in the model-parallel world: tp * pp
+    mpi_ranks: int           # one MPI task per node
+    ranks: tuple[RankSlot, ...]
+    ft_model: str
+    checkpoint_dir: str       # host-side <root>/<tp>-gpu
+    model_type: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+        ranks = tuple(RankSlot(**r) for r in data["ranks"])
+        return cls(**{**data, "ranks": ranks})
+
+
+def _resolve_gpus(cluster: ClusterSpec, gpus_per_node: int | None) -> int:
+    if gpus_per_node is not None:
+        if gpus_per_node < 1:
+            raise PlanError("must be >= 1", field="--gpus-per-node")
+        return gpus_per_node
+    if cluster.gpus_per_node == "auto":
+        raise PlanError(
+            "is 'auto' and no GPU count was detected yet", field="gpus_per_node",
+            hint="run `ftcluster preflight` or pass --gpus-per-node N",
+        )
+    return cluster.gpus_per_node
+
+
+def node_names(cluster: ClusterSpec, nodes: int) -> list[str | None]:
+    if cluster.scheduler == "ssh":
+        return list(cluster.hosts[:nodes])
+    if cluster.scheduler == "local":
+        return [f"local{i}" for i in range(nodes)]
+    return [None] * nodes
+
+
+def plan_for(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    facts: ModelFacts,
+    ckpt: CheckpointFacts,
+    nodes: int,
+    gpus_per_node: int,
+    tp: int | None = None,
+    pp: int | None = None,
+) -> Plan:
+    """Check a plan against the cluster, the model config and the checkpoint. Pure."""
+    if nodes < 1:
+        raise PlanError("must be >= 1", field="--nodes")
+    if nodes > cluster.max_nodes:
+        raise PlanError(f"{nodes} nodes requested but cluster {cluster.name!r} allows {cluster.max_nodes}",
+                        field="--nodes", hint="lower --nodes or raise max_nodes in the cluster spec")
+    tp = gpus_per_node if tp is None else tp
+    pp = nodes if pp is None else pp
+    if tp < 1 or pp < 1:
+        raise PlanError("tensor and pipeline sizes must be >= 1", field="--tp/--pp")
+    if tp * pp != nodes * gpus_per_node:
+        raise PlanError(
+            f"tensor_para_size {tp} x pipeline_para_size {pp} = {tp * pp} GPUs, but {nodes} node(s) x "
+            f"{gpus_per_node} GPU(s) = {nodes * gpus_per_node}",
+            field="plan", hint="make tp*pp equal nodes*gpus_per_node",
+        )
+    _check_checkpoint(model, ckpt, tp, pp)
+    _check_model_config(facts, nodes)
+    names = node_names(cluster, nodes)
+    ranks = tuple(RankSlot(rank=i, node_index=i, node=names[i], gpus=gpus_per_node) for i in range(nodes))
+    assert ckpt.gpu_dir is not None
+    return Plan(
+        nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=tp, pipeline_para_size=pp,
+        world_size=tp * pp, mpi_ranks=nodes, ranks=ranks, ft_model=facts.ft_model,
+        checkpoint_dir=str(ckpt.gpu_dir), model_type=model.model_type,
+    )
+
+
+def _check_checkpoint(model: ModelSpec, ckpt: CheckpointFacts, tp: int, pp: int) -> None:
+    if ckpt.gpu_dir is None:
+        have = ", ".join(f"{n}-gpu" for n in ckpt.available_gpus) or "none"
+        raise PlanError(
+            f"no {tp}-gpu folder under {ckpt.root} (found: {have})", field="checkpoint_root",
+            hint=f"convert the weights for {tp} GPUs (the converter's inference GPU count, -i_g {tp})",
+        )
+    if ckpt.ini_path is None:
+        raise PlanError(f"{ckpt.gpu_dir}/config.ini is missing", field="checkpoint_root",
+                        hint="re-run the FT converter; the backend reads this file")
+    if ckpt.ini_tensor_para_size is not None and ckpt.ini_tensor_para_size != tp:
+        raise PlanError(
+            f"{ckpt.ini_path} says tensor_para_size={ckpt.ini_tensor_para_size} but the plan uses {tp}",
+            field="checkpoint_root",
+            hint=f"this folder was converted for {ckpt.ini_tensor_para_size} GPU(s); convert for {tp}",
+        )
+    for split in ckpt.splits:
+        if split.head_num % tp:
+            raise PlanError(
+                f"[{split.section}] head_num {split.head_num} is not divisible by tensor_para_size {tp}",
+                field="plan", hint="choose a tensor_para_size (GPUs per node) that divides the head count",
+            )
+        if split.num_layer % pp:
+            raise PlanError(
+                f"[{split.section}] num_layer {split.num_layer} is not divisible by pipeline_para_size {pp}",
+                field="plan", hint="choose a node count that divides the layer count",
+            )
+
+
+def _check_model_config(facts: ModelFacts, nodes: int) -> None:
+    where = f"{facts.ft_model}/config.pbtxt"
+    if nodes > 1:
+        for count, kind in facts.instance_groups:
+            if count != 1 or kind != "KIND_CPU":
+                raise PlanError(
+                    f"instance_group {{count: {count}, kind: {kind}}} cannot run on several nodes",
+                    field=f"{where} instance_group",
+                    hint="the FT backend needs exactly one KIND_CPU instance when multi-node",
+                )
+    if facts.dynamic_batching and facts.sequence_batching:
+        raise PlanError("dynamic_batching and sequence_batching are both set", field=f"{where}",
+                        hint="keep one of them")
+    if facts.sequence_batching and facts.max_batch_size != 1:
+        raise PlanError(
+            f"sequence_batching needs max_batch_size 1 (it is {facts.max_batch_size})",
+            field=f"{where} max_batch_size", hint="set max_batch_size: 1 or drop sequence_batching",
+        )
+
+
+def read_model_facts(model: ModelSpec) -> ModelFacts:
+    models = scan_repository(model.repository)
+    ft = find_ft_model(models, model.ft_model, model.name)
+    cfg = ft.config
+    from tritonclient.grpc import model_config_pb2
+
+    groups = tuple(
+        (int(g.count) if g.count else 1, model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind))
+        for g in cfg.instance_group
+    )
+    mbs = model.max_batch_size if model.max_batch_size is not None else int(cfg.max_batch_size)
+    return ModelFacts(
+        ft_model=ft.name, instance_groups=groups,
+        dynamic_batching=cfg.HasField("dynamic_batching"),
+        sequence_batching=cfg.HasField("sequence_batching"),
+        max_batch_size=mbs,
+    )
+
+
+def make_plan(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    nodes: int,
+    *,
+    gpus_per_node: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+) -> Plan:
+    """Read the model's facts and plan (the edge around `plan_for`)."""
+    gpn = _resolve_gpus(cluster, gpus_per_node)
+    facts = read_model_facts(model)
+    ckpt = read_checkpoint(model.checkpoint_root, model.model_type, gpn if tp is None else tp)
+    return plan_for(cluster, model, facts, ckpt, nodes, gpn, tp, pp)

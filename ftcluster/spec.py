@@ -1,0 +1,312 @@
+"""Cluster and model specs: YAML files validated with pydantic.
+
+Errors name the file and the field (``cluster.yaml: container.runtime: ...``) and are raised
+as `SpecError`, so the CLI prints one line and no traceback. Relative paths in a spec are
+resolved against the spec file's folder, so specs can be moved together with their models.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ftcluster.errors import SpecError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UNLIMITED|INFINITE)$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Mount(_Strict):
+    """One bind mount; rendered as Pyxis ``SRC:DST[:FLAGS]`` or docker ``-v``."""
+
+    src: str
+    dst: str
+    flags: tuple[str, ...] = ()
+
+    @field_validator("src", "dst")
+    @classmethod
+    def _no_separators(cls, v: str) -> str:
+        # Pyxis splits --container-mounts on ',' and ':'; such paths cannot be expressed.
+        if not v or "," in v or ":" in v:
+            raise ValueError("must be a non-empty path without ',' or ':' (Pyxis cannot express those)")
+        return v
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        allowed = {"ro", "rw", "private", "rprivate", "slave", "rslave", "shared", "rshared", "nosuid", "nodev", "noexec", "rbind", "bind"}
+        bad = [f for f in v if f not in allowed]
+        if bad:
+            raise ValueError(f"unknown mount flag(s) {bad}; allowed: {sorted(allowed)}")
+        return v
+
+    @classmethod
+    def parse(cls, text: str) -> "Mount":
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"mount {text!r} is not SRC:DST[:FLAGS]")
+        flags = tuple(f for f in parts[2].split("+") if f) if len(parts) == 3 else ()
+        return cls(src=parts[0], dst=parts[1], flags=flags)
+
+
+class Container(_Strict):
+    runtime: Literal["pyxis", "docker", "none"] = "none"
+    image: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    workdir: str | None = None
+    devices: tuple[str, ...] = ()
+    # docker only: image tarball on the shared filesystem for air-gapped sites
+    image_tar: str | None = None
+    shm_size: str = "8g"
+
+    @field_validator("mounts", mode="before")
+    @classmethod
+    def _parse_mounts(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [Mount.parse(m) if isinstance(m, str) else m for m in v]
+        return v
+
+    @model_validator(mode="after")
+    def _image_needed(self) -> "Container":
+        if self.runtime != "none" and not self.image:
+            raise ValueError(f"runtime {self.runtime!r} needs container.image (an image name or .sqsh path)")
+        return self
+
+
+class Ports(_Strict):
+    http: int = Field(8000, ge=1, le=65535)
+    grpc: int = Field(8001, ge=1, le=65535)
+    metrics: int = Field(8002, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "Ports":
+        if len({self.http, self.grpc, self.metrics}) != 3:
+            raise ValueError("http, grpc and metrics ports must differ")
+        return self
+
+
+class Server(_Strict):
+    # "auto": tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel
+    binary: str = "tritonserver"
+    ready_timeout: float = Field(900.0, gt=0)
+    exit_grace: float = Field(20.0, ge=0)
+    log_verbose: int = Field(0, ge=0)
+    extra_args: tuple[str, ...] = ()
+
+
+class ClusterSpec(_Strict):
+    name: str = "cluster"
+    scheduler: Literal["slurm", "ssh", "local"]
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str = "01:00:00"
+    max_nodes: int = Field(64, ge=1)
+    gpus_per_node: int | Literal["auto"] = 1
+    hosts: tuple[str, ...] = ()
+    container: Container = Container()
+    workspace: str = "~/ftcluster-runs"
+    ports: Ports = Ports()
+    mpi: str = "pmix"
+    ssh_port: int = Field(11068, ge=1, le=65535)
+    env: dict[str, str] = Field(default_factory=dict)
+    login_host: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+    server: Server = Server()
+    # Python with ftcluster installed, as compute nodes see it (runs the client and rank
+    # checks); default: this interpreter, which suits a shared filesystem.
+    python: str | None = None
+    # Where the spec came from; set by the loader, not by users.
+    source: str | None = Field(None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("use letters, digits, '.', '_' and '-' only")
+        return v
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _slurm_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9_.,-]+$", v):
+            raise ValueError("a Slurm name uses letters, digits, '_', '.', ',' and '-' only")
+        return v
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        if not _TIME_RE.match(v):
+            raise ValueError("use a Slurm time such as 30, 01:00:00 or 1-12:00:00")
+        return v
+
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _gpus(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 or 'auto'")
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            for k in v:
+                if not isinstance(k, str) or not _ENV_KEY_RE.match(k):
+                    raise ValueError(f"{k!r} is not a valid environment variable name")
+            return {k: str(val) if isinstance(val, (int, float, bool)) else val for k, val in v.items()}
+        return v
+
+    @field_validator("mpi")
+    @classmethod
+    def _mpi(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("an srun --mpi plugin name such as pmix, pmix_v4 or pmi2")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ClusterSpec":
+        if self.scheduler == "ssh" and not self.hosts:
+            raise ValueError("scheduler 'ssh' needs hosts: [node1, node2, ...]")
+        if self.container.runtime == "pyxis" and self.scheduler != "slurm":
+            raise ValueError("container.runtime 'pyxis' needs scheduler 'slurm'")
+        if self.hosts and self.scheduler == "ssh" and self.max_nodes > len(self.hosts):
+            object.__setattr__(self, "max_nodes", len(self.hosts))
+        return self
+
+
+ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "bert", "BLOOM"]
+
+
+class ClientDefaults(_Strict):
+    batch_size: int = Field(2, ge=1)
+    input_len: int = Field(8, ge=1)
+    output_len: int = Field(8, ge=1)
+    protocol: Literal["http", "grpc"] = "http"
+
+
+class ModelSpec(_Strict):
+    name: str
+    backend: Literal["fastertransformer"] = "fastertransformer"
+    model_type: ModelType
+    repository: Path
+    # Folder of the FT model inside the repository; default: the one whose backend is
+    # fastertransformer, else `name`.
+    ft_model: str | None = None
+    checkpoint_root: Path
+    # The path of checkpoint_root as the server sees it (inside a container); default: same.
+    checkpoint_mount: str | None = None
+    data_type: Literal["fp32", "fp16", "bf16"] = "fp16"
+    int8_mode: int = Field(0, ge=0, le=2)
+    enable_custom_all_reduce: bool = False
+    max_batch_size: int | None = Field(None, ge=0)
+    parameters: dict[str, str] = Field(default_factory=dict)
+    client: ClientDefaults = ClientDefaults()
+    source: str | None = Field(None, exclude=True)
+
+    @field_validator("name", "ft_model")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not _NAME_RE.match(v):
+            raise ValueError("use letters, digits, '.', '_' and '-' only")
+        return v
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _params(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(val) for k, val in v.items()}
+        return v
+
+
+_S = TypeVar("_S", bound=BaseModel)
+
+
+def _format_error(path: Path, exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    elif "input" in first and first["type"] not in ("value_error",):
+        msg += f" (got {first['input']!r})"
+    more = f" [+{len(errors) - 1} more problem(s)]" if len(errors) > 1 else ""
+    return f"{path}: {loc}: {msg}{more}"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError(f"spec file {path} does not exist", hint="check the path given to --cluster/--model")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}:{where}: invalid YAML: {problem}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file") from None
+    if data is None:
+        raise SpecError(f"{path}: the file is empty", hint="see configs/ for examples")
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def _validate(cls: type[_S], path: Path, data: dict[str, Any]) -> _S:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_error(path, exc)) from None
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    p = Path(path).expanduser()
+    data = _read_yaml(p)
+    data.setdefault("name", p.stem)
+    spec = _validate(ClusterSpec, p, data)
+    return spec.model_copy(update={"source": str(p.resolve())})
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    p = Path(path).expanduser()
+    data = _read_yaml(p)
+    base = p.resolve().parent
+    for key in ("repository", "checkpoint_root"):
+        val = data.get(key)
+        if isinstance(val, str) and val:
+            data[key] = str((base / Path(val).expanduser()))
+    spec = _validate(ModelSpec, p, data)
+    if not spec.repository.is_dir():
+        raise SpecError(f"{p}: repository: folder {spec.repository} does not exist",
+                        hint="point it at the Triton model repository holding config.pbtxt")
+    if not spec.checkpoint_root.is_dir():
+        raise SpecError(f"{p}: checkpoint_root: folder {spec.checkpoint_root} does not exist",
+                        hint="point it at the converter output that holds the N-gpu/ folders")
+    return spec.model_copy(update={"source": str(p.resolve())})
+
+
+def package_root() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def default_cluster_path() -> Path:
+    """The embedded default cluster: local processes on this machine."""
+    return package_root() / "demo" / "local-cluster.yaml"
+
+
+def default_model_path() -> Path:
+    """The embedded default model: the FT-shaped test model shipped with the package."""
+    return package_root() / "demo" / "model.yaml"
