@@ -83,7 +83,7 @@ def _copy_tree(src: Path, dst: Path) -> None:
                 skipped.append(name)
         return skipped
 
-    shutil.copytree(src, dst, copy_function=copy, ignore=ignore, symlinks=True)
+    shutil.copytree(src, dst, copy_function=copy, ignore=ignore, symlinks=True, dirs_exist_ok=True)
 
 
 def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:

@@ -121,6 +121,10 @@ class ClusterSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     login_host: str | None = None
     sbatch_args: tuple[str, ...] = ()
+    # Ask Slurm for GPUs (--gpus-per-node) and whole nodes (--exclusive); clusters without
+    # GPU GRES (or the CPU test cluster) turn these off.
+    request_gpus: bool = True
+    exclusive: bool = True
     server: Server = Server()
     # Python with ftcluster installed, as compute nodes see it (runs the client and rank
     # checks); default: this interpreter, which suits a shared filesystem.
@@ -140,6 +144,15 @@ class ClusterSpec(_Strict):
     def _slurm_name(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_.,-]+$", v):
             raise ValueError("a Slurm name uses letters, digits, '_', '.', ',' and '-' only")
+        return v
+
+    @field_validator("sbatch_args")
+    @classmethod
+    def _sbatch_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # They become `#SBATCH` lines, which sbatch parses without shell quoting.
+        for arg in v:
+            if not re.match(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:/%@+=-]*)?$", arg):
+                raise ValueError(f"{arg!r} is not a plain --option[=value] (no spaces or quotes)")
         return v
 
     @field_validator("time_limit")

@@ -1,0 +1,49 @@
+"""Options shared by the commands that plan a run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import click
+
+from ftcluster.plan import Plan, make_plan
+from ftcluster.spec import ClusterSpec, ModelSpec, default_cluster_path, default_model_path, load_cluster, load_model
+
+
+@dataclass(frozen=True)
+class Planned:
+    cluster: ClusterSpec
+    model: ModelSpec
+    plan: Plan
+
+
+def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False),
+                     help="Cluster spec YAML (default: the embedded local cluster)."),
+        click.option("--model", "model_path", type=click.Path(dir_okay=False),
+                     help="Model spec YAML (default: the embedded FT-shaped test model)."),
+        click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes (pipeline stages)."),
+        click.option("--gpus-per-node", type=int, default=None, help="Override the spec's gpus_per_node."),
+        click.option("--tp", type=int, default=None, help="tensor_para_size (default: GPUs per node)."),
+        click.option("--pp", type=int, default=None, help="pipeline_para_size (default: nodes)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def load_and_plan(
+    cluster_path: str | None, model_path: str | None, nodes: int,
+    gpus_per_node: int | None, tp: int | None, pp: int | None, **_: Any,
+) -> Planned:
+    cluster = load_cluster(cluster_path or default_cluster_path())
+    model = load_model(model_path or default_model_path())
+    plan = make_plan(cluster, model, nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp)
+    return Planned(cluster, model, plan)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,229 @@
+"""Launch scripts rendered from job_templates/ — pure functions of the plan and the specs.
+
+Every value reaches the shell through the `q` filter (shlex.quote) and is assigned once to a
+shell variable at the top of the script; the template bodies then only use "$VARS". Slurm's
+`#SBATCH` lines carry only validated names and paths relative to the run folder, because
+sbatch does not parse shell quoting there.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ftcluster.plan import Plan
+from ftcluster.spec import ClusterSpec, ModelSpec
+
+# The run folder's layout; the launcher, logs and status commands use the same names.
+SCRIPTS = "scripts"
+LOGS = "logs"
+STATE = "state"
+RESULTS = "results"
+REPO = "model_repository"
+EVENTS = f"{STATE}/events"
+
+STYLE_TEMPLATE = {
+    "pyxis": "sbatch.sh.j2",
+    "none": "sbatch.sh.j2",
+    "docker": "sbatch_docker.sh.j2",
+    "local": "local.sh.j2",
+}
+# The port offset between ranks: distinct ports only when ranks share one host.
+LOCAL_PORT_STRIDE = 10
+
+
+def templates_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "job_templates", here / "job_templates"):
+        if cand.is_dir():
+            return cand
+    raise FileNotFoundError("job_templates/ not found next to the ftcluster package")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["qjoin"] = lambda vs: " ".join(shlex.quote(str(v)) for v in vs)
+    return env
+
+
+def launch_style(cluster: ClusterSpec) -> str:
+    if cluster.scheduler == "local":
+        return "local"
+    return cluster.container.runtime
+
+
+def job_name(model: ModelSpec, run_id: str) -> str:
+    # Slurm job names are shown in squeue and used by scancel --name: keep them plain.
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"ftc-{model.name}-{run_id}")[:100]
+
+
+def container_name(run_id: str) -> str:
+    # Pyxis names may not contain '/'; docker names allow [a-zA-Z0-9_.-].
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"ftc-{run_id}")
+
+
+def pyxis_mounts(cluster: ClusterSpec, run_dir: Path) -> str:
+    """--container-mounts value: SRC:DST[:FLAGS] joined by ',', flags joined by '+'."""
+    parts = []
+    for m in cluster.container.mounts:
+        parts.append(f"{m.src}:{m.dst}" + (f":{'+'.join(m.flags)}" if m.flags else ""))
+    # The run folder must be visible at the same path inside the container.
+    parts.append(f"{run_dir}:{run_dir}")
+    return ",".join(parts)
+
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    run_id: str
+    run_dir: Path
+
+    def __post_init__(self) -> None:
+        # The run id names jobs, containers and server ids; keep it plain.
+        if not _RUN_ID_RE.match(self.run_id):
+            raise ValueError(f"run id {self.run_id!r} must match {_RUN_ID_RE.pattern}")
+        if any(ord(c) < 32 for c in str(self.run_dir)):
+            raise ValueError("the run folder path may not contain control characters")
+
+    @classmethod
+    def for_folder(cls, run_dir: Path) -> "RunPaths":
+        return cls(re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.name).lstrip("._-") or "run", run_dir)
+
+    @property
+    def scripts(self) -> Path:
+        return self.run_dir / SCRIPTS
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / LOGS
+
+    @property
+    def state(self) -> Path:
+        return self.run_dir / STATE
+
+    @property
+    def repo(self) -> Path:
+        return self.run_dir / REPO
+
+    @property
+    def events(self) -> Path:
+        return self.run_dir / EVENTS
+
+    @property
+    def results(self) -> Path:
+        return self.run_dir / RESULTS
+
+    def job_script(self, style: str) -> Path:
+        return self.scripts / ("job.sh" if style == "local" else "job.sbatch")
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    keep_serving: bool = False
+    client: bool = True
+    tritonserver: str | None = None      # resolved binary; default: cluster.server.binary
+    python: str | None = None            # default: cluster.python or this interpreter
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RenderedScripts:
+    """The files of a run's scripts/ folder, by name."""
+
+    style: str
+    files: dict[str, str]
+
+    def materialize(self, scripts_dir: Path) -> list[Path]:
+        scripts_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, text in self.files.items():
+            path = scripts_dir / name
+            path.write_text(text)
+            path.chmod(0o755)
+            written.append(path)
+        return written
+
+    def __str__(self) -> str:
+        return "\n".join(f"# ===== {name} =====\n{text}" for name, text in self.files.items())
+
+
+def context(
+    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: RenderOptions
+) -> dict[str, Any]:
+    """Everything the templates see; pure."""
+    style = launch_style(cluster)
+    client = model.client
+    env = {**cluster.env, **opts.extra_env}
+    return {
+        "style": style,
+        "run_id": paths.run_id,
+        "run_dir": str(paths.run_dir),
+        "job_name": job_name(model, paths.run_id),
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "tp": plan.tensor_para_size,
+        "pp": plan.pipeline_para_size,
+        "partition": cluster.partition,
+        "account": cluster.account,
+        "qos": cluster.qos,
+        "time_limit": cluster.time_limit,
+        "sbatch_args": list(cluster.sbatch_args),
+        "gpus_per_node_gres": cluster.request_gpus,
+        "exclusive": cluster.exclusive,
+        "mpi": cluster.mpi,
+        "ports": cluster.ports,
+        "port_stride": LOCAL_PORT_STRIDE if style == "local" else 0,
+        "ssh_port": cluster.ssh_port,
+        "env": env,
+        "container": cluster.container,
+        "container_name": container_name(paths.run_id),
+        "pyxis_mounts": pyxis_mounts(cluster, paths.run_dir),
+        "tritonserver": opts.tritonserver or cluster.server.binary,
+        "server": cluster.server,
+        "python": opts.python or cluster.python or sys.executable,
+        "served_model": model.name,
+        "client": client,
+        "run_client": opts.client,
+        "keep_serving": opts.keep_serving,
+        "repo": str(paths.repo),
+        "logs": str(paths.logs),
+        "state": str(paths.state),
+        "results": str(paths.results),
+        "scripts": str(paths.scripts),
+        "id_prefix": f"ftc-{paths.run_id}",
+    }
+
+
+def render(
+    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: RenderOptions | None = None
+) -> RenderedScripts:
+    """Render the job script and the per-rank server wrapper for the cluster's launch style."""
+    opts = opts or RenderOptions()
+    ctx = context(cluster, model, plan, paths, opts)
+    style = ctx["style"]
+    env = _env()
+    files = {
+        paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(ctx),
+        "rank_server.sh": env.get_template("rank_server.sh.j2").render(ctx),
+    }
+    if style == "docker":
+        files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(ctx)
+    return RenderedScripts(style, files)
