@@ -29,7 +29,7 @@ def _register() -> None:
     from ftcluster.cli import commands_plan  # noqa: F401
     import importlib
 
-    for name in ("commands_launch", "commands_client", "commands_preflight", "commands_logs"):
+    for name in ("commands_launch", "commands_client", "commands_preflight", "commands_logs", "commands_check"):
         try:
             importlib.import_module(f"ftcluster.cli.{name}")
         except ModuleNotFoundError as exc:

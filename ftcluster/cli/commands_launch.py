@@ -1,0 +1,147 @@
+"""`launch`, `status`, `stop` and `list`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ftcluster.cli import cli
+from ftcluster.cli.options import echo_json, load_and_plan, plan_options
+from ftcluster.errors import LaunchError
+from ftcluster.launch import PHASES, Launch, LaunchOptions, LaunchOutcome
+from ftcluster.status import run_status, stop_run
+from ftcluster.store import RunStore
+
+err = Console(stderr=True, highlight=False)
+
+
+def _progress(phase: str, t: float, detail: str) -> None:
+    label = PHASES.get(phase, phase)
+    err.print(f"[dim]{t:7.2f}s[/dim] {label}" + (f" [dim]({detail})[/dim]" if detail else ""))
+
+
+def _report(outcome: LaunchOutcome) -> None:
+    out = Console()
+    rec = outcome.record
+    if outcome.detached:
+        out.print(f"submitted run {rec.run_id} (job {rec.job_id}); follow it with "
+                  f"`ftcluster status {rec.run_id}` and `ftcluster logs {rec.run_id} -f`")
+        return
+    table = Table(title=f"run {rec.run_id}", show_header=False)
+    table.add_row("job", str(rec.job_id))
+    table.add_row("result", "[green]ok[/green]" if outcome.ok else f"[red]failed[/red]: {outcome.failure}")
+    if outcome.endpoint:
+        table.add_row("endpoint", outcome.endpoint)
+    for phase, t in outcome.phases.items():
+        table.add_row(PHASES.get(phase, phase), f"{t:.2f}s")
+    client = outcome.client or {}
+    for key in ("checks_passed", "batch_size", "input_len", "output_len", "latency_ms"):
+        if key in client:
+            table.add_row(f"client {key}", str(client[key]))
+    table.add_row("run folder", rec.run_dir)
+    out.print(table)
+    if outcome.failed_rank:
+        fr = outcome.failed_rank
+        err.print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:")
+        for line in outcome.log_tail:
+            err.print(f"  {line}", markup=False)
+    if outcome.ok and outcome.record.status == "SERVING":
+        out.print(f"serving at http://{outcome.endpoint}; stop it with `ftcluster stop {rec.run_id}`")
+
+
+@cli.command("launch")
+@plan_options
+@click.option("--keep-serving", is_flag=True, help="Leave the servers up after the client (prints the endpoint).")
+@click.option("--detach", is_flag=True, help="Submit and return; follow with status/logs.")
+@click.option("--dry-run", is_flag=True, help="Print the scripts and the submit command; change nothing.")
+@click.option("--no-client", is_flag=True, help="Run no client step (with --keep-serving: just serve).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, as_json: bool, **kw: Any) -> None:
+    """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
+
+    Exits 0 only when the client succeeded. Ctrl-C cancels the job.
+
+    \b
+    Examples:
+      ftcluster launch --nodes 2                       # the embedded local default
+      ftcluster launch --cluster configs/clusters/slurm-bare.yaml --model configs/models/gpt.yaml --nodes 2
+      ftcluster launch --cluster C.yaml --model M.yaml --nodes 2 --dry-run
+    """
+    planned = load_and_plan(**kw)
+    opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client)
+    launch = Launch(planned.cluster, planned.model, planned.plan, opts,
+                    progress=None if as_json else _progress)
+    if dry_run:
+        click.echo(launch.dry_run(), nl=False)
+        return
+    outcome = launch.run()
+    if as_json:
+        echo_json(outcome.to_dict())
+    else:
+        _report(outcome)
+    if not outcome.ok:
+        raise LaunchError(f"run {outcome.record.run_id} failed: {outcome.failure}")
+
+
+@cli.command("status")
+@click.argument("run", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def status_cmd(run: str | None, as_json: bool) -> None:
+    """Queue state, per-rank state and endpoint of a run (default: the newest).
+
+    \b
+    Example:
+      ftcluster status gpt-20261121-101500-ab12
+    """
+    st = run_status(RunStore().get(run))
+    if as_json:
+        echo_json(st)
+        return
+    table = Table(title=f"run {st['run_id']}", show_header=False)
+    for key in ("job_id", "state", "phase", "endpoint", "source", "reason", "run_dir"):
+        if st.get(key):
+            table.add_row(key, str(st[key]))
+    for r in st["ranks"]:
+        table.add_row(f"rank {r['rank']}", f"{r['node'] or '?'}: {r['state']}")
+    Console().print(table)
+
+
+@cli.command("stop")
+@click.argument("run", required=False)
+def stop_cmd(run: str | None) -> None:
+    """Cancel a run's job and stop its servers (default: the newest run).
+
+    \b
+    Example:
+      ftcluster stop gpt-20261121-101500-ab12
+    """
+    rec = stop_run(RunStore().get(run))
+    click.echo(f"stopped run {rec.run_id} (job {rec.job_id})")
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=int, default=20, show_default=True)
+def list_cmd(as_json: bool, limit: int) -> None:
+    """Runs recorded in the local store, newest last.
+
+    \b
+    Example:
+      ftcluster list --limit 5
+    """
+    runs = list(RunStore().all())[-limit:]
+    if as_json:
+        echo_json([r.to_dict() for r in runs])
+        return
+    table = Table()
+    for col in ("run", "cluster", "nodes", "job", "status", "folder"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(r.run_id, r.cluster_name, str(r.nodes), str(r.job_id), r.status, r.run_dir)
+    Console().print(table)
+    if not runs:
+        print("no runs yet", file=sys.stderr)

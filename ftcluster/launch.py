@@ -1,0 +1,254 @@
+"""`launch`: prepare, render, submit, follow the run to its end, and clean up on failure.
+
+The job script does the node-side work (start ranks, wait for rank 0, run the client) and
+writes milestones to state/events; this module follows that file and the scheduler's view of
+the job, shows progress, and cancels the job on any failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ftcluster.errors import LaunchError, UserError
+from ftcluster.events import Event, EventFollower
+from ftcluster.launchers import launcher_for
+from ftcluster.launchers.base import Launcher
+from ftcluster.modelrepo import prepare_repository
+from ftcluster.plan import Plan
+from ftcluster.render import RenderedScripts, RenderOptions, RunPaths, launch_style, render
+from ftcluster.slurm import JobState
+from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.store import RunRecord, RunStore, new_run_id
+
+# Job milestones in order, as the job script names them, with the words shown to users.
+PHASES = {
+    "submitted": "queued",
+    "job_started": "job started",
+    "servers_starting": "servers starting",
+    "ready": "rank 0 ready",
+    "client_started": "client running",
+    "client_done": "client done",
+    "serving": "serving",
+    "done": "done",
+}
+
+
+@dataclass
+class LaunchOptions:
+    keep_serving: bool = False
+    detach: bool = False
+    dry_run: bool = False
+    client: bool = True
+    state_poll: float = 0.5       # how often the scheduler is asked (events are polled faster)
+    event_poll: float = 0.02
+
+
+@dataclass
+class LaunchOutcome:
+    record: RunRecord
+    ok: bool
+    phases: dict[str, float] = field(default_factory=dict)   # phase -> seconds since submit
+    endpoint: str | None = None
+    client: dict[str, Any] | None = None
+    failure: str | None = None
+    failed_rank: dict[str, str] | None = None
+    log_tail: list[str] = field(default_factory=list)
+    detached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.record.run_id, "job_id": self.record.job_id, "ok": self.ok,
+            "run_dir": self.record.run_dir, "phases": self.phases, "endpoint": self.endpoint,
+            "client": self.client, "failure": self.failure, "failed_rank": self.failed_rank,
+            "log_tail": self.log_tail, "detached": self.detached,
+        }
+
+
+Progress = Callable[[str, float, str], None]   # (phase, seconds, detail)
+
+
+def workspace_dir(cluster: ClusterSpec) -> Path:
+    return Path(os.path.expandvars(os.path.expanduser(cluster.workspace))).resolve()
+
+
+def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
+    if cluster.server.binary != "auto":
+        return cluster.server.binary
+    if not build:
+        return shutil.which("tritonserver") or "tritonserver"
+    from ftcluster.triton_local import find_tritonserver
+
+    return str(find_tritonserver())
+
+
+def render_run(
+    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions, build: bool = True
+) -> RenderedScripts:
+    ropts = RenderOptions(keep_serving=opts.keep_serving, client=opts.client,
+                          tritonserver=resolve_tritonserver(cluster, build=build))
+    return render(cluster, model, plan, paths, ropts)
+
+
+def submit_command(cluster: ClusterSpec, paths: RunPaths) -> str:
+    style = launch_style(cluster)
+    script = paths.job_script(style)
+    if style == "local":
+        return f"bash {script}"
+    return f"cd {paths.run_dir} && sbatch --parsable {script}"
+
+
+class Launch:
+    """One launch from submission to its end."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, plan: Plan, opts: LaunchOptions,
+                 progress: Progress | None = None, store: RunStore | None = None,
+                 launcher: Launcher | None = None):
+        self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
+        self.progress = progress or (lambda phase, t, detail: None)
+        self.store = store or RunStore()
+        self.launcher = launcher or launcher_for(cluster)
+        run_id = new_run_id(model.name)
+        self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
+
+    def dry_run(self) -> str:
+        self.launcher.check(self.cluster, self.plan)
+        scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
+        return f"{scripts}\n# ===== would run =====\n{submit_command(self.cluster, self.paths)}\n"
+
+    def prepare(self) -> RunRecord:
+        self.launcher.check(self.cluster, self.plan)
+        scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts)
+        try:
+            prepare_repository(self.model, self.plan, self.paths.repo)
+            scripts.materialize(self.paths.scripts)
+            for sub in (self.paths.logs, self.paths.state, self.paths.results):
+                sub.mkdir(parents=True, exist_ok=True)
+        except BaseException:
+            shutil.rmtree(self.paths.run_dir, ignore_errors=True)
+            raise
+        record = RunRecord(
+            run_id=self.paths.run_id, created=time.time(), cluster_name=self.cluster.name,
+            cluster_source=self.cluster.source or "", scheduler=self.cluster.scheduler,
+            style=launch_style(self.cluster), run_dir=str(self.paths.run_dir), nodes=self.plan.nodes,
+            model=self.model.name, plan=self.plan.to_dict(),
+        )
+        self.store.add(record)
+        return record
+
+    def run(self) -> LaunchOutcome:
+        record = self.prepare()
+        script = self.paths.job_script(record.style)
+        try:
+            job_id = self.launcher.submit(self.paths, script)
+        except UserError:
+            self.store.update(record, status="SUBMIT_FAILED")
+            raise
+        record = self.store.update(record, job_id=job_id, status="SUBMITTED")
+        t0 = time.time()
+        self.progress("submitted", 0.0, f"job {job_id}")
+        if self.opts.detach:
+            return LaunchOutcome(record, True, {"submitted": 0.0}, detached=True)
+        try:
+            outcome = self._follow(record, t0)
+        except KeyboardInterrupt:
+            self.progress("cancelling", time.time() - t0, "interrupted: cancelling the job")
+            self.launcher.cancel(job_id, self.paths, self.cluster.server.exit_grace)
+            self.store.update(record, status="CANCELLED")
+            raise LaunchError(f"interrupted; job {job_id} of run {record.run_id} was cancelled") from None
+        status = "SERVING" if outcome.ok and self.opts.keep_serving else ("COMPLETED" if outcome.ok else "FAILED")
+        outcome.record = self.store.update(outcome.record, status=status, endpoint=outcome.endpoint)
+        return outcome
+
+    def _follow(self, record: RunRecord, t0: float) -> LaunchOutcome:
+        assert record.job_id is not None
+        follower = EventFollower(str(self.paths.events))
+        outcome = LaunchOutcome(record, False, {"submitted": 0.0})
+        next_info = 0.0
+        last_detail = ""
+        while True:
+            for ev in follower.poll():
+                if self._on_event(ev, outcome, t0):
+                    return self._finish(outcome, follower.events)
+            now = time.monotonic()
+            if now >= next_info:
+                next_info = now + self.opts.state_poll
+                info = self.launcher.info(record.job_id, self.paths)
+                if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
+                    last_detail = info.reason
+                    self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
+                if info.state.terminal or info.source == "none":
+                    # The job is gone; read the events it left once more before judging.
+                    for ev in follower.poll():
+                        if self._on_event(ev, outcome, t0):
+                            return self._finish(outcome, follower.events)
+                    outcome.failure = outcome.failure or (
+                        f"the job ended ({info.raw_state}{': ' + info.reason if info.reason else ''}) "
+                        "before the run finished")
+                    return self._finish(outcome, follower.events)
+            time.sleep(self.opts.event_poll)
+
+    def _on_event(self, ev: Event, outcome: LaunchOutcome, t0: float) -> bool:
+        """Record one milestone; True when the launch is over (for good or bad)."""
+        t = max(0.0, ev.time - t0)
+        if ev.kind in PHASES:
+            outcome.phases.setdefault(ev.kind, round(t, 3))
+            self.progress(ev.kind, t, " ".join(ev.args))
+        if ev.kind == "ready":
+            outcome.endpoint = ev.args[0] if ev.args else None
+        elif ev.kind == "rank_failed" and len(ev.args) >= 2:
+            outcome.failed_rank = {"rank": ev.args[0], "node": ev.args[1],
+                                   "exit_code": ev.args[2] if len(ev.args) > 2 else "?"}
+        elif ev.kind == "failed":
+            outcome.failure = " ".join(ev.args) or "the job script failed"
+        elif ev.kind == "client_done":
+            rc = ev.args[0] if ev.args else "?"
+            if rc != "0":
+                outcome.failure = f"the client failed (exit {rc}); see logs/client.log"
+        elif ev.kind == "serving" and self.opts.keep_serving:
+            outcome.ok = True
+            return True
+        elif ev.kind == "done":
+            return True
+        return False
+
+    def _finish(self, outcome: LaunchOutcome, events: list[Event]) -> LaunchOutcome:
+        assert outcome.record.job_id is not None
+        done = [e for e in events if e.kind == "done"]
+        if not outcome.ok:
+            outcome.ok = bool(done and done[-1].args[:1] == ("0",) and outcome.failure is None)
+        client_json = self.paths.results / "client.json"
+        if client_json.is_file():
+            try:
+                outcome.client = json.loads(client_json.read_text())
+            except json.JSONDecodeError:
+                outcome.client = None
+        if outcome.ok and self.opts.keep_serving:
+            return outcome
+        if not outcome.ok:
+            if outcome.failed_rank:
+                outcome.log_tail = self._rank_log_tail(outcome.failed_rank["rank"])
+        # Whatever happened, nothing of this run may be left running. After `done` the job
+        # ends by itself; give it a moment before cancelling.
+        deadline = time.monotonic() + (10.0 if done else 0.0)
+        while True:
+            info = self.launcher.info(outcome.record.job_id, self.paths)
+            if info.state.terminal or info.source == "none" or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if not info.state.terminal and info.source != "none":
+            self.launcher.cancel(outcome.record.job_id, self.paths, self.cluster.server.exit_grace)
+        return outcome
+
+    def _rank_log_tail(self, rank: str, n: int = 20) -> list[str]:
+        lines: list[str] = []
+        for name in (f"server-rank{rank}.log", f"rank{rank}.stdout"):
+            path = self.paths.logs / name
+            if path.is_file():
+                lines += [f"{name}: {line}" for line in path.read_text(errors="replace").splitlines()[-n:]]
+        return lines

@@ -1,0 +1,27 @@
+"""Launch styles behind one interface: local process groups, Slurm (bare or Pyxis), Slurm + Docker."""
+
+from __future__ import annotations
+
+from ftcluster.launchers.base import Launcher
+from ftcluster.runner import LocalRunner, Runner
+from ftcluster.spec import ClusterSpec
+
+
+def launcher_for(cluster: ClusterSpec, runner: Runner | None = None) -> Launcher:
+    return launcher_for_scheduler(cluster.scheduler, runner)
+
+
+def launcher_for_scheduler(scheduler: str, runner: Runner | None = None) -> Launcher:
+    runner = runner or LocalRunner()
+    if scheduler == "local":
+        from ftcluster.launchers.local import LocalLauncher
+
+        return LocalLauncher(runner)
+    if scheduler == "slurm":
+        from ftcluster.launchers.slurm import SlurmLauncher
+
+        return SlurmLauncher(runner)
+    from ftcluster.errors import UserError
+
+    raise UserError(f"launching with scheduler {scheduler!r} is not supported yet",
+                    field="scheduler", hint="use 'slurm' or 'local'")

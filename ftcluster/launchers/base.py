@@ -1,0 +1,32 @@
+"""The one interface every launch style implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from ftcluster.plan import Plan
+from ftcluster.render import RunPaths
+from ftcluster.runner import Runner
+from ftcluster.slurm import JobInfo
+from ftcluster.spec import ClusterSpec
+
+
+class Launcher(ABC):
+    def __init__(self, runner: Runner):
+        self.runner = runner
+
+    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
+        """Refuse what the cluster cannot run, before anything is written or submitted."""
+
+    @abstractmethod
+    def submit(self, paths: RunPaths, script: Path) -> str:
+        """Start the job script; return a job id for info/cancel."""
+
+    @abstractmethod
+    def info(self, job_id: str, paths: RunPaths) -> JobInfo:
+        """The job's state now."""
+
+    @abstractmethod
+    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
+        """Stop the job and everything it started; returns when it is gone (or after grace)."""

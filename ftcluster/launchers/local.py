@@ -1,0 +1,99 @@
+"""Local launch style: the rendered job.sh runs here, each rank in its own process group.
+
+The job id is `local:<pid>` of the job script, which leads its own session so that a stop
+from another ftcluster process can signal the whole group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ftcluster.events import last, parse_events
+from ftcluster.launchers.base import Launcher
+from ftcluster.render import RunPaths
+from ftcluster.slurm import JobInfo, JobState
+
+
+def _pid(job_id: str) -> int:
+    return int(job_id.split(":", 1)[1])
+
+
+def _alive(pid: int, script: str | None = None) -> bool:
+    """True for a live, non-zombie process (running our script, when given)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        if script is not None:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                return script.encode() in fh.read()
+        return True
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class LocalLauncher(Launcher):
+    _children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def submit(self, paths: RunPaths, script: Path) -> str:
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        with open(paths.logs / "job.out", "ab") as out:
+            proc = subprocess.Popen(
+                ["bash", str(script)], cwd=str(paths.run_dir), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self._children[proc.pid] = proc
+        return f"local:{proc.pid}"
+
+    def _script_alive(self, pid: int, paths: RunPaths) -> bool:
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        return _alive(pid, str(paths.job_script("local")))
+
+    def info(self, job_id: str, paths: RunPaths) -> JobInfo:
+        pid = _pid(job_id)
+        if self._script_alive(pid, paths):
+            return JobInfo(job_id, JobState.RUNNING, "RUNNING", ("localhost",), source="local")
+        try:
+            events = parse_events(paths.events.read_text())
+        except FileNotFoundError:
+            events = []
+        done = last(events, "done")
+        if done is None:
+            return JobInfo(job_id, JobState.FAILED, "KILLED", reason="the job script was killed", source="local")
+        rc = done.args[0] if done.args else "?"
+        state = JobState.COMPLETED if rc == "0" else (
+            JobState.CANCELLED if last(events, "interrupted") else JobState.FAILED)
+        return JobInfo(job_id, state, state.value, exit_code=rc, source="local")
+
+    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
+        pid = _pid(job_id)
+        if self._script_alive(pid, paths):
+            _killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace + 5
+        while self._script_alive(pid, paths) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _killpg(pid, signal.SIGKILL)
+        # Ranks lead their own process groups; kill any the script could not stop.
+        for pidfile in paths.state.glob("rank*.pid"):
+            try:
+                rank_pid = int(pidfile.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if _alive(rank_pid, str(paths.scripts / "rank_server.sh")):
+                _killpg(rank_pid, signal.SIGKILL)
+        child = self._children.pop(pid, None)
+        if child is not None:
+            child.wait(timeout=5)

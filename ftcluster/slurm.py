@@ -1,0 +1,149 @@
+"""Slurm knowledge in one place: submit, state, cancel, partitions.
+
+Job states map to a few launch-level states in one table. State comes from `squeue` first
+(live jobs) and `sacct` when accounting exists; clusters without accounting (sacct exits 1)
+fall back to `scontrol show job` while Slurm still remembers the job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from ftcluster.errors import LaunchError, UserError
+from ftcluster.runner import Runner
+
+
+class JobState(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
+
+
+# Slurm's job states (squeue %T / sacct State / scontrol JobState) -> ours.
+SLURM_STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING, "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
+    "SUSPENDED": JobState.PENDING, "STOPPED": JobState.PENDING,
+    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING, "RESIZING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED, "NODE_FAIL": JobState.FAILED, "BOOT_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED, "DEADLINE": JobState.FAILED, "REVOKED": JobState.FAILED,
+    "PREEMPTED": JobState.FAILED, "SPECIAL_EXIT": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+}
+
+
+def map_state(raw: str) -> JobState:
+    # sacct prints "CANCELLED by 0"; squeue may print abbreviations in other formats.
+    word = raw.strip().split()[0].rstrip("+") if raw.strip() else ""
+    return SLURM_STATES.get(word.upper(), JobState.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    state: JobState
+    raw_state: str
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+    exit_code: str = ""
+    source: str = ""
+
+
+def expand_nodelist(nodelist: str) -> tuple[str, ...]:
+    if not nodelist or nodelist in ("(null)", "None", "None assigned"):
+        return ()
+    import hostlist
+
+    return tuple(hostlist.expand_hostlist(nodelist))
+
+
+class Slurm:
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        self._has_sacct: bool | None = None
+
+    def submit(self, script: str, cwd: str) -> str:
+        res = self.runner.run(["sbatch", "--parsable", script], cwd=cwd, timeout=120)
+        if res.returncode == 127:
+            raise UserError("sbatch not found", hint="run on a Slurm login node or set login_host")
+        if not res.ok:
+            msg = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
+            raise UserError(f"sbatch refused the job: {msg}", field="cluster",
+                            hint="check partition, account, node count and time limit")
+        job_id = res.stdout.strip().split(";")[0]
+        if not re.match(r"^\d+$", job_id):
+            raise LaunchError(f"sbatch printed no job id: {res.stdout.strip()!r}")
+        return job_id
+
+    def cancel(self, job_id: str, signal: str | None = None) -> None:
+        argv = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [job_id]
+        self.runner.run(argv, timeout=60)
+
+    def info(self, job_id: str) -> JobInfo:
+        for probe in (self._squeue, self._sacct, self._scontrol):
+            got = probe(job_id)
+            if got is not None:
+                return got
+        return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", source="none")
+
+    def _squeue(self, job_id: str) -> JobInfo | None:
+        res = self.runner.run(["squeue", "-h", "-j", job_id, "-o", "%T|%R|%N"], timeout=30)
+        if not res.ok or not res.stdout.strip():
+            return None  # squeue forgets jobs shortly after they end
+        raw, reason, nodes = (res.stdout.strip().splitlines()[0].split("|") + ["", ""])[:3]
+        return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
+
+    def _sacct(self, job_id: str) -> JobInfo | None:
+        if self._has_sacct is False:
+            return None
+        res = self.runner.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList"], timeout=30)
+        if not res.ok:
+            # "accounting storage is disabled" on clusters without slurmdbd
+            self._has_sacct = False
+            return None
+        self._has_sacct = True
+        line = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+        if not line:
+            return None
+        raw, code, nodes = (line.split("|") + ["", ""])[:3]
+        return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), exit_code=code, source="sacct")
+
+    def _scontrol(self, job_id: str) -> JobInfo | None:
+        res = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
+        if not res.ok:
+            return None
+        fields = dict(re.findall(r"(\w+)=(\S*)", res.stdout))
+        raw = fields.get("JobState", "")
+        if not raw:
+            return None
+        return JobInfo(job_id, map_state(raw), raw, expand_nodelist(fields.get("NodeList", "")),
+                       fields.get("Reason", ""), fields.get("ExitCode", ""), source="scontrol")
+
+    def partition_nodes(self, partition: str | None) -> int | None:
+        """Nodes in a partition (None: not checked); raise when the partition does not exist."""
+        if not partition:
+            return None
+        res = self.runner.run(["scontrol", "show", "partition", "-o", partition], timeout=30)
+        if res.returncode == 127:
+            raise UserError("scontrol not found", hint="run on a Slurm login node or set login_host")
+        if not res.ok:
+            if "not found" in (res.stderr + res.stdout).lower():
+                listing = self.runner.run(["sinfo", "-h", "-o", "%R"], timeout=30).stdout.split()
+                raise UserError(f"unknown partition {partition!r}", field="partition",
+                                hint=f"this cluster has: {', '.join(sorted(set(listing))) or 'none'}")
+            return None
+        total = re.search(r"\bTotalNodes=(\d+)", res.stdout)
+        return int(total.group(1)) if total else None

@@ -1,0 +1,64 @@
+"""Re-attach to a recorded run: its state from the scheduler and its run folder; stop it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ftcluster.errors import UserError
+from ftcluster.events import parse_events
+from ftcluster.launch import PHASES
+from ftcluster.launchers import launcher_for_scheduler
+from ftcluster.render import RunPaths
+from ftcluster.store import RunRecord, RunStore
+
+
+def paths_of(rec: RunRecord) -> RunPaths:
+    return RunPaths(rec.run_id, Path(rec.run_dir))
+
+
+def _rank_states(paths: RunPaths, nodes: int, job_running: bool) -> list[dict[str, Any]]:
+    ranks = []
+    for r in range(nodes):
+        host_file, exit_file = paths.state / f"rank{r}.host", paths.state / f"rank{r}.exit"
+        node = host_file.read_text().strip() if host_file.is_file() else None
+        if exit_file.is_file():
+            state = f"exited {exit_file.read_text().strip()}"
+        elif node and job_running:
+            state = "running"
+        elif node:
+            state = "ended"
+        else:
+            state = "not started"
+        ranks.append({"rank": r, "node": node, "state": state})
+    return ranks
+
+
+def run_status(rec: RunRecord) -> dict[str, Any]:
+    paths = paths_of(rec)
+    events = parse_events(paths.events.read_text()) if paths.events.is_file() else []
+    phase_events = [e for e in events if e.kind in PHASES]
+    phase = PHASES[phase_events[-1].kind] if phase_events else ("queued" if rec.job_id else "created")
+    ready = [e for e in events if e.kind == "ready"]
+    failed = [e for e in events if e.kind == "failed"]
+    st: dict[str, Any] = {"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir,
+                          "phase": phase, "endpoint": ready[-1].args[0] if ready and ready[-1].args else None,
+                          "failure": " ".join(failed[-1].args) if failed else None}
+    if rec.job_id:
+        info = launcher_for_scheduler(rec.scheduler).info(rec.job_id, paths)
+        st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason,
+                  nodes=list(info.nodes), source=info.source, exit_code=info.exit_code)
+        running = info.state.value == "RUNNING"
+    else:
+        st.update(state=rec.status, source="store")
+        running = False
+    st["ranks"] = _rank_states(paths, rec.nodes, running)
+    return st
+
+
+def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
+    if not rec.job_id:
+        raise UserError(f"run {rec.run_id} was never submitted")
+    launcher = launcher_for_scheduler(rec.scheduler)
+    launcher.cancel(rec.job_id, paths_of(rec))
+    return (store or RunStore()).update(rec, status="STOPPED")

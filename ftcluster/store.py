@@ -1,0 +1,110 @@
+"""The local run store: what was launched where, so status/logs/stop can re-attach later.
+
+A small SQLite file under the state directory ($FTCLUSTER_STATE_DIR, default
+~/.local/state/ftcluster); no server. Each run keeps its plan and paths as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from ftcluster.errors import UserError
+
+
+def state_dir() -> Path:
+    env = os.environ.get("FTCLUSTER_STATE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "ftcluster"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    created: float
+    cluster_name: str
+    cluster_source: str
+    scheduler: str
+    style: str
+    run_dir: str
+    nodes: int
+    model: str
+    job_id: str | None = None
+    status: str = "CREATED"
+    endpoint: str | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    data TEXT NOT NULL
+)
+"""
+
+
+class RunStore:
+    def __init__(self, path: Path | None = None):
+        self.path = path or state_dir() / "runs.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute(_SCHEMA)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        # Several ftcluster processes may touch the store at once (launch + status).
+        db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        try:
+            yield db
+        finally:
+            db.close()
+
+    def add(self, rec: RunRecord) -> None:
+        with self._db() as db:
+            db.execute("INSERT INTO runs VALUES (?, ?, ?)", (rec.run_id, rec.created, json.dumps(rec.to_dict())))
+
+    def update(self, rec: RunRecord, **changes: Any) -> RunRecord:
+        new = replace(rec, **changes)
+        with self._db() as db:
+            db.execute("UPDATE runs SET data = ? WHERE run_id = ?", (json.dumps(new.to_dict()), rec.run_id))
+        return new
+
+    def all(self) -> Iterator[RunRecord]:
+        with self._db() as db:
+            rows = db.execute("SELECT data FROM runs ORDER BY created").fetchall()
+        for (data,) in rows:
+            yield RunRecord(**json.loads(data))
+
+    def get(self, key: str | None) -> RunRecord:
+        """A run by id, unique id prefix or Slurm job id; the newest run when key is None."""
+        runs = list(self.all())
+        if not runs:
+            raise UserError("no runs recorded yet", hint="start one with `ftcluster launch`")
+        if key is None:
+            return runs[-1]
+        exact = [r for r in runs if r.run_id == key or r.job_id == key]
+        if exact:
+            return exact[-1]
+        prefix = [r for r in runs if r.run_id.startswith(key)]
+        if len(prefix) == 1:
+            return prefix[0]
+        if prefix:
+            raise UserError(f"run {key!r} is ambiguous ({len(prefix)} runs match)", hint="give more of the id")
+        raise UserError(f"no run {key!r}", hint="see `ftcluster list`")
+
+
+def new_run_id(model_name: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{model_name}-{stamp}-{os.urandom(2).hex()}"

@@ -1,0 +1,40 @@
+"""Shared pytest set-up: the real test bed fixtures and a weird_tmp_path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+try:  # the Slurm test bed (tests/cluster); absent pieces only skip their tests
+    from tests.cluster.fixtures import *  # noqa: F401,F403
+except ImportError:  # pragma: no cover
+    pass
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+
+
+@pytest.fixture
+def weird_tmp_path(tmp_path: Path) -> Path:
+    """A tmp folder whose path holds spaces, quotes and shell syntax."""
+    weird = tmp_path / "a b'c\"d $(touch PWNED) '; touch PWNED2 #"
+    weird.mkdir()
+    return weird
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An isolated run store for tests that launch."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(d))
+    yield d
+
+
+@pytest.fixture(autouse=True)
+def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Never touch the developer's own run store from tests.
+    if "FTCLUSTER_STATE_DIR" not in os.environ:
+        monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path_factory.mktemp("ftc-state")))

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Everything the tests need on a fresh Debian machine, then the tests:
+#   system packages for the Slurm test bed (as root), the package with its dev extra, pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" = 0 ]; then
+  bash tests/cluster/install.sh
+fi
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+exec python3 -m pytest "$@"
