@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -245,10 +246,20 @@ class Launch:
             self.launcher.cancel(outcome.record.job_id, self.paths, self.cluster.server.exit_grace)
         return outcome
 
-    def _rank_log_tail(self, rank: str, n: int = 20) -> list[str]:
-        lines: list[str] = []
-        for name in (f"server-rank{rank}.log", f"rank{rank}.stdout"):
-            path = self.paths.logs / name
-            if path.is_file():
-                lines += [f"{name}: {line}" for line in path.read_text(errors="replace").splitlines()[-n:]]
-        return lines
+    def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:
+        return rank_log_tail(self.paths, rank, n)
+
+
+_ERROR_LINE = re.compile(r"^E\d{4} |error|failed|traceback|exception|unable to", re.IGNORECASE)
+
+
+def rank_log_tail(paths: RunPaths, rank: str, n: int = 12) -> list[str]:
+    """The lines of a rank's logs that explain a failure: errors first, else the last lines."""
+    lines: list[str] = []
+    for name in (f"server-rank{rank}.log", f"rank{rank}.stdout"):
+        path = paths.logs / name
+        if path.is_file():
+            text = path.read_text(errors="replace").splitlines()[-400:]
+            picked = [line for line in text if _ERROR_LINE.search(line)] or text
+            lines += [f"{name}: {line.strip()}" for line in picked[-n:] if line.strip()]
+    return lines

@@ -48,7 +48,7 @@ def _report(outcome: LaunchOutcome) -> None:
         fr = outcome.failed_rank
         err.print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:")
         for line in outcome.log_tail:
-            err.print(f"  {line}", markup=False)
+            err.print(f"  {line}", markup=False, soft_wrap=True)
     if outcome.ok and outcome.record.status == "SERVING":
         out.print(f"serving at http://{outcome.endpoint}; stop it with `ftcluster stop {rec.run_id}`")
 
