@@ -1,0 +1,77 @@
+"""`logs`: a run's server and client logs, tailed or followed, labelled by rank and node."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.errors import UserError
+from ftcluster.launchers import launcher_for_scheduler
+from ftcluster.logs import Follower, LogSource, follow, sources, tail
+from ftcluster.slurm import JobState
+from ftcluster.status import paths_of
+from ftcluster.store import RunStore
+
+
+@cli.command("logs")
+@click.argument("run", required=False)
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Follow new lines until the job ends.")
+@click.option("--rank", type=int, default=None, help="Only this rank's server log.")
+@click.option("--all", "all_ranks", is_flag=True, help="Every rank's server log (the default).")
+@click.option("--tail", "tail_n", type=int, default=None, help="Start with the last N lines of each log.")
+@click.option("--server", "server_only", is_flag=True, help="Only server logs.")
+@click.option("--client", "client_only", is_flag=True, help="Only the client log.")
+def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, tail_n: int | None,
+             server_only: bool, client_only: bool) -> None:
+    """Server logs (per rank) and the client log of a run (default: the newest run).
+
+    With -f, follows until the job ends; the exit code is 0 when the job completed.
+
+    \b
+    Examples:
+      ftcluster logs --tail 100
+      ftcluster logs gpt-20261121-101500-ab12 -f --rank 0
+    """
+    if rank is not None and all_ranks:
+        raise UserError("give --rank or --all, not both", field="--rank")
+    rec = RunStore().get(run)
+    if rank is not None and not 0 <= rank < rec.nodes:
+        raise UserError(f"run {rec.run_id} has ranks 0..{rec.nodes - 1}", field="--rank")
+    paths = paths_of(rec)
+    # --rank R means that rank's server log; the client log only when asked or for all ranks.
+    with_client = client_only or (rank is None and not server_only)
+    srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client)
+    labelled = len(srcs) > 1
+
+    def emit(src: LogSource, line: str) -> None:
+        click.echo(f"[{src.label}] {line}" if labelled else line)
+
+    if not follow_:
+        for src, line in tail(srcs, tail_n if tail_n is not None else 10**9):
+            emit(src, line)
+        return
+    if tail_n is not None:
+        for src, line in tail(srcs, tail_n):
+            emit(src, line)
+    follower = Follower(srcs, from_start=tail_n is None)
+    launcher = launcher_for_scheduler(rec.scheduler)
+    final: list[JobState] = []
+
+    def ended() -> bool:
+        if not rec.job_id:
+            return True
+        # Labels carry the node once a rank has started.
+        for i, src in enumerate(follower.srcs):
+            if src.label.endswith(" ?"):
+                fresh = sources(paths, rec.nodes, rank, not client_only, with_client)[i]
+                follower.srcs[i] = fresh
+        info = launcher.info(rec.job_id, paths)
+        if info.state.terminal or info.source == "none":
+            final.append(info.state)
+            return True
+        return False
+
+    follow(follower, ended, emit)
+    sys.exit(0 if final and final[-1] is JobState.COMPLETED else 1)
