@@ -31,6 +31,8 @@ from ftcluster.store import RunRecord, RunStore, new_run_id
 PHASES = {
     "submitted": "queued",
     "job_started": "job started",
+    "mpicheck_started": "MPI check",
+    "mpicheck_ok": "MPI check passed",
     "servers_starting": "servers starting",
     "ready": "rank 0 ready",
     "client_started": "client running",
@@ -46,6 +48,8 @@ class LaunchOptions:
     detach: bool = False
     dry_run: bool = False
     client: bool = True
+    mpi_check: bool = True
+    servers: bool = True
     state_poll: float = 0.5       # how often the scheduler is asked (events are polled faster)
     event_poll: float = 0.02
 
@@ -57,6 +61,7 @@ class LaunchOutcome:
     phases: dict[str, float] = field(default_factory=dict)   # phase -> seconds since submit
     endpoint: str | None = None
     client: dict[str, Any] | None = None
+    mpicheck: dict[str, Any] | None = None
     failure: str | None = None
     failed_rank: dict[str, str] | None = None
     log_tail: list[str] = field(default_factory=list)
@@ -66,7 +71,7 @@ class LaunchOutcome:
         return {
             "run_id": self.record.run_id, "job_id": self.record.job_id, "ok": self.ok,
             "run_dir": self.record.run_dir, "phases": self.phases, "endpoint": self.endpoint,
-            "client": self.client, "failure": self.failure, "failed_rank": self.failed_rank,
+            "client": self.client, "mpicheck": self.mpicheck, "failure": self.failure, "failed_rank": self.failed_rank,
             "log_tail": self.log_tail, "detached": self.detached,
         }
 
@@ -91,7 +96,8 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
 def render_run(
     cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions, build: bool = True
 ) -> RenderedScripts:
-    ropts = RenderOptions(keep_serving=opts.keep_serving, client=opts.client,
+    ropts = RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
+                          servers=opts.servers,
                           tritonserver=resolve_tritonserver(cluster, build=build))
     return render(cluster, model, plan, paths, ropts)
 
@@ -223,12 +229,8 @@ class Launch:
         done = [e for e in events if e.kind == "done"]
         if not outcome.ok:
             outcome.ok = bool(done and done[-1].args[:1] == ("0",) and outcome.failure is None)
-        client_json = self.paths.results / "client.json"
-        if client_json.is_file():
-            try:
-                outcome.client = json.loads(client_json.read_text())
-            except json.JSONDecodeError:
-                outcome.client = None
+        outcome.client = _read_json(self.paths.results / "client.json")
+        outcome.mpicheck = _read_json(self.paths.results / "mpicheck.json")
         if outcome.ok and self.opts.keep_serving:
             return outcome
         if not outcome.ok:
@@ -248,6 +250,14 @@ class Launch:
 
     def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:
         return rank_log_tail(self.paths, rank, n)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 _ERROR_LINE = re.compile(r"^E\d{4} |error|failed|traceback|exception|unable to", re.IGNORECASE)

@@ -139,6 +139,9 @@ class RunPaths:
 class RenderOptions:
     keep_serving: bool = False
     client: bool = True
+    mpi_check: bool = True
+    servers: bool = True                 # False: only the MPI check (`ftcluster check`)
+    mpi_check_timeout: float = 120.0
     tritonserver: str | None = None      # resolved binary; default: cluster.server.binary
     python: str | None = None            # default: cluster.python or this interpreter
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -203,6 +206,10 @@ def context(
         "client": client,
         "run_client": opts.client,
         "keep_serving": opts.keep_serving,
+        # The local style starts independent processes, not an MPI world.
+        "mpi_check": opts.mpi_check and style != "local",
+        "mpi_check_timeout": opts.mpi_check_timeout,
+        "servers": opts.servers,
         "repo": str(paths.repo),
         "logs": str(paths.logs),
         "state": str(paths.state),

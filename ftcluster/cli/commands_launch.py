@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ftcluster.cli import cli
-from ftcluster.cli.options import echo_json, load_and_plan, plan_options
+from ftcluster.cli.options import Planned, echo_json, load_and_plan, plan_options
 from ftcluster.errors import LaunchError
 from ftcluster.launch import PHASES, Launch, LaunchOptions, LaunchOutcome
 from ftcluster.status import run_status, stop_run
@@ -42,6 +42,13 @@ def _report(outcome: LaunchOutcome) -> None:
     for key in ("checks_passed", "batch_size", "input_len", "output_len", "latency_ms"):
         if key in client:
             table.add_row(f"client {key}", str(client[key]))
+    mpi = outcome.mpicheck or {}
+    if mpi:
+        table.add_row("MPI check", f"{'passed' if mpi.get('ok') else 'FAILED'} in {mpi.get('seconds')}s "
+                      f"({len(mpi.get('ranks', []))} ranks on "
+                      f"{', '.join(sorted({r['host'] for r in mpi.get('ranks', [])}))})")
+        for problem in mpi.get("problems", []):
+            table.add_row("MPI problem", problem)
     table.add_row("run folder", rec.run_dir)
     out.print(table)
     if outcome.failed_rank:
@@ -59,8 +66,10 @@ def _report(outcome: LaunchOutcome) -> None:
 @click.option("--detach", is_flag=True, help="Submit and return; follow with status/logs.")
 @click.option("--dry-run", is_flag=True, help="Print the scripts and the submit command; change nothing.")
 @click.option("--no-client", is_flag=True, help="Run no client step (with --keep-serving: just serve).")
+@click.option("--no-mpi-check", is_flag=True, help="Skip the MPI world check before the servers start.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, as_json: bool, **kw: Any) -> None:
+def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, no_mpi_check: bool,
+               as_json: bool, **kw: Any) -> None:
     """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
 
     Exits 0 only when the client succeeded. Ctrl-C cancels the job.
@@ -72,12 +81,17 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
       ftcluster launch --cluster C.yaml --model M.yaml --nodes 2 --dry-run
     """
     planned = load_and_plan(**kw)
-    opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client)
+    opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client,
+                         mpi_check=not no_mpi_check)
+    run_launch(planned, opts, as_json)
+
+
+def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool) -> LaunchOutcome | None:
     launch = Launch(planned.cluster, planned.model, planned.plan, opts,
                     progress=None if as_json else _progress)
-    if dry_run:
+    if opts.dry_run:
         click.echo(launch.dry_run(), nl=False)
-        return
+        return None
     outcome = launch.run()
     if as_json:
         echo_json(outcome.to_dict())
@@ -85,6 +99,7 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
         _report(outcome)
     if not outcome.ok:
         raise LaunchError(f"run {outcome.record.run_id} failed: {outcome.failure}")
+    return outcome
 
 
 @cli.command("status")

@@ -1,0 +1,210 @@
+"""MPI world check, run on every rank through the same srun/mpirun path as the servers.
+
+    python -m ftcluster.rank.mpicheck --nodes N [--tritonserver PATH] [--rank0-host HOST] [--out JSON]
+
+Each rank reports who and where it is and what it would run; rank 0 gathers the reports,
+checks them (world size, one rank per node, rank 0's node, identical binaries and MPI
+library), then a ring send/recv and an allreduce must finish within a timeout. Exit 0 when
+every check passed. Runs on compute nodes: imports nothing from the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RANK_VARS = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_RANK",
+             "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass
+class RankReport:
+    rank: int
+    size: int
+    host: str
+    mpi_library: str
+    env: dict[str, str]
+    tritonserver: str | None
+    tritonserver_sha256: str | None
+    ft_backend: str | None
+    ft_backend_sha256: str | None
+    gpus: int | None
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    ring_ms: float | None = None
+    allreduce_ms: float | None = None
+
+
+def _sha256(path: str | None) -> str | None:
+    if not path or not os.path.isfile(path):
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _resolve(binary: str | None) -> str | None:
+    if not binary:
+        return None
+    found = shutil.which(binary) if os.sep not in binary else binary
+    return os.path.realpath(found) if found and os.path.exists(found) else None
+
+
+def _ft_backend(tritonserver: str | None) -> str | None:
+    # The FT backend sits in <triton>/backends/fastertransformer/ next to bin/.
+    if not tritonserver:
+        return None
+    root = os.path.dirname(os.path.dirname(tritonserver))
+    lib = os.path.join(root, "backends", "fastertransformer", "libtriton_fastertransformer.so")
+    return lib if os.path.isfile(lib) else None
+
+
+def _gpus() -> int | None:
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([d for d in vis.split(",") if d.strip()])
+    return None
+
+
+def local_report(rank: int, size: int, mpi_library: str, binary: str | None) -> RankReport:
+    exe = _resolve(binary)
+    ft = _ft_backend(exe)
+    return RankReport(
+        rank=rank, size=size, host=socket.gethostname(), mpi_library=mpi_library.strip().splitlines()[0],
+        env={k: os.environ[k] for k in RANK_VARS if k in os.environ},
+        tritonserver=exe, tritonserver_sha256=_sha256(exe), ft_backend=ft, ft_backend_sha256=_sha256(ft),
+        gpus=_gpus(),
+    )
+
+
+def check_reports(reports: list[RankReport], nodes: int, rank0_host: str | None, binary: str | None) -> list[str]:
+    """Problems found in the gathered reports, each naming the rank, node and fix. Pure."""
+    problems = []
+    size = reports[0].size if reports else 0
+    if size != nodes:
+        problems.append(f"world size is {size} but the plan has {nodes} node(s): one rank per node is needed "
+                        "(check --ntasks-per-node=1 and the MPI plugin: `srun --mpi=list`)")
+    by_host: dict[str, list[int]] = {}
+    for r in reports:
+        by_host.setdefault(r.host, []).append(r.rank)
+    for host, ranks in sorted(by_host.items()):
+        if len(ranks) > 1:
+            problems.append(f"ranks {ranks} share node {host}: expected one rank per node")
+    if rank0_host and reports and reports[0].host.split(".")[0] != rank0_host.split(".")[0]:
+        problems.append(f"rank 0 runs on {reports[0].host}, but readiness and the client use {rank0_host}")
+    ref = reports[0] if reports else None
+    for r in reports[1:]:
+        assert ref is not None
+        if r.mpi_library != ref.mpi_library:
+            problems.append(f"rank {r.rank} on {r.host} uses MPI {r.mpi_library!r}, rank 0 {ref.mpi_library!r}")
+        if r.tritonserver_sha256 != ref.tritonserver_sha256:
+            problems.append(f"rank {r.rank} on {r.host}: tritonserver {r.tritonserver} differs from rank 0's "
+                            f"{ref.tritonserver} (sha256 {str(r.tritonserver_sha256)[:12]} vs "
+                            f"{str(ref.tritonserver_sha256)[:12]}): use the same image/installation everywhere")
+        if r.ft_backend_sha256 != ref.ft_backend_sha256:
+            problems.append(f"rank {r.rank} on {r.host}: FT backend library differs from rank 0's")
+    if binary:
+        for r in reports:
+            if r.tritonserver is None:
+                problems.append(f"rank {r.rank} on {r.host}: tritonserver {binary!r} not found")
+    return problems
+
+
+def _with_timeout(fn: Any, timeout: float, what: str) -> float:
+    """Run an MPI collective; abort the whole world when it hangs (a broken fabric)."""
+    from mpi4py import MPI
+
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if not done.wait(timeout):
+            sys.stderr.write(f"ftcluster mpicheck: {what} did not finish within {timeout}s on "
+                             f"{socket.gethostname()}; aborting\n")
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    t = time.perf_counter()
+    fn()
+    done.set()
+    return (time.perf_counter() - t) * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ftcluster.rank.mpicheck", description=__doc__.split("\n")[1])
+    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--tritonserver", default=None)
+    ap.add_argument("--rank0-host", default=None)
+    ap.add_argument("--timeout", type=float, default=30.0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        print("ftcluster mpicheck: mpi4py is not installed where the ranks run "
+              "(pip install mpi4py, or skip with --no-mpi-check)", file=sys.stderr)
+        return 2
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    report = local_report(rank, size, MPI.Get_library_version(), args.tritonserver)
+    reports = comm.gather(asdict(report), root=0)
+
+    def ring() -> None:
+        # Each rank passes a token to the next; proves point-to-point between neighbours.
+        token = comm.sendrecv(rank, dest=(rank + 1) % size, source=(rank - 1) % size)
+        assert token == (rank - 1) % size
+
+    ring_ms = _with_timeout(ring, args.timeout, "the ring send/recv")
+    box: dict[str, int] = {}
+    allreduce_ms = _with_timeout(lambda: box.update(total=comm.allreduce(1, op=MPI.SUM)), args.timeout,
+                                 "the allreduce")
+    total = box["total"]
+    if rank != 0:
+        return 0
+    assert reports is not None
+    parsed = [RankReport(**r) for r in reports]
+    problems = check_reports(parsed, args.nodes, args.rank0_host, args.tritonserver)
+    if total != size:
+        problems.append(f"allreduce returned {total}, expected {size}")
+    result = CheckResult(ok=not problems, problems=problems, ranks=[asdict(r) for r in parsed],
+                         seconds=round(time.perf_counter() - t0, 3), ring_ms=round(ring_ms, 3),
+                         allreduce_ms=round(allreduce_ms, 3))
+    _print_table(result)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(asdict(result), fh, indent=2)
+    return 0 if result.ok else 1
+
+
+def _print_table(result: CheckResult) -> None:
+    print(f"{'rank':>4}  {'host':<16} {'tritonserver sha256':<14} {'mpi':<30}")
+    for r in result.ranks:
+        sha = (r["tritonserver_sha256"] or "-")[:12]
+        print(f"{r['rank']:>4}  {r['host']:<16} {sha:<14} {r['mpi_library'][:30]:<30}")
+    print(f"ring {result.ring_ms} ms, allreduce {result.allreduce_ms} ms, check took {result.seconds} s")
+    for p in result.problems:
+        print(f"PROBLEM: {p}")
+    print("MPI check " + ("passed" if result.ok else "FAILED"))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
