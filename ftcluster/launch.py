@@ -20,6 +20,7 @@ from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import Event, EventFollower
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.base import Launcher
+from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
 from ftcluster.render import RenderedScripts, RenderOptions, RunPaths, launch_style, render
@@ -175,6 +176,7 @@ class Launch:
     def _follow(self, record: RunRecord, t0: float) -> LaunchOutcome:
         assert record.job_id is not None
         follower = EventFollower(str(self.paths.events))
+        rank0_log = Follower([LogSource("rank0", str(self.paths.logs / "server-rank0.log"))])
         outcome = LaunchOutcome(record, False, {"submitted": 0.0})
         next_info = 0.0
         last_detail = ""
@@ -182,6 +184,10 @@ class Launch:
             for ev in follower.poll():
                 if self._on_event(ev, outcome, t0):
                     return self._finish(outcome, follower.events)
+            if "ready" not in outcome.phases:
+                for _, line in rank0_log.poll():
+                    if _WORTH_SHOWING.search(line):
+                        self.progress("log", time.time() - t0, line.strip())
             now = time.monotonic()
             if now >= next_info:
                 next_info = now + self.opts.state_poll
@@ -260,6 +266,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# Rank 0's log lines shown while waiting: the model status table and errors.
+_WORTH_SHOWING = re.compile(r"^\| \S+ +\| \d+ +\| (READY|UNAVAILABLE)|^E\d{4} |failed to")
 _ERROR_LINE = re.compile(r"^E\d{4} |error|failed|traceback|exception|unable to", re.IGNORECASE)
 
 

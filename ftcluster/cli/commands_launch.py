@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ftcluster.cli import cli
@@ -20,6 +21,9 @@ err = Console(stderr=True, highlight=False)
 
 
 def _progress(phase: str, t: float, detail: str) -> None:
+    if phase == "log":
+        err.print(f"[dim]{t:7.2f}s   rank0 | {escape(detail)}[/dim]", soft_wrap=True)
+        return
     label = PHASES.get(phase, phase)
     err.print(f"[dim]{t:7.2f}s[/dim] {label}" + (f" [dim]({detail})[/dim]" if detail else ""))
 
