@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,10 +85,32 @@ def _copy_tree(src: Path, dst: Path) -> None:
         return skipped
 
     shutil.copytree(src, dst, copy_function=copy, ignore=ignore, symlinks=True, dirs_exist_ok=True)
+    # copy2/copystat keep the source's modes; a read-only source (a shared or read-only
+    # mount) must still give a per-run copy the owner can rewrite and delete.
+    for folder, dirs, files in os.walk(dst):
+        for name in [*dirs, *files]:
+            p = os.path.join(folder, name)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+    os.chmod(dst, os.stat(dst).st_mode | stat.S_IWUSR)
+
+
+def _write_config(path: Path, cfg: model_config_pb2.ModelConfig) -> None:
+    # Never write through a link: a symlinked model folder or config.pbtxt is the user's.
+    if path.parent.is_symlink():
+        target = path.parent.resolve()
+        path.parent.unlink()
+        _copy_tree(target, path.parent)
+    if path.is_symlink():
+        path.unlink()
+    path.write_text(dump_model_config(cfg))
 
 
 def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:
     """Copy `model.repository` to `out` and set the plan on the FT model's config.pbtxt."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} exists and is not a folder", field="--out",
+                        hint="choose a new folder; runs never overwrite each other")
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} already exists and is not empty", field="--out",
                         hint="choose a new folder; runs never overwrite each other")
@@ -99,7 +122,7 @@ def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:
     cfg_path = out / plan.ft_model / "config.pbtxt"
     cfg = read_model_config(cfg_path)
     apply_plan(cfg, params, model.max_batch_size)
-    cfg_path.write_text(dump_model_config(cfg))
+    _write_config(cfg_path, cfg)
     if model.max_batch_size is not None:
         _cap_ensembles(out, plan.ft_model, model.max_batch_size)
     return PreparedRepo(out, plan.ft_model, params)
@@ -111,4 +134,4 @@ def _cap_ensembles(repo: Path, ft_model: str, mbs: int) -> None:
         steps = m.config.ensemble_scheduling.step
         if any(s.model_name == ft_model for s in steps) and m.config.max_batch_size > mbs:
             m.config.max_batch_size = mbs
-            (m.path / "config.pbtxt").write_text(dump_model_config(m.config))
+            _write_config(m.path / "config.pbtxt", m.config)

@@ -1,0 +1,175 @@
+"""Model repository preparation (issue 2, item 5) on the tiny test repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from ftcluster.errors import UserError
+from ftcluster.ftconfig import read_model_config
+from ftcluster.modelrepo import apply_plan, checkpoint_path_for_server, ft_parameters, prepare_repository
+from ftcluster.plan import make_plan, plan_for
+from ftcluster.spec import load_model
+from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
+from tests.unit.test_fixtures_ft import check_prepared, tree_hash
+
+TINY = MODELS / "tiny" / "repo"
+
+
+def _plan(nodes: int = 2, gpn: int = 1):  # type: ignore[no-untyped-def]
+    return plan_for(cluster(gpus_per_node=gpn), model(), facts(), ckpt(tp=gpn), nodes, gpn)
+
+
+def test_ft_parameters_pure() -> None:
+    m = model(data_type="bf16", int8_mode=1, enable_custom_all_reduce=True, parameters={"is_sparse": 1})
+    params = ft_parameters(m, _plan(nodes=2, gpn=2))
+    assert params == {
+        "tensor_para_size": "2", "pipeline_para_size": "2", "model_checkpoint_path": "/ckpt/2-gpu/",
+        "model_type": "GPT", "data_type": "bf16", "int8_mode": "1", "enable_custom_all_reduce": "1",
+        "is_sparse": "1",
+    }
+
+
+def test_checkpoint_path_uses_the_container_mount() -> None:
+    assert checkpoint_path_for_server(model(checkpoint_mount="/models/c/"), _plan(gpn=4)) == "/models/c/4-gpu/"
+    assert checkpoint_path_for_server(model(), _plan(gpn=1)) == "/ckpt/1-gpu/"
+
+
+def test_apply_plan_touches_only_the_parameters() -> None:
+    cfg = read_model_config(TINY / "fastertransformer" / "config.pbtxt")
+    before = model_config_pb2.ModelConfig()
+    before.CopyFrom(cfg)
+    apply_plan(cfg, {"tensor_para_size": "4", "new_key": "x"}, None)
+    assert cfg.parameters["tensor_para_size"].string_value == "4"
+    assert cfg.parameters["new_key"].string_value == "x"
+    for c in (cfg, before):
+        c.parameters.pop("tensor_para_size")
+    cfg.parameters.pop("new_key")
+    assert cfg == before
+    apply_plan(cfg, {}, 16)
+    assert cfg.max_batch_size == 16
+
+
+def test_prepare_tiny_ensemble(tmp_path: Path) -> None:
+    m = load_model(MODELS / "tiny.yaml").model_copy(update={"max_batch_size": 4})
+    before = tree_hash(TINY)
+    plan = make_plan(cluster(), m, 2)
+    out = tmp_path / "repo"
+    prepared = prepare_repository(m, plan, out)
+    assert tree_hash(TINY) == before
+    cfg = read_model_config(out / "fastertransformer" / "config.pbtxt")
+    assert cfg.parameters["model_checkpoint_path"].string_value == "/ckpt/tiny/1-gpu/"
+    assert cfg.parameters["pipeline_para_size"].string_value == "2"
+    assert cfg.max_batch_size == 4
+    # The ensemble may not batch more than the FT model; the preprocessing model is untouched.
+    assert read_model_config(out / "ensemble" / "config.pbtxt").max_batch_size == 4
+    assert read_model_config(out / "preprocessing" / "config.pbtxt").max_batch_size == 64
+    check_prepared(TINY, out, "fastertransformer", prepared.parameters, 4)
+    # Files that are not config.pbtxt are copied as they are.
+    assert (out / "fastertransformer" / "1" / ".keep").is_file()
+
+
+@pytest.fixture
+def user_repo(tmp_path: Path) -> Path:
+    """A copy of the tiny repository with weights inside it: an N-gpu folder and a big file."""
+    repo = tmp_path / "user" / "repo"
+    shutil.copytree(TINY, repo)
+    w = repo / "fastertransformer" / "1" / "2-gpu"
+    w.mkdir()
+    (w / "model.wte.bin").write_bytes(b"\0" * 1024)
+    (repo / "preprocessing" / "1" / "big.bin").write_bytes(b"\1" * (2 << 20))
+    (repo / "preprocessing" / "1" / "model.py").write_text("# small file\n")
+    return repo
+
+
+def test_weights_are_linked_not_copied(user_repo: Path, tmp_path: Path) -> None:
+    m = model(repository=user_repo, ft_model="fastertransformer", checkpoint_root=MODELS / "tiny" / "ckpt")
+    out = tmp_path / "out"
+    prepare_repository(m, _plan(), out)
+    w = out / "fastertransformer" / "1" / "2-gpu"
+    assert w.is_symlink() and w.resolve() == (user_repo / "fastertransformer" / "1" / "2-gpu").resolve()
+    big = out / "preprocessing" / "1" / "big.bin"
+    assert big.is_symlink() and big.resolve() == (user_repo / "preprocessing" / "1" / "big.bin").resolve()
+    small = out / "preprocessing" / "1" / "model.py"
+    assert small.is_file() and not small.is_symlink()
+
+
+def test_read_only_source_gives_a_writable_copy(user_repo: Path, tmp_path: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(user_repo):
+        for n in filenames:
+            os.chmod(os.path.join(dirpath, n), 0o444)
+    for dirpath, dirnames, filenames in sorted(os.walk(user_repo), reverse=True):
+        os.chmod(dirpath, 0o555)
+    try:
+        before = tree_hash(user_repo)
+        m = model(repository=user_repo, ft_model="fastertransformer", checkpoint_root=MODELS / "tiny" / "ckpt")
+        out = tmp_path / "out"
+        prepare_repository(m, _plan(), out)
+        assert tree_hash(user_repo) == before
+        for p in [out, out / "fastertransformer", out / "fastertransformer" / "config.pbtxt",
+                  out / "ensemble" / "config.pbtxt"]:
+            assert p.stat().st_mode & stat.S_IWUSR, p
+        shutil.rmtree(out)
+    finally:
+        for dirpath, dirnames, filenames in os.walk(user_repo):
+            os.chmod(dirpath, 0o755)
+
+
+def test_symlinked_config_or_model_folder_is_not_written_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(TINY, elsewhere)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "ensemble").mkdir()
+    (repo / "ensemble" / "config.pbtxt").symlink_to(elsewhere / "ensemble" / "config.pbtxt")
+    (repo / "fastertransformer").symlink_to(elsewhere / "fastertransformer")
+    before = tree_hash(elsewhere)
+    m = model(repository=repo, ft_model="fastertransformer", checkpoint_root=MODELS / "tiny" / "ckpt",
+              max_batch_size=2)
+    out = tmp_path / "out"
+    prepare_repository(m, _plan(), out)
+    assert tree_hash(elsewhere) == before, "preparation wrote into a linked user file"
+    assert read_model_config(out / "fastertransformer" / "config.pbtxt").parameters[
+        "pipeline_para_size"].string_value == "2"
+    assert read_model_config(out / "ensemble" / "config.pbtxt").max_batch_size == 2
+
+
+def test_out_must_be_new(tmp_path: Path) -> None:
+    m = load_model(MODELS / "tiny.yaml")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(UserError, match="not empty"):
+        prepare_repository(m, _plan(), tmp_path / "full")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="not a folder"):
+        prepare_repository(m, _plan(), tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    prepare_repository(m, _plan(), tmp_path / "empty")
+    assert (tmp_path / "empty" / "fastertransformer" / "config.pbtxt").is_file()
+
+
+def test_prepared_config_is_text_format(tmp_path: Path) -> None:
+    m = load_model(MODELS / "tiny.yaml")
+    prepare_repository(m, _plan(), tmp_path / "o")
+    cfg = model_config_pb2.ModelConfig()
+    text_format.Parse((tmp_path / "o" / "fastertransformer" / "config.pbtxt").read_text(), cfg)
+    assert cfg.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+
+
+def test_cli_prepare(tmp_path: Path) -> None:
+    out = tmp_path / "run repo"
+    args = ["prepare", "--cluster", str(MODELS / "cluster_local.yaml"), "--model", str(MODELS / "tiny.yaml"),
+            "--nodes", "3", "--out", str(out)]
+    res = run_cli(*args)
+    assert res.rc == 0, res.stderr
+    assert "tensor_para_size=1" in res.stdout and "pipeline_para_size=3" in res.stdout
+    cfg = read_model_config(out / "fastertransformer" / "config.pbtxt")
+    assert cfg.parameters["pipeline_para_size"].string_value == "3"
+    # A second prepare into the same folder refuses in one line.
+    assert_one_line_error(run_cli(*args), "--out", "not empty")
