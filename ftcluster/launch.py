@@ -242,6 +242,11 @@ class Launch:
         if not outcome.ok:
             if outcome.failed_rank:
                 outcome.log_tail = self._rank_log_tail(outcome.failed_rank["rank"])
+            elif "client_done" in outcome.phases:
+                client_log = self.paths.logs / "client.log"
+                if client_log.is_file():
+                    outcome.log_tail = [f"client.log: {line}" for line in
+                                        client_log.read_text(errors="replace").splitlines()[-15:]]
         # Whatever happened, nothing of this run may be left running. After `done` the job
         # ends by itself; give it a moment before cancelling.
         deadline = time.monotonic() + (10.0 if done else 0.0)

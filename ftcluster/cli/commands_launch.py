@@ -58,6 +58,9 @@ def _report(outcome: LaunchOutcome) -> None:
     if outcome.failed_rank:
         fr = outcome.failed_rank
         err.print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:")
+    if outcome.log_tail:
+        if not outcome.failed_rank:
+            err.print("last lines of the log:")
         for line in outcome.log_tail:
             err.print(f"  {line}", markup=False, soft_wrap=True)
     if outcome.ok and outcome.record.status == "SERVING":

@@ -1,0 +1,102 @@
+"""Helpers for tests that run `ftcluster launch` for real (specs in tmp folders, free ports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ftcluster.spec import default_model_path
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(ranks: int = 3, stride: int = 10) -> int:
+    """A base port whose http/grpc/metrics ports are free for `ranks` local ranks."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000, 100)
+        if all(port_free(base + r * stride + k) for r in range(ranks) for k in range(3)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def write_cluster(folder: Path, **overrides: Any) -> Path:
+    base = free_port_base()
+    spec: dict[str, Any] = {
+        "name": "test-local",
+        "scheduler": "local",
+        "gpus_per_node": 1,
+        "workspace": str(folder / "ws"),
+        "ports": {"http": base, "grpc": base + 1, "metrics": base + 2},
+        "server": {"binary": "auto", "ready_timeout": 60, "exit_grace": 5},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(spec.get(key), dict):
+            spec[key] = {**spec[key], **value}
+        else:
+            spec[key] = value
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def ftcluster(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
+              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ftcluster", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=cwd)
+
+
+def launch_json(cluster: Path, *extra: str, env: dict[str, str] | None = None,
+                model: Path | None = None, timeout: float = 180) -> tuple[int, dict[str, Any], str]:
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(model or default_model_path()),
+                     "--json", *extra, env=env, timeout=timeout)
+    try:
+        data = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    except json.JSONDecodeError:
+        data = {}
+    return proc.returncode, data, proc.stderr
+
+
+def processes_matching(text: str) -> list[str]:
+    """Command lines of live processes that mention `text` (e.g. a run id)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if text in cmd and str(os.getpid()) != pid:
+            found.append(cmd)
+    return found
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
