@@ -116,12 +116,12 @@ class Launch:
 
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, plan: Plan, opts: LaunchOptions,
                  progress: Progress | None = None, store: RunStore | None = None,
-                 launcher: Launcher | None = None):
+                 launcher: Launcher | None = None, run_id: str | None = None):
         self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
         self.progress = progress or (lambda phase, t, detail: None)
         self.store = store or RunStore()
         self.launcher = launcher or launcher_for(cluster)
-        run_id = new_run_id(model.name)
+        run_id = run_id or new_run_id(model.name)
         self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
 
     def dry_run(self) -> str:

@@ -67,6 +67,19 @@ class Container(_Strict):
     # docker only: image tarball on the shared filesystem for air-gapped sites
     image_tar: str | None = None
     shm_size: str = "8g"
+    # docker only: the daemon the docker CLI on a node talks to (DOCKER_HOST), e.g.
+    # unix:///run/docker-{node}.sock; "{node}" becomes the node's short hostname.
+    # Default: the node's default daemon.
+    docker_host: str | None = None
+    # docker only: Open MPI btl/oob_tcp_if_include for mpirun over ssh (interface or CIDR).
+    mpi_if_include: str | None = None
+
+    @field_validator("docker_host", "mpi_if_include")
+    @classmethod
+    def _plain(cls, v: str | None) -> str | None:
+        if v is not None and (not v or any(c.isspace() or ord(c) < 32 for c in v)):
+            raise ValueError("must be non-empty, without spaces or control characters")
+        return v
 
     @field_validator("mounts", mode="before")
     @classmethod
@@ -79,6 +92,13 @@ class Container(_Strict):
     def _image_needed(self) -> "Container":
         if self.runtime != "none" and not self.image:
             raise ValueError(f"runtime {self.runtime!r} needs container.image (an image name or .sqsh path)")
+        if self.runtime == "pyxis":
+            # Pyxis (args.c add_mount) takes a source that is a path starting with '/' or '.'
+            # (or "tmpfs"/"umount") and a target path starting with '/' or '.'.
+            for i, m in enumerate(self.mounts):
+                if not (m.src[0] in "./" or m.src in ("tmpfs", "umount")) or m.dst[0] not in "./":
+                    raise ValueError(f"mounts.{i}: Pyxis needs SRC and DST paths that start with '/' or '.' "
+                                     f"(got {m.src}:{m.dst})")
         return self
 
 
@@ -119,7 +139,11 @@ class ClusterSpec(_Strict):
     mpi: str = "pmix"
     ssh_port: int = Field(11068, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
+    # Remote use: `[user@]host[:port]` of the login node; ssh config, agent and known_hosts apply.
     login_host: str | None = None
+    login_identity_file: str | None = None
+    login_known_hosts: str | None = None
+    login_command: str = "ftcluster"     # how to run ftcluster on the login node
     sbatch_args: tuple[str, ...] = ()
     # Ask Slurm for GPUs (--gpus-per-node) and whole nodes (--exclusive); clusters without
     # GPU GRES (or the CPU test cluster) turn these off.
@@ -288,7 +312,8 @@ def _validate(cls: type[_S], path: Path, data: dict[str, Any]) -> _S:
 def load_cluster(path: str | Path) -> ClusterSpec:
     p = Path(path).expanduser()
     data = _read_yaml(p)
-    data.setdefault("name", p.stem)
+    # The default name comes from the file name, made a valid name (it names jobs and folders).
+    data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
     spec = _validate(ClusterSpec, p, data)
     return spec.model_copy(update={"source": str(p.resolve())})
 

@@ -37,7 +37,12 @@ def _register() -> None:
                 raise
 
 
+# The arguments of this invocation, for commands that pass themselves on to a login node.
+ARGV: list[str] = []
+
+
 def main(argv: list[str] | None = None) -> None:
+    ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     _register()
     try:
         rv = cli.main(args=argv, prog_name="ftcluster", standalone_mode=False)

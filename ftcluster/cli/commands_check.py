@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ftcluster.cli import cli
-from ftcluster.cli.commands_launch import run_launch
+from ftcluster.cli.commands_launch import maybe_forward, run_launch
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.errors import UserError
 from ftcluster.launch import LaunchOptions
@@ -23,6 +23,8 @@ def check_cmd(as_json: bool, **kw: Any) -> None:
     Example:
       ftcluster check --cluster configs/clusters/slurm-bare.yaml --model configs/models/gpt.yaml --nodes 3
     """
+    if maybe_forward(kw):
+        return
     planned = load_and_plan(**kw)
     if planned.cluster.scheduler == "local":
         raise UserError("local ranks are separate processes, not an MPI world; nothing to check",

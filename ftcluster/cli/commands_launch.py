@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,12 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ftcluster.cli import cli
+from ftcluster.cli import ARGV, cli
 from ftcluster.cli.options import Planned, echo_json, load_and_plan, plan_options
 from ftcluster.errors import LaunchError
 from ftcluster.launch import PHASES, Launch, LaunchOptions, LaunchOutcome
 from ftcluster.status import run_status, stop_run
-from ftcluster.store import RunStore
+from ftcluster.remote import forward, needs_forwarding
+from ftcluster.spec import load_cluster
+from ftcluster.store import RunRecord, RunStore, new_run_id
 
 err = Console(stderr=True, highlight=False)
 
@@ -75,8 +79,9 @@ def _report(outcome: LaunchOutcome) -> None:
 @click.option("--no-client", is_flag=True, help="Run no client step (with --keep-serving: just serve).")
 @click.option("--no-mpi-check", is_flag=True, help="Skip the MPI world check before the servers start.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("--run-id", default=None, hidden=True, help="Run id to use (set when forwarded).")
 def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, no_mpi_check: bool,
-               as_json: bool, **kw: Any) -> None:
+               as_json: bool, run_id: str | None, **kw: Any) -> None:
     """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
 
     Exits 0 only when the client succeeded. Ctrl-C cancels the job.
@@ -87,15 +92,70 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
       ftcluster launch --cluster configs/clusters/slurm-bare.yaml --model configs/models/gpt.yaml --nodes 2
       ftcluster launch --cluster C.yaml --model M.yaml --nodes 2 --dry-run
     """
+    if maybe_forward(kw, record_run=not dry_run):
+        return
     planned = load_and_plan(**kw)
     opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client,
                          mpi_check=not no_mpi_check)
-    run_launch(planned, opts, as_json)
+    run_launch(planned, opts, as_json, run_id)
 
 
-def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool) -> LaunchOutcome | None:
+def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
+    """With a login_host in the cluster spec, run this very command on the login node."""
+    if not kw.get("cluster_path"):
+        return False
+    cluster = load_cluster(kw["cluster_path"])
+    if not needs_forwarding(cluster):
+        return False
+    ctx = click.get_current_context()
+    args = list(ARGV)
+    # Spec files move over SFTP; every other argument is passed on as given.
+    args = _without_options(args, ("--cluster", "--model", "--run-id"))
+    run_id = None
+    if record_run and ctx.command.name == "launch":
+        model_name = Path(kw.get("model_path") or "run").stem
+        run_id = new_run_id(model_name)
+        args += ["--run-id", run_id]
+        RunStore().add(RunRecord(run_id=run_id, created=time.time(), cluster_name=cluster.name,
+                                 cluster_source=cluster.source or "", scheduler="remote", style="remote",
+                                 run_dir="", nodes=int(kw.get("nodes") or 1), model=model_name,
+                                 job_id=None, status="REMOTE"))
+    rc = forward(cluster, args, {"--cluster": kw["cluster_path"], "--model": kw.get("model_path")})
+    if rc:
+        sys.exit(rc)
+    return True
+
+
+def forward_record(rec: RunRecord, args: list[str]) -> bool:
+    """Pass a command about a run launched through a login node on to that node."""
+    if rec.scheduler != "remote":
+        return False
+    rc = forward(load_cluster(rec.cluster_source), args, {})
+    if rc:
+        sys.exit(rc)
+    return True
+
+
+def _without_options(args: list[str], names: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in names:
+            skip = True
+            continue
+        if any(a.startswith(n + "=") for n in names):
+            continue
+        out.append(a)
+    return out
+
+
+def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str | None = None
+               ) -> LaunchOutcome | None:
     launch = Launch(planned.cluster, planned.model, planned.plan, opts,
-                    progress=None if as_json else _progress)
+                    progress=None if as_json else _progress, run_id=run_id)
     if opts.dry_run:
         click.echo(launch.dry_run(), nl=False)
         return None
@@ -119,7 +179,10 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
-    st = run_status(RunStore().get(run))
+    rec = RunStore().get(run)
+    if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
+        return
+    st = run_status(rec)
     if as_json:
         echo_json(st)
         return
@@ -141,7 +204,10 @@ def stop_cmd(run: str | None) -> None:
     Example:
       ftcluster stop gpt-20261121-101500-ab12
     """
-    rec = stop_run(RunStore().get(run))
+    rec = RunStore().get(run)
+    if forward_record(rec, ["stop", rec.run_id]):
+        return
+    rec = stop_run(rec)
     click.echo(f"stopped run {rec.run_id} (job {rec.job_id})")
 
 

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.commands_launch import forward_record
 from ftcluster.errors import UserError
 from ftcluster.launchers import launcher_for_scheduler
 from ftcluster.logs import Follower, LogSource, follow, sources, tail
@@ -37,6 +38,11 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     if rank is not None and all_ranks:
         raise UserError("give --rank or --all, not both", field="--rank")
     rec = RunStore().get(run)
+    flags = (["-f"] if follow_ else []) + (["--rank", str(rank)] if rank is not None else []) \
+        + (["--all"] if all_ranks else []) + (["--tail", str(tail_n)] if tail_n is not None else []) \
+        + (["--server"] if server_only else []) + (["--client"] if client_only else [])
+    if forward_record(rec, ["logs", rec.run_id, *flags]):
+        return
     if rank is not None and not 0 <= rank < rec.nodes:
         raise UserError(f"run {rec.run_id} has ranks 0..{rec.nodes - 1}", field="--rank")
     paths = paths_of(rec)
