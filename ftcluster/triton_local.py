@@ -44,7 +44,7 @@ def _pytriton_dir() -> Path | None:
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
         return None
-    root = Path(list(spec.submodule_search_locations)[0])
+    root = Path(next(iter(spec.submodule_search_locations)))
     return root if (root / "tritonserver" / "bin" / "tritonserver").is_file() else None
 
 

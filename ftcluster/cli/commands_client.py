@@ -1,0 +1,120 @@
+"""`ftcluster client identity|bench`: correctness test and load test against a Triton endpoint.
+
+Also what the launcher runs on rank 0's node (`python -m ftcluster.client identity ...`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.client.endpoint import PROTOCOLS, Endpoint
+
+
+def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--url", required=True, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
+        click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server."),
+        click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True),
+        click.option("--timeout", type=float, default=60.0, show_default=True, help="Per-request timeout (s)."),
+        click.option("--batch-size", type=int, default=None, help="Sequences per request."),
+        click.option("--input-len", type=int, default=8, show_default=True,
+                     help="Prompt tokens (words, for a text ensemble)."),
+        click.option("--output-len", type=int, default=8, show_default=True, help="Tokens to generate."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompt."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _write_result(path: str | None, data: dict[str, Any]) -> None:
+    if path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        tmp.replace(target)  # readers (the launcher) never see half a file
+
+
+@cli.group("client")
+def client_group() -> None:
+    """Test and benchmark a running Triton + FT model from the command line.
+
+    \b
+    Examples:
+      ftcluster client identity --url node1:8000 --model fastertransformer
+      ftcluster client bench --url node1:8001 --protocol grpc --concurrency 1,4,16 --csv out.csv
+    """
+
+
+@client_group.command("identity")
+@_endpoint_options
+@click.option("--repeats", type=int, default=3, show_default=True, help="Requests to send (each is checked).")
+@click.option("--vocab-size", type=int, default=50257, show_default=True, help="Random ids stay below this.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
+def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None,
+                 input_len: int, output_len: int, seed: int, repeats: int, vocab_size: int,
+                 as_json: bool, result_file: str | None) -> int:
+    """Send random token ids (or text, for an ensemble) with the inputs the model's config
+    declares and check output_ids/sequence_length. Exits 1 when a check fails.
+
+    \b
+    Example:
+      ftcluster client identity --url localhost:8000 --model fastertransformer --batch-size 4 --json
+    """
+    from ftcluster.client.identity import format_identity, run_identity
+
+    endpoint = Endpoint.parse(url, protocol, timeout)
+    result = run_identity(endpoint, model, batch_size=batch_size or 2, input_len=input_len,
+                          output_len=output_len, repeats=repeats, seed=seed, vocab_size=vocab_size)
+    _write_result(result_file, result.to_dict())
+    click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_identity(result))
+    return 0 if result.ok else 1
+
+
+@client_group.command("bench")
+@_endpoint_options
+@click.option("--concurrency", default=None, help="Closed-loop steps, e.g. 1,2,4,8,16 (default when no --rate).")
+@click.option("--rate", default=None, help="Open-loop Poisson request rates (req/s), e.g. 100,200.")
+@click.option("--duration", type=float, default=5.0, show_default=True, help="Measurement window per step (s).")
+@click.option("--warmup", type=float, default=1.0, show_default=True, help="Warm-up before each window (s).")
+@click.option("--windows", type=int, default=3, show_default=True, help="Sub-windows for the stability check.")
+@click.option("--stability", type=float, default=0.1, show_default=True,
+              help="Stable when every sub-window is within this fraction of their mean.")
+@click.option("--processes", type=int, default=1, show_default=True, help="Load processes (for many-core clients).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one CSV row per step.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write latency vs throughput PNG.")
+@click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
+def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None, input_len: int,
+              output_len: int, seed: int, concurrency: str | None, rate: str | None, duration: float,
+              warmup: float, windows: int, stability: float, processes: int, as_json: bool,
+              csv_path: str | None, plot_path: str | None, result_file: str | None) -> int:
+    """Closed-loop concurrency sweep and/or open-loop Poisson rates: req/s, tokens/s and
+    latency p50/p90/p99/max per step. Exits 1 when a step had errors or no completed request.
+
+    \b
+    Example:
+      ftcluster client bench --url localhost:8000 --concurrency 1,4,16 --rate 200 --csv bench.csv
+    """
+    from ftcluster.client.bench import format_table, parse_steps, run_bench, write_csv, write_plot
+
+    endpoint = Endpoint.parse(url, protocol, timeout)
+    steps = parse_steps(concurrency if concurrency or rate else "1,2,4,8,16", rate)
+    result = run_bench(endpoint, model, steps, batch_size=batch_size or 1, input_len=input_len,
+                       output_len=output_len, warmup_s=warmup, duration_s=duration, windows=windows,
+                       stability=stability, processes=processes, seed=seed)
+    _write_result(result_file, result.to_dict())
+    if csv_path:
+        write_csv(result, csv_path)
+    if plot_path:
+        write_plot(result, plot_path)
+    click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_table(result))
+    return 0 if result.ok else 1

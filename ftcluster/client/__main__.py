@@ -1,0 +1,10 @@
+"""`python -m ftcluster.client identity|bench ...`: the same commands as `ftcluster client`.
+
+The launcher runs this on rank 0's node, where the `ftcluster` script may not be on PATH.
+"""
+
+import sys
+
+from ftcluster.cli import main
+
+main(["client", *sys.argv[1:]])

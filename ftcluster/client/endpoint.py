@@ -1,0 +1,244 @@
+"""One place that knows the difference between Triton's HTTP and gRPC asyncio clients.
+
+Everything else in ftcluster.client speaks numpy arrays and plain dict configs. The asyncio
+clients are used for identity tests too, so there is one code path, and because a single
+event loop keeps many requests in flight for the load test without Python threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Self
+
+import numpy as np
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from ftcluster.errors import UserError
+
+Protocol = Literal["http", "grpc"]
+PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^\s:/\[\]]+):(\d{1,5})$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str                 # HOST:PORT, no scheme
+    protocol: Protocol = "http"
+    timeout_s: float = 60.0
+
+    @staticmethod
+    def parse(url: str, protocol: str = "http", timeout_s: float = 60.0) -> Endpoint:
+        if protocol not in PROTOCOLS:
+            raise UserError(f"unknown protocol {protocol!r}", field="--protocol", hint="http or grpc")
+        bare = re.sub(r"^(https?|grpc)://", "", url.strip()).rstrip("/")
+        m = _HOST_PORT.match(bare)
+        if not m or not 0 < int(m.group(2)) < 65536:
+            raise UserError(f"{url!r} is not HOST:PORT", field="--url", hint="e.g. localhost:8000")
+        return Endpoint(bare, protocol, timeout_s)  # type: ignore[arg-type]
+
+
+class ClientError(Exception):
+    """A request failed on the server or the wire (not a user mistake in the options)."""
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, InferenceServerException):
+        return str(exc.message() or exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class AsyncTriton:
+    """A thin asyncio facade over tritonclient.http.aio / tritonclient.grpc.aio."""
+
+    def __init__(self, endpoint: Endpoint, max_connections: int = 100):
+        self.endpoint = endpoint
+        self.protocol = endpoint.protocol
+        if self.protocol == "http":
+            import tritonclient.http as mod
+            from tritonclient.http import aio
+
+            self._mod: Any = mod
+            self._client: Any = aio.InferenceServerClient(
+                endpoint.url, conn_limit=max_connections, conn_timeout=endpoint.timeout_s)
+        else:
+            import tritonclient.grpc as gmod
+            import tritonclient.grpc.aio as gaio
+
+            self._mod = gmod
+            self._client = gaio.InferenceServerClient(endpoint.url)
+        self._max_connections = max_connections
+        self._closers: list[Callable[[], Awaitable[Any]]] = []
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for closer in self._closers:
+            await closer()
+        self._closers.clear()
+        await self._client.close()
+
+    async def _call(self, what: str, coro: Any) -> Any:
+        try:
+            return await asyncio.wait_for(coro, self.endpoint.timeout_s)
+        except (TimeoutError, InferenceServerException, OSError) as exc:
+            raise ClientError(f"{what}: {_message(exc)}") from exc
+        except Exception as exc:  # aiohttp/grpc raise their own connection errors
+            if type(exc).__module__.split(".")[0] in ("aiohttp", "grpc"):
+                raise ClientError(f"{what}: {_message(exc)}") from exc
+            raise
+
+    async def check_model(self, model: str) -> None:
+        """UserError with a clear message when the server is unreachable or lacks the model."""
+        where = f"{self.protocol}://{self.endpoint.url}"
+        try:
+            live = await self._call("server live", self._client.is_server_live())
+        except ClientError as exc:
+            raise UserError(f"cannot reach Triton at {where}: {exc}", field="--url",
+                            hint="check host, port and --protocol (HTTP and gRPC use different ports)") from None
+        if not live:
+            raise UserError(f"Triton at {where} is not live", field="--url")
+        try:
+            ready = await self._call("model ready", self._client.is_model_ready(model))
+        except ClientError:
+            ready = False
+        if not ready:
+            names = await self.model_names()
+            raise UserError(f"model {model!r} is not ready on {where}", field="--model",
+                            hint=f"ready models: {', '.join(names) or 'none'}")
+
+    async def model_names(self) -> list[str]:
+        try:
+            index = await self._call("repository index", self._client.get_model_repository_index(
+                **({"as_json": True} if self.protocol == "grpc" else {})))
+        except ClientError:
+            return []
+        rows = index.get("models", []) if isinstance(index, dict) else index
+        return sorted(r["name"] for r in rows if r.get("state", "READY") == "READY")
+
+    async def model_config(self, model: str) -> dict[str, Any]:
+        """The model's config as a dict with snake_case keys (both protocols)."""
+        if self.protocol == "grpc":
+            got = await self._call(f"config of {model}", self._client.get_model_config(model, as_json=True))
+            return dict(got.get("config", got))
+        return dict(await self._call(f"config of {model}", self._client.get_model_config(model)))
+
+    def make_inputs(self, arrays: dict[str, np.ndarray]) -> list[Any]:
+        """InferInput objects; build once and reuse for repeated requests (they are not mutated)."""
+        inputs = []
+        for name, arr in arrays.items():
+            inp = self._mod.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+            if self.protocol == "http":
+                inp.set_data_from_numpy(arr, binary_data=True)
+            else:
+                inp.set_data_from_numpy(arr)
+            inputs.append(inp)
+        return inputs
+
+    def make_outputs(self, names: list[str]) -> list[Any]:
+        if self.protocol == "http":
+            return [self._mod.InferRequestedOutput(n, binary_data=True) for n in names]
+        return [self._mod.InferRequestedOutput(n) for n in names]
+
+    async def infer(self, model: str, inputs: list[Any], outputs: list[Any] | None = None) -> Any:
+        # The hot path of the load test: native timeouts, no wait_for task per request.
+        try:
+            if self.protocol == "grpc":
+                return await self._client.infer(model, inputs, outputs=outputs,
+                                                client_timeout=self.endpoint.timeout_s)
+            return await self._client.infer(model, inputs, outputs=outputs)
+        except (TimeoutError, InferenceServerException, OSError) as exc:
+            raise ClientError(f"infer {model}: {_message(exc)}") from exc
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] in ("aiohttp", "grpc"):
+                raise ClientError(f"infer {model}: {_message(exc)}") from exc
+            raise
+
+    async def infer_arrays(self, model: str, arrays: dict[str, np.ndarray],
+                           output_names: list[str]) -> dict[str, np.ndarray]:
+        result = await self.infer(model, self.make_inputs(arrays), self.make_outputs(output_names))
+        out: dict[str, np.ndarray] = {}
+        for name in output_names:
+            arr = result.as_numpy(name)
+            if arr is not None:
+                out[name] = arr
+        return out
+
+    def fast_sender(self, model: str, arrays: dict[str, np.ndarray],
+                    output_names: list[str]) -> Callable[[], Awaitable[int]]:
+        """An async callable sending the same request again and again; returns response bytes.
+
+        The request is encoded once (tritonclient's encoders) and the response is read but not
+        decoded: per-request Python work is what limits a Python load generator, and the
+        identity test, not the load test, checks content.
+        """
+        if self.protocol == "http":
+            return self._http_sender(model, arrays, output_names)
+        return self._grpc_sender(model, arrays, output_names)
+
+    def _http_sender(self, model: str, arrays: dict[str, np.ndarray],
+                     output_names: list[str]) -> Callable[[], Awaitable[int]]:
+        from urllib.parse import quote
+
+        import aiohttp
+
+        body, json_size = self._mod.InferenceServerClient.generate_request_body(
+            self.make_inputs(arrays), outputs=self.make_outputs(output_names))
+        headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
+        url = f"http://{self.endpoint.url}/v2/models/{quote(model)}/infer"
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._max_connections),
+            timeout=aiohttp.ClientTimeout(total=self.endpoint.timeout_s), auto_decompress=False)
+        self._closers.append(session.close)
+
+        async def send() -> int:
+            try:
+                async with session.post(url, data=body, headers=headers) as resp:
+                    data = await resp.read()
+                    if resp.status != 200:
+                        raise ClientError(f"infer {model}: HTTP {resp.status}: {data[:300]!r}")
+                    return len(data)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ClientError(f"infer {model}: {_message(exc)}") from exc
+
+        return send
+
+    def _grpc_sender(self, model: str, arrays: dict[str, np.ndarray],
+                     output_names: list[str]) -> Callable[[], Awaitable[int]]:
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        request = service_pb2.ModelInferRequest(model_name=model)
+        for name, arr in arrays.items():
+            tensor = request.inputs.add()
+            tensor.name = name
+            tensor.datatype = np_to_triton_dtype(arr.dtype)
+            tensor.shape.extend(arr.shape)
+            if arr.dtype == np.object_:
+                from tritonclient.utils import serialize_byte_tensor
+
+                request.raw_input_contents.append(serialize_byte_tensor(arr).item())
+            else:
+                request.raw_input_contents.append(np.ascontiguousarray(arr).tobytes())
+        for name in output_names:
+            request.outputs.add().name = name
+        channel = grpc.aio.insecure_channel(self.endpoint.url, options=[
+            ("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)])
+        self._closers.append(channel.close)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        timeout = self.endpoint.timeout_s
+
+        async def send() -> int:
+            try:
+                resp = await stub.ModelInfer(request, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise ClientError(f"infer {model}: {exc.code().name}: {exc.details()}") from exc
+            return sum(len(r) for r in resp.raw_output_contents)
+
+        return send

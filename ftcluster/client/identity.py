@@ -1,0 +1,211 @@
+"""Identity test: one well-formed request to the FT model, with checks of what comes back.
+
+Checks (each reported by name, all must pass):
+- output_ids / sequence_length are returned with the declared dtype and batch size;
+- output_ids is [batch, beams, length] and long enough for every sequence_length;
+- decoder-only (GPT-style): output_ids start with the prompt and
+  input_len <= sequence_length <= input_len + output_len;
+- encoder-decoder (T5-style): 1 <= sequence_length <= output_len;
+- text (ensemble with tokenizers): one non-empty text per batch row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ftcluster.client.endpoint import AsyncTriton, ClientError, Endpoint
+from ftcluster.client.modelio import (
+    ModelIO,
+    Request,
+    TensorSpec,
+    build_request,
+    output_names,
+    parse_config,
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class IdentityResult:
+    url: str
+    protocol: str
+    model: str
+    style: str
+    batch_size: int
+    input_len: int
+    output_len: int
+    inputs_sent: list[str]
+    checks: list[Check] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    sample: dict[str, Any] = field(default_factory=dict)   # first row, for the report
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def latency_ms(self) -> dict[str, float]:
+        lat = self.latencies_ms
+        if not lat:
+            return {}
+        return {"min": min(lat), "median": statistics.median(lat), "max": max(lat)}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["latency_ms"] = self.latency_ms
+        return d
+
+
+def _dtype_check(name: str, arr: np.ndarray, spec: TensorSpec) -> Check:
+    if spec.dtype == "BYTES":
+        ok = arr.dtype == np.object_
+    else:
+        ok = arr.dtype == np.dtype(spec.np_dtype)
+    return Check(f"{name} dtype", ok, f"got {arr.dtype}, declared {spec.dtype}")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> list[Check]:
+    """Pure: the checks for one response (see the module docstring)."""
+    checks: list[Check] = []
+    b, n_in, n_out = req.batch_size, req.input_len, req.output_len
+    seq: np.ndarray | None = None
+    seq_spec = io.sequence_length
+    if seq_spec is not None:
+        if seq_spec.name not in out:
+            checks.append(Check("sequence_length returned", False, "missing from the response"))
+        else:
+            seq = out[seq_spec.name]
+            checks.append(_dtype_check("sequence_length", seq, seq_spec))
+            checks.append(Check("sequence_length batch", seq.ndim >= 1 and seq.shape[0] == b,
+                                f"shape {list(seq.shape)}, batch {b}"))
+            seq = seq.reshape(seq.shape[0], -1) if seq.ndim >= 1 else seq.reshape(1, 1)
+
+    if io.style == "text":
+        spec = io.text_output
+        assert spec is not None  # output_names() refuses text models without one
+        if spec.name not in out:
+            return checks + [Check("text returned", False, f"{spec.name} missing from the response")]
+        arr = out[spec.name]
+        checks.append(_dtype_check(spec.name, arr, spec))
+        rows = arr.reshape(arr.shape[0], -1) if arr.ndim else arr.reshape(1, 1)
+        checks.append(Check(f"{spec.name} batch", rows.shape[0] == b, f"shape {list(arr.shape)}, batch {b}"))
+        texts = [_text(r[0]) for r in rows]
+        empty = [i for i, t in enumerate(texts) if not t.strip()]
+        checks.append(Check("text not empty", not empty, f"empty rows: {empty}" if empty else ""))
+        if seq is not None:
+            checks.append(Check("sequence_length positive", bool((seq >= 1).all()),
+                                f"{seq[:, 0].tolist()}"))
+        return checks
+
+    ids_spec = io.output_ids
+    if ids_spec is None or ids_spec.name not in out:
+        return checks + [Check("output_ids returned", False, "missing from the response")]
+    ids = out[ids_spec.name]
+    checks.append(_dtype_check("output_ids", ids, ids_spec))
+    shape_ok = ids.ndim == 3 and ids.shape[0] == b and ids.shape[1] >= 1
+    checks.append(Check("output_ids shape", shape_ok, f"{list(ids.shape)}, want [{b}, beams, length]"))
+    if not shape_ok or seq is None or seq.shape[0] != b:
+        return checks
+    checks.append(Check("output_ids length", ids.shape[2] >= int(seq.max()),
+                        f"width {ids.shape[2]}, max sequence_length {int(seq.max())}"))
+    lens = seq[:, 0].astype(np.int64)
+    if io.style == "decoder":
+        assert req.prompt_ids is not None
+        prompt = req.prompt_ids.astype(np.int64)
+        echoed = ids[:, 0, :n_in].astype(np.int64)
+        bad = [i for i in range(b) if echoed.shape[1] < n_in or not np.array_equal(echoed[i], prompt[i])]
+        checks.append(Check("output_ids start with the prompt", not bad, f"rows differing: {bad}" if bad else ""))
+        in_range = bool(((lens >= n_in) & (lens <= n_in + n_out)).all())
+        checks.append(Check("sequence_length in [input_len, input_len+output_len]", in_range,
+                            f"{lens.tolist()} vs [{n_in}, {n_in + n_out}]"))
+    else:
+        in_range = bool(((lens >= 1) & (lens <= n_out)).all())
+        checks.append(Check("sequence_length in [1, output_len]", in_range, f"{lens.tolist()} vs [1, {n_out}]"))
+    return checks
+
+
+def _sample(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> dict[str, Any]:
+    sample: dict[str, Any] = {}
+    if req.prompts:
+        sample["prompt"] = req.prompts[0]
+        text = io.text_output
+        if text is not None and text.name in out and out[text.name].size:
+            # Informational: GPT ensembles echo the prompt, T5 (translation) ones do not.
+            sample["echoes_prompt"] = _text(np.ravel(out[text.name])[0]).startswith(req.prompts[0])
+    elif req.prompt_ids is not None:
+        sample["prompt_ids"] = req.prompt_ids[0].tolist()
+    for name, arr in out.items():
+        first = arr[0] if arr.ndim else arr
+        sample[name] = ([_text(v) for v in np.ravel(first)] if arr.dtype == np.object_
+                        else np.asarray(first).tolist())
+    return sample
+
+
+async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int = 2, input_len: int = 8,
+                             output_len: int = 8, repeats: int = 3, seed: int = 0,
+                             vocab_size: int = 50257) -> IdentityResult:
+    """Send the request `repeats` times (same input), check every response, time each.
+
+    Raises UserError for things the user must fix (server unreachable, unknown model,
+    inputs the client cannot fill); a failed check or a failed request is in the result.
+    """
+    async with AsyncTriton(endpoint) as client:
+        await client.check_model(model)
+        io = parse_config(await client.model_config(model))
+        req = build_request(io, batch_size, input_len, output_len, seed=seed, vocab_size=vocab_size)
+        names = output_names(io)
+        result = IdentityResult(endpoint.url, endpoint.protocol, model, io.style, batch_size, input_len,
+                                output_len, list(req.arrays))
+        for i in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            try:
+                out = await client.infer_arrays(model, req.arrays, names)
+            except ClientError as exc:
+                result.error = str(exc)
+                return result
+            result.latencies_ms.append((time.perf_counter() - t0) * 1e3)
+            checks = check_response(io, req, out)
+            if i == 0 or not all(c.ok for c in checks):
+                result.checks = checks
+                result.sample = _sample(io, req, out)
+            if not all(c.ok for c in checks):
+                break
+        return result
+
+
+def run_identity(endpoint: Endpoint, model: str, **kwargs: Any) -> IdentityResult:
+    return asyncio.run(run_identity_async(endpoint, model, **kwargs))
+
+
+def format_identity(result: IdentityResult) -> str:
+    lines = [(f"identity {result.model} @ {result.protocol}://{result.url} ({result.style}, batch "
+             f"{result.batch_size}, input {result.input_len}, output {result.output_len})"),
+             f"  inputs sent: {', '.join(result.inputs_sent)}"]
+    for c in result.checks:
+        lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}" + (f": {c.detail}" if c.detail and not c.ok else ""))
+    if result.error:
+        lines.append(f"  [FAIL] request failed: {result.error}")
+    if result.latency_ms:
+        lat = result.latency_ms
+        lines.append(f"  latency ms: min {lat['min']:.2f}  median {lat['median']:.2f}  max {lat['max']:.2f}"
+                     f"  ({len(result.latencies_ms)} requests)")
+    lines.append("PASS" if result.ok else "FAIL")
+    return "\n".join(lines)
