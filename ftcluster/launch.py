@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ftcluster import sshkeys
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import Event, EventFollower
 from ftcluster.launchers import launcher_for
@@ -137,6 +138,8 @@ class Launch:
             scripts.materialize(self.paths.scripts)
             for sub in (self.paths.logs, self.paths.state, self.paths.results):
                 sub.mkdir(parents=True, exist_ok=True)
+            if launch_style(self.cluster) == "docker":
+                sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)
             raise
@@ -167,6 +170,7 @@ class Launch:
         except KeyboardInterrupt:
             self.progress("cancelling", time.time() - t0, "interrupted: cancelling the job")
             self.launcher.cancel(job_id, self.paths, self.cluster.server.exit_grace)
+            sshkeys.remove(self.paths.state)
             self.store.update(record, status="CANCELLED")
             raise LaunchError(f"interrupted; job {job_id} of run {record.run_id} was cancelled") from None
         status = "SERVING" if outcome.ok and self.opts.keep_serving else ("COMPLETED" if outcome.ok else "FAILED")
@@ -257,6 +261,7 @@ class Launch:
             time.sleep(0.1)
         if not info.state.terminal and info.source != "none":
             self.launcher.cancel(outcome.record.job_id, self.paths, self.cluster.server.exit_grace)
+        sshkeys.remove(self.paths.state)  # the docker style's per-run keys, if any
         return outcome
 
     def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:

@@ -88,6 +88,29 @@ def pyxis_mounts(cluster: ClusterSpec, run_dir: Path) -> str:
     return ",".join(parts)
 
 
+# Every container of a run carries this label (value: the run id); teardown removes by it.
+DOCKER_LABEL = "org.ftcluster.run"
+
+
+def docker_run_args(cluster: ClusterSpec, run_dir: Path, env_keys: list[str]) -> list[str]:
+    """`docker run` options of the Docker path, without name, label, image and command."""
+    c = cluster.container
+    # Host network: ranks, sshd and the client see the node's interfaces and ports.
+    args = ["--network", "host", "--ipc", "host", "--cap-add", "IPC_LOCK", "--shm-size", c.shm_size]
+    for m in c.mounts:
+        # -v binds anyway; other flags docker does not know fail loudly at `docker run`.
+        flags = [f for f in m.flags if f not in ("bind", "rbind")]
+        args += ["-v", f"{m.src}:{m.dst}" + (f":{','.join(flags)}" if flags else "")]
+    # The run folder at the same path inside: scripts, logs, state and keys.
+    args += ["-v", f"{run_dir}:{run_dir}"]
+    for dev in c.devices:
+        args += ["--device", dev]
+    # Names only: docker takes each value from the node script's environment (_vars exports).
+    for key in env_keys:
+        args += ["-e", key]
+    return args
+
+
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -216,6 +239,10 @@ def context(
         "results": str(paths.results),
         "scripts": str(paths.scripts),
         "id_prefix": f"ftc-{paths.run_id}",
+        # docker style
+        "docker_run_args": docker_run_args(cluster, paths.run_dir, list(env)) if style == "docker" else [],
+        "docker_label": DOCKER_LABEL,
+        "ssh_dir": str(paths.state / "ssh"),
     }
 
 

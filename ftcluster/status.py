@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ftcluster import sshkeys
 from ftcluster.errors import UserError
 from ftcluster.events import parse_events
 from ftcluster.launch import PHASES
@@ -59,6 +60,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
     if not rec.job_id:
         raise UserError(f"run {rec.run_id} was never submitted")
-    launcher = launcher_for_scheduler(rec.scheduler)
+    launcher = launcher_for_scheduler(rec.scheduler, style=rec.style)
     launcher.cancel(rec.job_id, paths_of(rec))
+    sshkeys.remove(paths_of(rec).state)  # the docker style's per-run keys, if any
     return (store or RunStore()).update(rec, status="STOPPED")

@@ -8,11 +8,17 @@ from ftcluster.spec import ClusterSpec
 
 
 def launcher_for(cluster: ClusterSpec, runner: Runner | None = None) -> Launcher:
-    return launcher_for_scheduler(cluster.scheduler, runner)
+    style = "local" if cluster.scheduler == "local" else cluster.container.runtime
+    return launcher_for_scheduler(cluster.scheduler, runner, style=style)
 
 
-def launcher_for_scheduler(scheduler: str, runner: Runner | None = None) -> Launcher:
+def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
+                           style: str | None = None) -> Launcher:
     runner = runner or LocalRunner()
+    if scheduler == "slurm" and style == "docker":
+        from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
+
+        return DockerSlurmLauncher(runner)
     if scheduler == "local":
         from ftcluster.launchers.local import LocalLauncher
 

@@ -1,0 +1,45 @@
+"""Slurm + Docker: the sbatch script starts one container per node and removes them at its end.
+
+A plain `scancel` would end the job before that teardown can run: a cancelled job may start
+no new job steps, and the teardown is one srun step over every node. So a cancel first sends
+SIGTERM to the batch shell alone; its trap stops mpirun and removes every container of the
+run on every node, then the job ends by itself. Only after a grace period is it scancelled.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ftcluster.events import parse_events
+from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.render import RunPaths
+
+# The node-side teardown: docker rm -f on every node through one srun step.
+TEARDOWN_GRACE = 60.0
+
+
+def teardown_state(paths: RunPaths) -> str:
+    """'none' (no container was started), 'done', 'failed' or 'pending', from the events."""
+    try:
+        kinds = [e.kind for e in parse_events(paths.events.read_text())]
+    except FileNotFoundError:
+        return "none"
+    if "containers_starting" not in kinds:
+        return "none"
+    if "teardown_failed" in kinds:
+        return "failed"
+    return "done" if "containers_stopped" in kinds else "pending"
+
+
+class DockerSlurmLauncher(SlurmLauncher):
+    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
+        info = self.slurm.info(job_id)
+        if not info.state.terminal and info.source != "none":
+            self.runner.run(["scancel", "--batch", "--signal=TERM", job_id], timeout=60)
+            deadline = time.monotonic() + grace + TEARDOWN_GRACE
+            while time.monotonic() < deadline:
+                info = self.slurm.info(job_id)
+                if info.state.terminal or info.source == "none":
+                    return
+                time.sleep(0.2)
+        super().cancel(job_id, paths, grace)

@@ -1,0 +1,215 @@
+"""One Docker daemon per test-bed node: Debian's dockerd started inside the node's namespaces.
+
+Each daemon runs with the node's network and hostname (nsenter, as the test bed does), so a
+`--network host` container lives in the node's network and is named like the node. Per node:
+  socket    <sock_root>/<node>/docker.sock   (a cluster spec reaches it with
+            container.docker_host: unix://<sock_root>/{node}/docker.sock)
+  exec-root <sock_root>/<node>/exec          (containerd's state; gone after down())
+  data-root <cache>/data/<node>              (kept: the test image is imported once, not per run)
+Teardown removes every container, stops every daemon (and its containerd), and checks that
+no process, mount or socket is left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+from tests.cluster.util import TestbedError, kill_pids, pid_alive, wait_until, which
+
+from . import image
+
+SOCK_ROOT = Path("/run/ftc-docker")
+DAEMON_FLAGS = ("--iptables=false", "--ip-masq=false", "--ip-forward=false", "--bridge=none",
+                "--userland-proxy=false", "--storage-driver=overlay2", "--log-level=warn")
+
+
+def unavailable() -> str | None:
+    """Why the Docker test bed cannot run here (None when it can)."""
+    if os.geteuid() != 0:
+        return "the Docker test bed needs root"
+    for tool in ("dockerd", "containerd", "runc", "docker", "debootstrap"):
+        try:
+            which(tool)
+        except TestbedError:
+            return f"{tool} not found: run tests/docker/install.sh as root"
+    return None
+
+
+class DockerNodes:
+    """Daemons for the nodes of a running SlurmTestbed (anything with .nodes and .net.enter)."""
+
+    def __init__(self, testbed: object, sock_root: Path = SOCK_ROOT, cache: Path | None = None):
+        self.tb = testbed
+        self.nodes: list[str] = list(testbed.nodes)  # type: ignore[attr-defined]
+        self.sock_root = sock_root
+        self.data_root = (cache or image.cache_dir()) / "data"
+        self.pids: dict[str, int] = {}
+        self.timings: dict[str, float] = {}
+
+    # ---- facts ---------------------------------------------------------------------------
+    def socket(self, node: str) -> Path:
+        return self.sock_root / node / "docker.sock"
+
+    @property
+    def docker_host_template(self) -> str:
+        """The cluster spec's container.docker_host for these daemons."""
+        return f"unix://{self.sock_root}/{{node}}/docker.sock"
+
+    def env(self, node: str) -> dict[str, str]:
+        return {**os.environ, "DOCKER_HOST": f"unix://{self.socket(node)}"}
+
+    def docker(self, node: str, args: Sequence[str], check: bool = False,
+               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([which("docker"), *args], capture_output=True, text=True,
+                           env=self.env(node), timeout=timeout, check=False)
+        if check and p.returncode != 0:
+            raise TestbedError(f"docker {' '.join(args)} on {node}: {p.stderr.strip()}")
+        return p
+
+    def containers(self, node: str, label: str | None = None) -> list[str]:
+        args = ["ps", "-aq"] + (["--filter", f"label={label}"] if label else [])
+        return self.docker(node, args, check=True).stdout.split()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def up(self) -> DockerNodes:
+        why = unavailable()
+        if why:
+            raise TestbedError(why)
+        t0 = time.monotonic()
+        self.down()  # daemons of an earlier, interrupted session
+        try:
+            for node in self.nodes:
+                self._start(node)
+            for node in self.nodes:
+                wait_until(lambda: self._answers(node), 60, f"dockerd on {node}", interval=0.1)
+            self.timings["daemons"] = time.monotonic() - t0
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _start(self, node: str) -> None:
+        d = self.sock_root / node
+        (d / "exec").mkdir(parents=True, exist_ok=True)
+        (self.data_root / node).mkdir(parents=True, exist_ok=True)
+        log = open(d / "dockerd.log", "ab")
+        argv = [*self.tb.net.enter(node), which("dockerd"),  # type: ignore[attr-defined]
+                f"--data-root={self.data_root / node}", f"--exec-root={d / 'exec'}",
+                f"--pidfile={d / 'dockerd.pid'}", "-H", f"unix://{self.socket(node)}",
+                *DAEMON_FLAGS]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True)
+        log.close()
+        self.pids[node] = p.pid  # nsenter execs dockerd: same pid
+
+    def _answers(self, node: str) -> bool:
+        pid = self.pids[node]
+        if not pid_alive(pid):
+            tail = (self.sock_root / node / "dockerd.log").read_text(errors="replace")[-1500:]
+            raise TestbedError(f"dockerd on {node} exited:\n{tail}")
+        return self.socket(node).exists() and self.docker(node, ["version"], timeout=10).returncode == 0
+
+    def ensure_image(self) -> dict[str, float]:
+        """The test image on every node (built and cached on first use); seconds per node."""
+        tar = image.build()
+        took: dict[str, float] = {}
+        for node in self.nodes:
+            t0 = time.monotonic()
+            if self.docker(node, ["image", "inspect", image.IMAGE]).returncode != 0:
+                p = subprocess.run(image.import_argv([which("docker")], tar), capture_output=True,
+                                   text=True, env=self.env(node), timeout=600, check=False)
+                if p.returncode != 0:
+                    raise TestbedError(f"docker import on {node}: {p.stderr.strip()}")
+            took[node] = time.monotonic() - t0
+        return took
+
+    def save_image(self, tag: str, out: Path) -> Path:
+        """A `docker save` tar of the test image under another tag (for container.image_tar)."""
+        node = self.nodes[0]
+        self.docker(node, ["tag", image.IMAGE, tag], check=True)
+        try:
+            self.docker(node, ["save", "-o", str(out), tag], check=True, timeout=600)
+        finally:
+            self.docker(node, ["rmi", tag])
+        return out
+
+    def down(self) -> None:
+        """Remove every container, stop every daemon; safe to repeat and after a failed up()."""
+        t0 = time.monotonic()
+        for node in self.nodes:
+            if self.socket(node).exists() and self._pid(node):
+                ids = self.docker(node, ["ps", "-aq"], timeout=30).stdout.split()
+                if ids:
+                    self.docker(node, ["rm", "-f", *ids], timeout=60)
+        pids = [p for p in (self._pid(n) for n in self.nodes) if p]
+        pids += self._children(pids)  # the managed containerd and its shims
+        kill_pids(pids, grace=15)
+        for node in self.nodes:
+            shutil.rmtree(self.sock_root / node, ignore_errors=True)
+        try:
+            self.sock_root.rmdir()
+        except OSError:
+            pass
+        self.pids = {}
+        self.timings["down"] = time.monotonic() - t0
+
+    def _pid(self, node: str) -> int | None:
+        pid = self.pids.get(node)
+        if pid is None:
+            try:
+                pid = int((self.sock_root / node / "dockerd.pid").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                return None
+        return pid if pid_alive(pid) and _comm(pid) == "dockerd" else None
+
+    @staticmethod
+    def _children(parents: list[int]) -> list[int]:
+        out: list[int] = []
+        todo = list(parents)
+        while todo:
+            ppid = todo.pop()
+            for d in os.listdir("/proc"):
+                if d.isdigit() and _ppid(int(d)) == ppid:
+                    out.append(int(d))
+                    todo.append(int(d))
+        return out
+
+    def leftovers(self) -> list[str]:
+        """What of the daemons is still there (empty after down())."""
+        out = [f"dockerd {p}" for p in (self._pid(n) for n in self.nodes) if p]
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        roots = (str(self.sock_root), str(self.data_root))
+        out += [f"mount {ln.split()[1]}" for ln in mounts if ln.split()[1].startswith(roots)]
+        out += [f"socket {self.socket(n)}" for n in self.nodes if self.socket(n).exists()]
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                cmd = _cmdline(int(d))
+                if str(self.sock_root) in cmd or str(self.data_root) in cmd:
+                    out.append(f"process {d} {cmd[:80]}")
+        return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
