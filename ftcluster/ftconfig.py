@@ -19,12 +19,18 @@ from ftcluster.errors import SpecError
 ModelConfig = model_config_pb2.ModelConfig
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def read_model_config(path: Path) -> model_config_pb2.ModelConfig:
     cfg = ModelConfig()
     try:
         text_format.Parse(path.read_text(), cfg)
     except text_format.ParseError as exc:
-        raise SpecError(f"{path}: not a valid Triton model config: {exc}") from None
+        raise SpecError(f"{path}: not a valid Triton model config: {_one_line(str(exc))}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
     return cfg
@@ -94,7 +100,10 @@ def read_ini(path: Path) -> configparser.ConfigParser:
         with path.open() as fh:
             parser.read_file(fh)
     except configparser.Error as exc:
-        raise SpecError(f"{path}: not a valid config.ini: {exc.message}") from None
+        # configparser's messages span lines (file, line number, the offending text).
+        raise SpecError(f"{path}: not a valid config.ini: {_one_line(exc.message)}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
     return parser

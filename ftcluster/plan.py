@@ -149,6 +149,13 @@ def _check_checkpoint(model: ModelSpec, ckpt: CheckpointFacts, tp: int, pp: int)
 def _check_model_config(facts: ModelFacts, nodes: int) -> None:
     where = f"{facts.ft_model}/config.pbtxt"
     if nodes > 1:
+        if not facts.instance_groups:
+            # Triton then gives the model one KIND_GPU instance per visible GPU.
+            raise PlanError(
+                "instance_group is not set (Triton's default, one instance per GPU) and cannot run on several nodes",
+                field=f"{where} instance_group",
+                hint="set instance_group [{count: 1, kind: KIND_CPU}] for multi-node FT",
+            )
         for count, kind in facts.instance_groups:
             if count != 1 or kind != "KIND_CPU":
                 raise PlanError(

@@ -200,3 +200,8 @@ def test_cli_multi_node_ok_with_sequence_batching_mbs_1() -> None:
 def test_cli_help_has_an_example(cmd: str) -> None:
     res = run_cli(cmd, "--help")
     assert res.rc == 0 and "Example:" in res.stdout and f"ftcluster {cmd}" in res.stdout
+
+
+def test_refuses_multi_node_without_instance_group() -> None:
+    _refuse("instance_group is not set", facts=facts(groups=()), nodes=2)
+    assert plan_for(cluster(), model(), facts(groups=()), ckpt(), nodes=1, gpus_per_node=1).nodes == 1
