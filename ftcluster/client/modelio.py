@@ -78,8 +78,8 @@ class ModelIO:
     def style(self) -> Style:
         if self.input_with("text") is not None:
             return "text"
-        if self.model_type and self.model_type.upper() in _ENCODER_DECODER_TYPES:
-            return "encoder-decoder"
+        if self.model_type:  # FT's own parameter says it best
+            return "encoder-decoder" if self.model_type.upper() in _ENCODER_DECODER_TYPES else "decoder"
         out_len = self.input_with("output_len")
         return "encoder-decoder" if out_len is not None and out_len.key == "max_output_len" else "decoder"
 

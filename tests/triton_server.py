@@ -1,0 +1,171 @@
+"""Start and stop a real CPU tritonserver for tests (see ../shared/TESTBED.md section 3).
+
+Guards against the traps seen on the test bed:
+- a server on a busy port logs "Started HTTPService" and dies 2 s later while another server
+  answers /v2/health/ready: we also require our process alive and `GET /v2` naming our --id;
+- SIGTERM can hang: stop() always SIGKILLs the process group after a grace period;
+- killed servers leave /dev/shm/triton_python_backend_shm_region_*: ours get a unique prefix
+  (python backend's shm-region-prefix-name) so we remove exactly ours, never another run's.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "triton_python_backend_shm_region_"
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports the kernel says are free now (a race remains; start() retries)."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _get(port: int, path: str, timeout: float = 1.0) -> tuple[int, bytes]:
+    # http.client, not urllib: no proxy variables get in the way of 127.0.0.1.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@dataclass
+class TritonServer:
+    proc: subprocess.Popen[bytes]
+    server_id: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+    shm_prefix: str
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def ours_ready(self) -> bool:
+        """Ready, and it is really this process answering on the port."""
+        if not self.alive():
+            return False
+        try:
+            status, _ = _get(self.http_port, "/v2/health/ready")
+            if status != 200:
+                return False
+            status, body = _get(self.http_port, "/v2")
+            return status == 200 and json.loads(body).get("name") == self.server_id
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
+
+    def stop(self, grace: float = 5.0) -> int | None:
+        """SIGTERM the process group, then SIGKILL it after `grace` s; clean our shm regions."""
+        if self._stopped:
+            return self.proc.returncode
+        self._stopped = True
+        pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # always: stubs may outlive the server, and the server may hang
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
+        return self.proc.returncode
+
+
+def start_tritonserver(
+    model_repositories: Sequence[Path],
+    *,
+    log_dir: Path,
+    binary: Path | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 90.0,
+    attempts: int = 3,
+) -> TritonServer:
+    """Start tritonserver on free ports and wait until it is ready; RuntimeError with the log tail."""
+    if binary is None:
+        from ftcluster.triton_local import find_tritonserver
+
+        binary = find_tritonserver()
+    last_log = ""
+    for attempt in range(attempts):
+        http_port, grpc_port, metrics_port = free_ports(3)
+        server_id = f"ftc-test-{uuid.uuid4().hex[:10]}"
+        shm_prefix = f"{SHM_PREFIX}{server_id}"
+        log_path = log_dir / f"{server_id}.log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [str(binary), f"--id={server_id}", f"--http-port={http_port}", f"--grpc-port={grpc_port}",
+               f"--metrics-port={metrics_port}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
+               f"--backend-config=python,shm-region-prefix-name={shm_prefix}", "--exit-timeout-secs=5",
+               *(f"--model-repository={p}" for p in model_repositories), *extra_args]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **(env or {})}, start_new_session=True)
+        server = TritonServer(proc, server_id, http_port, grpc_port, metrics_port, log_path, shm_prefix)
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline and server.alive():
+            if server.ours_ready():
+                return server
+            time.sleep(0.1)
+        timed_out = server.alive()
+        server.stop(grace=2.0)
+        last_log = server.log()[-3000:]
+        if timed_out or "address already in use" not in last_log.lower():
+            break  # not a port race: retrying will not help
+    raise RuntimeError(f"tritonserver did not become ready (attempt {attempt + 1}):\n{last_log}")
+
+
+@contextmanager
+def running_tritonserver(model_repositories: Sequence[Path], *, log_dir: Path,
+                         **kwargs: object) -> Iterator[TritonServer]:
+    server = start_tritonserver(model_repositories, log_dir=log_dir, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.stop()
