@@ -75,6 +75,7 @@ def test_empty_step_is_not_ok_and_prints(tmp_path: Path) -> None:
     assert not result.ok and s.requests == 0 and not s.stable
     assert "c=1" in format_table(result)
     write_csv(result, str(tmp_path / "x.csv"))
-    rows = list(csv.DictReader(open(tmp_path / "x.csv")))
+    with open(tmp_path / "x.csv") as fh:
+        rows = list(csv.DictReader(fh))
     assert rows[0]["mode"] == "concurrency" and rows[0]["requests"] == "0"
     assert set(result.to_dict()) >= {"steps", "ok", "protocol"}

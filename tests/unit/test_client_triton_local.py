@@ -21,7 +21,7 @@ def test_wrapper_quotes_values(tmp_path: Path) -> None:
     # Replace exec with printing what would run, to check the shell sees the values intact.
     script.write_text(text.replace("exec ", "printf '%s\\n' \"$LD_LIBRARY_PATH\" \"$PATH\" ") )
     out = subprocess.run(["bash", str(script), "--x"], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin"}).stdout.splitlines()
+                         env={"PATH": "/usr/bin:/bin"}, check=True).stdout.splitlines()
     assert out[0] == "/x y:/z"
     assert out[1] == "/p'q:/usr/bin:/bin"
     assert out[2] == str(bundle / "bin" / "tritonserver")
@@ -68,5 +68,5 @@ def test_perf_analyzer_env_finds_its_libs() -> None:
     if pa is None:
         pytest.skip("no perf_analyzer (tritonclient 2.51 wheel) here")
     r = subprocess.run([str(pa), "--version"], env=triton_local.perf_analyzer_env(),
-                       capture_output=True, text=True, timeout=30)
+                       capture_output=True, text=True, timeout=30, check=False)
     assert "error while loading shared libraries" not in r.stderr
