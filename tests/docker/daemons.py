@@ -149,6 +149,9 @@ class DockerNodes:
         pids = [p for p in (self._pid(n) for n in self.nodes) if p]
         pids += self._children(pids)  # the managed containerd and its shims
         kill_pids(pids, grace=15)
+        # dockerd leaves its bind-mounted network namespace (exec-root/netns/default) mounted.
+        for mnt in sorted(self._mounts(), reverse=True):
+            subprocess.run([which("umount"), "-l", mnt], capture_output=True, check=False)
         for node in self.nodes:
             shutil.rmtree(self.sock_root / node, ignore_errors=True)
         try:
@@ -179,12 +182,15 @@ class DockerNodes:
                     todo.append(int(d))
         return out
 
+    def _mounts(self) -> list[str]:
+        roots = (str(self.sock_root), str(self.data_root))
+        points = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()]
+        return [m for m in points if m.startswith(roots)]
+
     def leftovers(self) -> list[str]:
         """What of the daemons is still there (empty after down())."""
         out = [f"dockerd {p}" for p in (self._pid(n) for n in self.nodes) if p]
-        mounts = Path("/proc/mounts").read_text().splitlines()
-        roots = (str(self.sock_root), str(self.data_root))
-        out += [f"mount {ln.split()[1]}" for ln in mounts if ln.split()[1].startswith(roots)]
+        out += [f"mount {m}" for m in self._mounts()]
         out += [f"socket {self.socket(n)}" for n in self.nodes if self.socket(n).exists()]
         for d in os.listdir("/proc"):
             if d.isdigit():

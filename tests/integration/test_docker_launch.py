@@ -1,0 +1,222 @@
+"""`ftcluster launch` with Slurm + Docker, for real: one dockerd per test-bed node, the CPU test
+image, sshd in every container on per-run keys, mpirun over ssh from rank 0's container, the
+client against rank 0; faults; Ctrl-C; and nothing left behind (containers, keys, processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.docker import image
+from tests.docker.daemons import DockerNodes
+from tests.docker.fixtures import docker_nodes  # noqa: F401  (the session fixture)
+
+pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.triton]
+
+REPO = Path(__file__).resolve().parents[2]
+# Not the test bed's own sshd port (11068): sshd may already listen there on every node.
+SSH_PORT = 11168
+
+
+def write_spec(tmp_path: Path, dn: DockerNodes, **container: Any) -> Path:
+    spec = {
+        "name": "tb-docker",
+        "scheduler": "slurm",
+        "partition": dn.tb.partition,  # type: ignore[attr-defined]
+        "request_gpus": False,
+        "exclusive": False,
+        "gpus_per_node": 1,
+        "time_limit": "10",
+        "workspace": str(tmp_path / "runs"),
+        "ssh_port": SSH_PORT,
+        "container": {
+            "runtime": "docker",
+            "image": image.IMAGE,
+            "docker_host": dn.docker_host_template,
+            "shm_size": "256m",
+            # ftcluster's rank/client code from this checkout (the image has only its deps).
+            "mounts": [f"{REPO}:{REPO}:ro"],
+            **container,
+        },
+        "env": {"PYTHONPATH": str(REPO)},
+        "python": "python3",
+        "server": {"binary": image.TRITON_BIN, "ready_timeout": 90, "exit_grace": 10},
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def launch_cmd(spec: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(spec), "--json", *args]
+
+
+def launch(dn: DockerNodes, spec: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    p = subprocess.run(launch_cmd(spec, *args), capture_output=True, text=True, timeout=300,
+                       env=dn.tb.env)  # type: ignore[attr-defined]
+    try:
+        out = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from launch (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p.returncode, out, p.stderr
+
+
+def events(run_dir: Path) -> list[list[str]]:
+    return [ln.split()[1:] for ln in (run_dir / "state" / "events").read_text().splitlines()]
+
+
+def assert_nothing_left(dn: DockerNodes, run_dir: Path) -> None:
+    for node in dn.nodes:
+        assert dn.containers(node, f"org.ftcluster.run={run_dir.name}") == [], f"containers left on {node}"
+    assert not (run_dir / "state" / "ssh").exists(), "the run's ssh keys were not removed"
+    run_id = run_dir.name
+    deadline = time.monotonic() + 15
+    while True:
+        left = [d for d in os.listdir("/proc") if d.isdigit() and run_id in _cmdline(d)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, [(d, _cmdline(d)[:120]) for d in left]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_two_nodes_mpirun_over_ssh_serves_and_cleans_up(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+    dn = docker_nodes
+    rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2")
+    assert rc == 0, (out, err)
+    assert out["ok"] is True and out["client"]["ok"] is True, out
+    run_dir = Path(out["run_dir"])
+    kinds = [e[0] for e in events(run_dir)]
+    for kind in ("containers_starting", "containers_ready", "mpicheck_ok", "servers_starting", "ready",
+                 "client_done", "servers_stopped", "containers_stopped", "done"):
+        assert kind in kinds, kinds
+    # The MPI check ran over ssh: one rank on each of two different nodes.
+    assert out["mpicheck"]["ok"] is True
+    assert len({r["host"] for r in out["mpicheck"]["ranks"]}) == 2
+    # Both ranks served from their own node's container, under this run's server ids.
+    hosts = {(run_dir / "state" / f"rank{r}.host").read_text().strip() for r in (0, 1)}
+    assert len(hosts) == 2 and hosts <= set(dn.nodes), hosts
+    for r in (0, 1):
+        assert f"ftc-{out['run_id']}-rank{r}" in (run_dir / "logs" / f"server-rank{r}.log").read_text()
+        assert (run_dir / "state" / f"rank{r}.exit").read_text().strip() == "0"
+    assert_nothing_left(dn, run_dir)
+
+
+def test_ctrl_c_removes_containers_and_keys(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+    dn = docker_nodes
+    spec = write_spec(tmp_path, dn)
+    proc = subprocess.Popen(launch_cmd(spec, "--nodes", "2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dn.tb.env)  # type: ignore[attr-defined]
+    try:
+        deadline = time.monotonic() + 120
+        run_dir = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list((tmp_path / "runs").glob("*/state/events"))
+            if found and any(e[0] == "containers_ready" for e in events(found[0].parents[1])):
+                run_dir = found[0].parents[1]
+                break
+            time.sleep(0.2)
+        assert run_dir is not None, proc.communicate(timeout=5)
+        # While running: a per-run key pair, private and in the run folder, not in ~/.ssh.
+        key = run_dir / "state" / "ssh" / "id_ed25519"
+        assert key.stat().st_mode & 0o777 == 0o600
+        assert (run_dir / "state" / "ssh").stat().st_mode & 0o777 == 0o700
+        known = (run_dir / "state" / "ssh" / "known_hosts").read_text().splitlines()
+        assert len(known) == 2 and all(ln.startswith("[node") and f"]:{SSH_PORT} ssh-ed25519 " in ln
+                                       for ln in known), known
+        assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "cancelled" in err, err
+    assert "ready" not in [e[0] for e in events(run_dir)]  # interrupted on the way up
+    kinds = [e[0] for e in events(run_dir)]
+    assert "interrupted" in kinds and "containers_stopped" in kinds, kinds
+    assert_nothing_left(dn, run_dir)
+
+
+def test_container_that_fails_to_start(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+    dn = docker_nodes
+    spec = write_spec(tmp_path, dn, devices=["/dev/ftc-no-such-device"])
+    rc, out, err = launch(dn, spec, "--nodes", "2")
+    assert rc != 0 and out["ok"] is False
+    assert "containers failed to start on" in out["failure"], out["failure"]
+    assert "docker run failed" in out["failure"] and "ftc-no-such-device" in out["failure"], out["failure"]
+    run_dir = Path(out["run_dir"])
+    failed = [e for e in events(run_dir) if e[0] == "node_failed"]
+    assert len(failed) == 2, failed
+    assert "servers_starting" not in [e[0] for e in events(run_dir)]
+    assert_nothing_left(dn, run_dir)
+
+
+def test_ssh_port_taken_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+    dn = docker_nodes
+    node = dn.nodes[1]
+    squatter = subprocess.Popen(
+        [*dn.tb.net.enter(node), sys.executable, "-c",  # type: ignore[attr-defined]
+         "import socket, time\n"
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         f"s.bind(('0.0.0.0', {SSH_PORT})); s.listen(); print('ok', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "ok"
+        rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2")
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert rc != 0 and out["ok"] is False
+    assert f"ssh_port {SSH_PORT} is taken on {node}" in out["failure"], out["failure"]
+    run_dir = Path(out["run_dir"])
+    ready = [e[1] for e in events(run_dir) if e[0] == "node_ready"]
+    assert node not in ready and len(ready) == 1, ready  # the other node came up, and was removed
+    assert_nothing_left(dn, run_dir)
+
+
+def test_image_missing_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+    dn = docker_nodes
+    tag = f"ftcluster-test/only-on-{dn.nodes[0]}:{uuid.uuid4().hex[:8]}"
+    dn.docker(dn.nodes[0], ["tag", image.IMAGE, tag], check=True)
+    try:
+        rc, out, err = launch(dn, write_spec(tmp_path, dn, image=tag), "--nodes", "2")
+    finally:
+        dn.docker(dn.nodes[0], ["rmi", tag])
+    assert rc != 0 and out["ok"] is False
+    assert f"image {tag} is not on {dn.nodes[1]} and docker pull failed" in out["failure"], out["failure"]
+    assert "image_tar" in out["failure"]  # says what to do on a site without a registry
+    assert_nothing_left(dn, Path(out["run_dir"]))
+
+
+def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+    dn = docker_nodes
+    rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"] is True, (out, err)
+    run_dir = Path(out["run_dir"])
+    assert (run_dir / "state" / "ssh" / "id_ed25519").is_file()  # kept while serving
+    assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
+                       text=True, timeout=180, env=dn.tb.env)  # type: ignore[attr-defined]
+    assert p.returncode == 0, p.stderr
+    kinds = [e[0] for e in events(run_dir)]
+    assert "containers_stopped" in kinds, kinds
+    assert_nothing_left(dn, run_dir)
