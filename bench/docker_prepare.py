@@ -1,0 +1,95 @@
+"""Slurm + Docker: wall time to prepare N nodes at once against the sum of single-node times.
+
+    python bench/docker_prepare.py [--repeats 3] [--keep-testbed]      (root, Debian 12)
+
+"Prepare" is the node-side step of a Docker run, from the job's `containers_starting` event
+to `containers_ready`: on every node, image check, `docker run`, sshd on the run's key and the
+check that it answers. The job script runs it as one srun step over all nodes, so N nodes
+should take about as long as one. Each measurement is a real `ftcluster check` (the MPI check
+over ssh, then teardown) on the namespace test bed with one dockerd per node; single-node runs
+are pinned to each node in turn with --nodelist. Prints the median per N and
+ratio = t(N nodes at once) / sum(t(each node alone)); well below 1 means parallel fan-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import yaml  # noqa: E402
+
+from tests.cluster.testbed import SlurmTestbed  # noqa: E402
+from tests.docker import image  # noqa: E402
+from tests.docker.daemons import DockerNodes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def spec(dir: Path, dn: DockerNodes, partition: str, nodelist: str | None) -> Path:
+    data = {
+        "name": "bench-docker", "scheduler": "slurm", "partition": partition,
+        "request_gpus": False, "exclusive": False, "time_limit": "10",
+        "workspace": str(dir / "runs"), "ssh_port": 11168, "python": "python3",
+        "sbatch_args": [f"--nodelist={nodelist}"] if nodelist else [],
+        "container": {"runtime": "docker", "image": image.IMAGE, "docker_host": dn.docker_host_template,
+                      "shm_size": "256m", "mounts": [f"{REPO}:{REPO}:ro"]},
+        "env": {"PYTHONPATH": str(REPO)},
+        "server": {"binary": image.TRITON_BIN},
+    }
+    path = dir / f"cluster-{nodelist or 'all'}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def prepare_seconds(tb: SlurmTestbed, cluster: Path, nodes: int) -> float:
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "check", "--cluster", str(cluster),
+                        "--nodes", str(nodes), "--json"], capture_output=True, text=True,
+                       env=tb.env, timeout=300)
+    out = json.loads(p.stdout)
+    if not out.get("ok"):
+        raise SystemExit(f"check failed: {out.get('failure')}\n{p.stderr}")
+    ev = {}
+    for line in (Path(out["run_dir"]) / "state" / "events").read_text().splitlines():
+        t, kind, *_ = line.split()
+        ev.setdefault(kind, float(t))
+    return ev["containers_ready"] - ev["containers_starting"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/ftc-bench-docker")
+    a = ap.parse_args()
+    tb = SlurmTestbed(a.dir, 3, octet=79, system_conf=False)
+    tb.up()
+    dn = DockerNodes(tb)
+    try:
+        dn.up()
+        dn.ensure_image()
+        work = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
+        single = {n: [prepare_seconds(tb, spec(work, dn, tb.partition, n), 1) for _ in range(a.repeats)]
+                  for n in tb.nodes}
+        together = {k: [prepare_seconds(tb, spec(work, dn, tb.partition, None), k) for _ in range(a.repeats)]
+                    for k in range(2, len(tb.nodes) + 1)}
+    finally:
+        dn.down()
+        tb.down()
+    med = {n: statistics.median(v) for n, v in single.items()}
+    print(f"prepare, one node alone (median of {a.repeats}): "
+          + ", ".join(f"{n} {t:.2f}s" for n, t in med.items()))
+    for k, v in together.items():
+        t = statistics.median(v)
+        total = sum(list(med.values())[:k])
+        print(f"N={k}: {t:.2f}s at once vs {total:.2f}s sum of single-node times -> ratio {t / total:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
