@@ -184,28 +184,21 @@ class AsyncTriton:
 
     def _http_sender(self, model: str, arrays: dict[str, np.ndarray],
                      output_names: list[str]) -> Callable[[], Awaitable[int]]:
-        from urllib.parse import quote
-
-        import aiohttp
+        from ftcluster.client.rawhttp import FixedRequestSender, HttpError
 
         body, json_size = self._mod.InferenceServerClient.generate_request_body(
             self.make_inputs(arrays), outputs=self.make_outputs(output_names))
-        headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
-        url = f"http://{self.endpoint.url}/v2/models/{quote(model)}/infer"
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._max_connections),
-            timeout=aiohttp.ClientTimeout(total=self.endpoint.timeout_s), auto_decompress=False)
-        self._closers.append(session.close)
+        sender = FixedRequestSender(self.endpoint.url, model, body, json_size, self.endpoint.timeout_s)
+        self._closers.append(sender.close)
 
         async def send() -> int:
             try:
-                async with session.post(url, data=body, headers=headers) as resp:
-                    data = await resp.read()
-                    if resp.status != 200:
-                        raise ClientError(f"infer {model}: HTTP {resp.status}: {data[:300]!r}")
-                    return len(data)
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ClientError(f"infer {model}: {_message(exc)}") from exc
+                status, data = await sender.send()
+            except HttpError as exc:
+                raise ClientError(f"infer {model}: {exc}") from exc
+            if status != 200:
+                raise ClientError(f"infer {model}: HTTP {status}: {data[:300].decode(errors='replace')}")
+            return len(data)
 
         return send
 
