@@ -24,11 +24,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ftcluster.client import Endpoint, parse_steps, run_bench  # noqa: E402
-from ftcluster.client.bench import _prepare  # noqa: E402
-from ftcluster.triton_local import perf_analyzer_env, perf_analyzer_path  # noqa: E402
+from ftcluster.client import Endpoint, parse_steps, run_bench
+from ftcluster.client.bench import _prepare
+from ftcluster.triton_local import perf_analyzer_env, perf_analyzer_path
 
 
 def perf_analyzer_input(arrays: dict[str, np.ndarray], path: Path) -> None:

@@ -111,7 +111,7 @@ class FixedRequestSender:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: _Conn(loop), self._host, self._port), self._timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise HttpError(f"cannot connect to {self._host}:{self._port}: {exc or type(exc).__name__}") from exc
         self._all.add(conn)
         return conn
