@@ -45,8 +45,11 @@ if [ -n "$DOCKER_HOST_TEMPLATE" ]; then
   export DOCKER_HOST=${DOCKER_HOST_TEMPLATE//\{node\}/$NODE}
 fi
 
-# The last non-empty line of a command's output, on one line (docker puts the cause last).
-lastline() { printf '%s\n' "$1" | sed '/^[[:space:]]*$/d' | tail -n 1 | tr -s '[:space:]' ' '; }
+# The last line of a command's output that says something (docker puts the cause last, then
+# sometimes a "Run 'docker run --help'" hint), on one line.
+lastline() {
+  printf '%s\n' "$1" | sed -e '/^[[:space:]]*$/d' -e "/^\(Run\|See\) '.*--help'/d" | tail -n 1 | tr -s '[:space:]' ' '
+}
 
 # Per-node outcome for the job script (one writer per file: safe on a shared filesystem).
 record() { mkdir -p "$STATE/docker" && printf '%s\n' "$2" >"$STATE/docker/$NODE.$1"; }
@@ -146,7 +149,7 @@ run_mpirun() {
 stop_ranks() {
   local f rank pid
   for f in "$STATE"/rank*.host; do
-    [ -e "$f" ] && [ "$(cat "$f")" = "$NODE" ] || continue
+    if [ ! -e "$f" ] || [ "$(cat "$f")" != "$NODE" ]; then continue; fi
     rank=${f##*/rank}
     rank=${rank%.host}
     pid=$(cat "$STATE/rank$rank.pid" 2>/dev/null) || continue
