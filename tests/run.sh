@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   bash tests/cluster/install.sh
+  bash tests/docker/install.sh
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
 exec python3 -m pytest "$@"
