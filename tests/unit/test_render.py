@@ -288,6 +288,9 @@ def test_hostile_pyxis_container_flags_arrive_verbatim(weird_tmp_path: Path) -> 
 def test_1024_nodes_render_well_under_a_second() -> None:
     import time
     c = cluster(**{**SPECS["pyxis"], "max_nodes": 1024})
-    t0 = time.perf_counter()
-    render(c, _model(), _plan(c, 1024), RunPaths("big", RUN_DIR), RenderOptions(python=PYTHON))
-    assert time.perf_counter() - t0 < 0.5
+    times = []
+    for _ in range(3):   # the best of three, so a loaded test machine does not flake
+        t0 = time.perf_counter()
+        render(c, _model(), _plan(c, 1024), RunPaths("big", RUN_DIR), RenderOptions(python=PYTHON))
+        times.append(time.perf_counter() - t0)
+    assert min(times) < 0.5   # bench/render_1024.py measures ~1 ms
