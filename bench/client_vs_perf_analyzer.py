@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import http.client
 import json
 import statistics
 import subprocess
@@ -57,13 +58,30 @@ def run_perf_analyzer(pa: Path, url: str, protocol: str, model: str, concurrency
     return float(rows[0]["Inferences/Second"])
 
 
-def run_client(url: str, protocol: str, model: str, concurrency: int, warmup_s: float,
+def server_successes(http_url: str, model: str) -> int:
+    """Triton's own count of successful inferences of `model` (statistics extension)."""
+    host, _, port = http_url.rpartition(":")
+    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=10)
+    try:
+        conn.request("GET", f"/v2/models/{model}/stats")
+        stats = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
+
+
+def run_client(url: str, http_url: str, protocol: str, model: str, concurrency: int, warmup_s: float,
                duration_s: float, processes: int) -> float:
+    before = server_successes(http_url, model)
     result = run_bench(Endpoint.parse(url, protocol), model, parse_steps(str(concurrency), None),
                        batch_size=1, warmup_s=warmup_s, duration_s=duration_s, processes=processes)
+    served = server_successes(http_url, model) - before
     step = result.steps[0]
     if step.errors or not step.requests:
         raise RuntimeError(f"client bench failed: {step.first_error}")
+    # The client only counts requests inside its window; the server saw those plus warm-up.
+    if served < step.requests:
+        raise RuntimeError(f"client counted {step.requests} requests, server served only {served}")
     return step.seq_per_s
 
 
@@ -91,7 +109,8 @@ def compare(urls: dict[str, str], model: str, protocols: list[str], concurrencie
                             pa_runs.append(run_perf_analyzer(pa, url, protocol, model, c, input_json,
                                                              int(window_s * 1000), work, pa_stability))
                         else:
-                            client_runs.append(run_client(url, protocol, model, c, 1.0, window_s, processes))
+                            client_runs.append(run_client(url, urls['http'], protocol, model, c, 1.0, window_s,
+                                                          processes))
                 cm, pm = statistics.median(client_runs), statistics.median(pa_runs)
                 row = {"protocol": protocol, "concurrency": c, "client_infer_per_s": round(cm, 1),
                        "perf_analyzer_infer_per_s": round(pm, 1), "ratio": round(cm / pm, 3),
