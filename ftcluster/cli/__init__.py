@@ -29,7 +29,8 @@ def _register() -> None:
     from ftcluster.cli import commands_plan  # noqa: F401
     import importlib
 
-    for name in ("commands_launch", "commands_client", "commands_preflight", "commands_logs", "commands_check"):
+    for name in ("commands_launch", "commands_client", "commands_preflight", "commands_logs", "commands_check",
+                 "commands_serve", "commands_gateway"):
         try:
             importlib.import_module(f"ftcluster.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(rv)
     except UserError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        # One line, like every other user error.
+        cmd = exc.ctx.command_path if exc.ctx else "ftcluster"
+        click.echo(f"error: {exc.format_message()} (see `{cmd} --help`)", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -1,0 +1,144 @@
+"""`compose`, `serve` and `down`: one node as a long-running docker service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.cli.options import echo_json
+from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
+
+
+def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False),
+                     help="Cluster spec YAML (image, shm size, ports, server binary)."),
+        click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec YAML."),
+        click.option("--gpus", default=None,
+                     help="GPU indices, e.g. 0,1 (tensor_para_size = their count), or 'none' for a CPU "
+                          "image; default: 0..gpus_per_node-1."),
+        click.option("--http-port", type=int, default=None, help="Host port for HTTP (default: the spec's)."),
+        click.option("--grpc-port", type=int, default=None, help="Host port for gRPC."),
+        click.option("--metrics-port", type=int, default=None, help="Host port for metrics."),
+        click.option("--image", default=None, help="Override container.image."),
+        click.option("--name", default=None, help="Container name (default: ftcluster-<model name>)."),
+        click.option("--network-host", is_flag=True,
+                     help="Host networking: tritonserver listens on the host ports itself (no mapping)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: str | None,
+           http_port: int | None, grpc_port: int | None, metrics_port: int | None,
+           image: str | None, name: str | None, network_host: bool) -> Any:
+    from ftcluster.compose import parse_gpus, prepare_service
+
+    cluster = load_cluster(cluster_path or default_cluster_path())
+    model = load_model(model_path or default_model_path())
+    ports = {k: v for k, v in (("http", http_port), ("grpc", grpc_port), ("metrics", metrics_port)) if v}
+    for role, port in ports.items():
+        if not 0 < port < 65536:
+            raise click.BadParameter(f"{port} is not a port", param_hint=f"--{role}-port")
+    svc, files = prepare_service(cluster, model, out, gpus=parse_gpus(gpus, cluster), ports=ports,
+                                 image=image, name=name, network_host=network_host)
+    return cluster, model, svc, files
+
+
+@cli.command("compose")
+@service_options
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Folder for docker-compose.yml, .env and model_repository/.")
+def compose_cmd(out: str, **kw: Any) -> None:
+    """Write docker-compose.yml + .env serving one node (pp = 1) as a restartable service.
+
+    \b
+    Example:
+      ftcluster compose --cluster configs/clusters/docker.yaml --model configs/models/gpt.yaml \\
+          --gpus 0,1 --http-port 2000 --grpc-port 2001 --metrics-port 2002 --out svc/
+      cd svc && docker compose up -d
+    """
+    _, _, svc, files = _build(Path(out), **kw)
+    for path in files:
+        click.echo(str(path))
+    tp = len(svc.device_ids) if svc.device_ids else 1
+    click.echo(f"tensor_para_size={tp} pipeline_para_size=1, GPUs {list(svc.device_ids or []) or 'none'}, "
+               f"HTTP on host port {svc.ports['http']}")
+
+
+@cli.command("serve")
+@service_options
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Folder for the prepared repository and compose files (default: <workspace>/serve-<name>).")
+@click.option("--docker-host", default=None, help="Docker daemon (default: DOCKER_HOST or container.docker_host).")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for readiness (default: server.ready_timeout).")
+@click.option("--stop", is_flag=True, help="Remove the service instead (same as `ftcluster down`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
+def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, stop: bool,
+              as_json: bool, **kw: Any) -> None:
+    """Start one node as a container through the Docker SDK and wait until the model is ready.
+
+    \b
+    Example:
+      ftcluster serve --cluster configs/clusters/docker.yaml --model configs/models/gpt.yaml --gpus 0,1
+      ftcluster serve --model configs/models/gpt.yaml --stop
+    """
+    from ftcluster import serve
+
+    if stop:
+        _down(kw.get("name"), kw.get("model_path"), kw.get("cluster_path"), docker_host)
+        return
+    cluster = load_cluster(kw["cluster_path"] or default_cluster_path())
+    model = load_model(kw["model_path"] or default_model_path())
+    name = kw["name"] or f"ftcluster-{model.name}"
+    folder = Path(out) if out else Path(cluster.workspace).expanduser() / f"serve-{name}"
+    host = serve.resolve_docker_host(docker_host, cluster.container.docker_host)
+    client = serve.docker_client(host)   # fail before preparing anything
+    _, _, svc, _ = _build(folder, **kw)
+    container = serve.start(client, svc)
+    try:
+        served = serve.wait_ready(container, svc, serve.endpoint_host(host),
+                                  timeout or cluster.server.ready_timeout)
+    except BaseException:
+        serve.remove(client, svc.name, grace=2)   # nothing half-started stays behind
+        raise
+    if as_json:
+        echo_json({"name": svc.name, "container": served.container_id, "http": served.http,
+                   "grpc": served.grpc, "metrics": served.metrics, "model": svc.model,
+                   "ready_s": round(served.seconds, 2), "folder": str(folder.expanduser().resolve())})
+    else:
+        click.echo(f"{svc.name}: model {svc.model!r} ready in {served.seconds:.1f} s at http://{served.http} "
+                   f"(gRPC {served.grpc}, metrics {served.metrics}); stop with "
+                   f"`ftcluster down --name {svc.name}`")
+
+
+def _down(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None) -> None:
+    from ftcluster import serve
+
+    template = load_cluster(cluster_path).container.docker_host if cluster_path else None
+    if name is None:
+        name = f"ftcluster-{load_model(model_path or default_model_path()).name}"
+    client = serve.docker_client(serve.resolve_docker_host(docker_host, template))
+    if serve.remove(client, name):
+        click.echo(f"removed {name}")
+    else:
+        click.echo(f"no container {name!r}")
+
+
+@cli.command("down")
+@click.option("--name", default=None, help="Container name (default: ftcluster-<model name>).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec (for the default name).")
+@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec (its docker_host).")
+@click.option("--docker-host", default=None, help="Docker daemon (default: DOCKER_HOST).")
+def down_cmd(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None) -> None:
+    """Stop and remove a service started by `ftcluster serve`.
+
+    \b
+    Example:
+      ftcluster down --name ftcluster-ensemble
+    """
+    _down(name, model_path, cluster_path, docker_host)
