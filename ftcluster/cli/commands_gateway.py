@@ -1,0 +1,50 @@
+"""`gateway`: the HTTP API in front of a Triton endpoint (needs the `gateway` extra)."""
+
+from __future__ import annotations
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.errors import UserError
+
+
+@cli.command("gateway")
+@click.option("--triton", "triton_url", required=True, help="Triton's HTTP endpoint, HOST:PORT.")
+@click.option("--model", required=True, help="The model to query (an FT model or FT-style ensemble).")
+@click.option("--tokenizer", default=None,
+              help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; "
+                   "enables 'prompt' for token-id models and text in responses.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=9000, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0.001), default=60.0, show_default=True,
+              help="Seconds per request before answering 504.")
+@click.option("--max-input-tokens", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Largest max_tokens a request may ask for.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def gateway_cmd(triton_url: str, model: str, tokenizer: str | None, host: str, port: int, timeout: float,
+                max_input_tokens: int, max_tokens: int, max_batch: int, log_level: str) -> None:
+    """Serve a JSON generation API (OpenAPI docs at /docs) in front of Triton.
+
+    \b
+    Example:
+      ftcluster gateway --triton localhost:8000 --model ensemble --port 9000
+      curl -s localhost:9000/v1/generate -H 'content-type: application/json' \\
+          -d '{"prompt": "Hello", "max_tokens": 8}'
+    """
+    try:
+        import uvicorn
+
+        from ftcluster.gateway.app import GatewayConfig, create_app
+        from ftcluster.gateway.request import Limits
+    except ImportError as exc:
+        raise UserError(f"the gateway needs {exc.name}", hint="pip install 'ftcluster[gateway]'") from None
+    from ftcluster.client.endpoint import Endpoint
+
+    Endpoint.parse(triton_url)  # a bad --triton fails here with the option named
+    cfg = GatewayConfig(triton_url, model, tokenizer, timeout,
+                        Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch))
+    click.echo(f"gateway for {model!r} at {triton_url}: http://{host}:{port}/v1/generate (docs: /docs)", err=True)
+    uvicorn.run(create_app(cfg), host=host, port=port, log_level=log_level, access_log=False)
