@@ -1,0 +1,331 @@
+"""A real multi-node Slurm 22.05 cluster made of namespaces on this one machine.
+
+    with SlurmTestbed("/tmp/ftc-testbed", n_nodes=3) as tb:
+        tb.node_exec("node2", ["hostname"])  # -> "node2"
+
+State (dir, node count, pids) is kept in <dir>/state.json so that another
+process (`python -m tests.cluster down`) can tear the cluster down.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from . import netns, slurmconf, sshd
+from .netns import Net
+from .util import (
+    REQUIRED_TOOLS,
+    SSH_TOOLS,
+    TestbedError,
+    comm,
+    kill_pids,
+    missing_tools,
+    pid_alive,
+    pids_in_namespace,
+    processes_mentioning,
+    run,
+    tail,
+    wait_until,
+    which,
+)
+
+DEFAULT_DIR = Path("/tmp/ftc-testbed")
+DAEMONS = {"slurmctld", "slurmd", "slurmstepd", "munged", "sshd"}
+
+
+class SlurmTestbed:
+    """One test cluster: nodes <prefix>1..N at 10.<octet>.0.(10+i), controller at .1.
+
+    system_conf=True writes /etc/slurm/slurm.conf (so plain sbatch/srun work);
+    False leaves it alone and tools must get `env` (SLURM_CONF) instead, which
+    lets a second, independent cluster run next to the first.
+    """
+
+    partition = "debug"  # Default=YES, all nodes
+    small_partition = "small"  # only the first node
+
+    def __init__(self, dir: str | Path = DEFAULT_DIR, n_nodes: int = 3, *, octet: int = 77,
+                 prefix: str = "node", sshd: bool = False, system_conf: bool = True) -> None:
+        self.dir = Path(dir).resolve()
+        self.net = Net(octet=octet, nodes=n_nodes, prefix=prefix)
+        self.with_sshd = sshd
+        self.system_conf = system_conf
+        self.pids: dict[str, int] = {}
+        self.timings: dict[str, float] = {}
+
+    # ---- facts ---------------------------------------------------------------------------
+    @property
+    def nodes(self) -> list[str]:
+        return self.net.names
+
+    @property
+    def conf_path(self) -> Path:
+        return self.dir / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm tools that talk to this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf_path)}
+
+    @property
+    def key_path(self) -> Path:
+        return sshd.key_path(self.dir)
+
+    @property
+    def ssh_options(self) -> list[str]:
+        return sshd.ssh_options(self.dir)
+
+    @property
+    def mpirun_rsh_args(self) -> str:
+        """Value for `mpirun -mca plm_rsh_args ...`."""
+        return " ".join(self.ssh_options)
+
+    def ip(self, node: str) -> str:
+        return self.net.ip(self.net.index(node))
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.dir / "munge" / "munge.socket"
+
+    # ---- running commands ----------------------------------------------------------------
+    def node_exec(self, node: str, argv: Sequence[str], *, check: bool = False,
+                  timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
+        """Run argv inside the node's network and UTS namespaces (hostname is the node's)."""
+        return subprocess.run([*self.net.enter(node), *argv], capture_output=True, text=True,
+                              env=kw.pop("env", self.env), timeout=timeout, check=check, **kw)
+
+    def slurm(self, argv: Sequence[str], *, check: bool = True,
+              timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client tool (by absolute path) against this cluster."""
+        return run([which(argv[0]), *argv[1:]], env=self.env, check=check, timeout=timeout)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    @staticmethod
+    def unavailable(sshd: bool = False) -> str | None:
+        """Why a test bed cannot run here (None when it can)."""
+        if os.geteuid() != 0:
+            return "the Slurm test bed needs root (namespaces, /etc/hosts)"
+        missing = missing_tools(REQUIRED_TOOLS + (SSH_TOOLS if sshd else ()))
+        if missing:
+            return f"missing tools {missing}: run tests/cluster/install.sh as root"
+        return None
+
+    def up(self) -> Self:
+        why = self.unavailable(self.with_sshd)
+        if why:
+            raise TestbedError(why)
+        t0 = time.monotonic()
+        if self.state_file.exists():  # a previous run, maybe half-made: start clean
+            self.down()
+        for sub in ("state", "run", "log", "munge", *(f"spool/{n}" for n in self.nodes),
+                    *(f"tmp/{n}" for n in self.nodes)):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        # munged wants every directory above its socket searchable by all.
+        self.dir.chmod(self.dir.stat().st_mode | 0o011)
+        self._save()  # before anything exists, so that down() finds it after any failure
+        try:
+            netns.create(self.net)
+            self.timings["network"] = time.monotonic() - t0
+            self._start_munge()
+            self._write_conf()
+            self._start_slurm()
+            if self.with_sshd:
+                self.start_sshd()
+        except BaseException:
+            self._save()
+            self.down()
+            raise
+        self.timings["up"] = time.monotonic() - t0
+        self._save()
+        return self
+
+    def down(self) -> None:
+        """Stop and remove everything; safe to call repeatedly and after a failed up()."""
+        t0 = time.monotonic()
+        state = self._load()
+        if state:
+            self.net = Net(octet=state["octet"], nodes=state["nodes"], prefix=state["prefix"])
+            self.pids.update(state.get("pids", {}))
+            self.system_conf = state.get("system_conf", self.system_conf)
+        # Everything in a node namespace first: slurmd, sshd and the job steps that
+        # slurmd double-forked away (they would keep running otherwise).
+        self._cancel_jobs()
+        # SIGKILL at once: slurmstepd ignores SIGTERM, and nothing there needs a clean exit.
+        kill_pids([p for i in range(1, 65) for p in pids_in_namespace(self.net.netns_file(i))],
+                  term=False)
+        # Recorded pids only while they still name one of our daemons (pids get reused).
+        victims = [p for p in self.pids.values() if comm(p) in DAEMONS]
+        kill_pids(victims + self._daemons_of_this_dir())
+        netns.destroy(self.net)
+        if self.system_conf:
+            slurmconf.restore_system(self._header(), self.dir / "slurm.conf.orig")
+        shutil.rmtree(self.dir / "munge", ignore_errors=True)  # the key is per cluster
+        self.state_file.unlink(missing_ok=True)
+        self.pids = {}
+        self.timings["down"] = time.monotonic() - t0
+
+    def _cancel_jobs(self) -> None:
+        """Cancel every job while slurmctld still runs: that is what tells waiting srun
+        clients (in the root namespace, outside our reach) to exit."""
+        ctld = self.pids.get("slurmctld")
+        if not ctld or comm(ctld) != "slurmctld" or not self.conf_path.exists():
+            return
+        jobs = self.slurm(["squeue", "-h", "-o", "%A"], check=False, timeout=10).stdout.split()
+        if not jobs:
+            return
+        self.slurm(["scancel", *jobs], check=False, timeout=10)
+        try:
+            wait_until(lambda: not self.slurm(["squeue", "-h", "-o", "%A"], check=False,
+                                              timeout=10).stdout.split(), 5, "jobs to end", 0.1)
+        except TestbedError:
+            pass  # stuck in completing: the SIGKILL below ends them anyway
+
+    def is_up(self) -> bool:
+        state = self._load()
+        return bool(state) and all(pid_alive(p) for p in state.get("pids", {}).values())
+
+    def leftovers(self) -> list[str]:
+        """What of this cluster still exists (empty after down())."""
+        out = netns.leftovers(self.net)
+        out += [f"process {p}" for p in self.pids.values() if pid_alive(p)]
+        out += [f"process {p}" for p in self._daemons_of_this_dir()]
+        if self.system_conf and slurmconf.is_ours(self._header()):
+            out.append(str(slurmconf.SYSTEM_CONF))
+        return out
+
+    def __enter__(self) -> Self:
+        return self.up()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.down()
+
+    # ---- pieces --------------------------------------------------------------------------
+    def _start_munge(self) -> None:
+        # Our own munged and key: a system munged (if any) is left alone.
+        d = self.dir / "munge"
+        key = d / "munge.key"
+        key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o600)
+        for path in (d, key):
+            shutil.chown(path, "munge", "munge")
+        d.chmod(0o755)  # munged: clients need to reach the socket in it
+        t0 = time.monotonic()
+        p = self._spawn("munged", [which("munged"), "-F", f"--socket={self.munge_socket}",
+                                   f"--key-file={key}", f"--pid-file={d / 'munged.pid'}",
+                                   f"--log-file={d / 'munged.log'}",
+                                   f"--seed-file={d / 'munged.seed'}"], user="munge")
+        wait_until(lambda: self.munge_socket.exists() or not pid_alive(p), 10, "munged socket")
+        if not pid_alive(p):
+            raise TestbedError(f"munged exited: {tail(d / 'munged.log')}")
+        self.timings["munged"] = time.monotonic() - t0
+
+    def _write_conf(self) -> None:
+        text = f"# {self._header()}\n" + slurmconf.render(self.net, self.dir, self.munge_socket)
+        self.conf_path.write_text(text)
+        if self.system_conf:
+            slurmconf.install_system(text, self._header(), self.dir / "slurm.conf.orig")
+
+    def _start_slurm(self) -> None:
+        t0 = time.monotonic()
+        conf = str(self.conf_path)
+        # -c: a clean start, no jobs carried over from an earlier cluster in this dir.
+        ctld = self._spawn("slurmctld", [which("slurmctld"), "-D", "-c", "-f", conf])
+        for n in self.nodes:
+            self._spawn(f"slurmd-{n}", [*self.net.enter(n), which("slurmd"), "-D", "-N", n,
+                                        "-f", conf])
+        wait_until(lambda: self._ctld_ready(ctld), 30, "slurmctld to answer")
+        self.timings["slurmctld"] = time.monotonic() - t0
+        wait_until(self._all_idle, 60, f"nodes {self.nodes} to be idle", interval=0.1)
+        self.timings["slurmd_idle"] = time.monotonic() - t0
+
+    def _ctld_ready(self, pid: int) -> bool:
+        if not pid_alive(pid):
+            raise TestbedError(f"slurmctld exited: {tail(self.dir / 'log/slurmctld.log')}")
+        return "UP" in self.slurm(["scontrol", "ping"], check=False, timeout=10).stdout
+
+    def _all_idle(self) -> bool:
+        for n in self.nodes:
+            if not pid_alive(self.pids[f"slurmd-{n}"]):
+                log = self.dir / "log" / f"slurmd-{n}.log"
+                raise TestbedError(f"slurmd on {n} exited: {tail(log)}")
+        out = self.slurm(["sinfo", "-h", "-N", "-p", self.partition, "-o", "%N %t"],
+                         check=False, timeout=10).stdout.split()
+        states = dict(zip(out[::2], out[1::2]))
+        return all(states.get(n) == "idle" for n in self.nodes)
+
+    def start_sshd(self) -> None:
+        """Start sshd on every node (also on an already running cluster)."""
+        missing = missing_tools(SSH_TOOLS)
+        if missing:
+            raise TestbedError(f"missing {missing}: run tests/cluster/install.sh")
+        old = [v for k, v in self.pids.items() if k.startswith("sshd-")]
+        kill_pids(old)
+        t0 = time.monotonic()
+        self.pids.update(sshd.start(self.net, self.dir))
+        self.with_sshd = True
+        self._save()
+        for n in self.nodes:
+            wait_until(functools.partial(sshd.listening, self.net, n), 15, f"sshd on {n}")
+        self.timings["sshd"] = time.monotonic() - t0
+
+    def _spawn(self, name: str, argv: list[str], user: str | None = None) -> int:
+        # A new session: the daemons outlive the CLI process that started them.
+        with open(self.dir / "log" / f"{name}.out", "ab") as log:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 start_new_session=True, env=self.env, user=user,
+                                 group=user, extra_groups=[] if user else None)
+        self.pids[name] = p.pid  # nsenter execs its command: this is the daemon's pid
+        self._save()
+        return p.pid
+
+    def _daemons_of_this_dir(self) -> list[int]:
+        """Our daemons found by command line: a safety net when state.json is gone."""
+        return processes_mentioning(str(self.dir) + "/", DAEMONS)
+
+    def _header(self) -> str:
+        return f"ftcluster testbed {self.net.tag} {self.dir}"
+
+    def _save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        state = {"dir": str(self.dir), "nodes": self.net.nodes, "octet": self.net.octet,
+                 "prefix": self.net.prefix, "sshd": self.with_sshd,
+                 "system_conf": self.system_conf, "node_names": self.nodes,
+                 "ips": {n: self.ip(n) for n in self.nodes}, "conf": str(self.conf_path),
+                 "key_path": str(self.key_path), "pids": self.pids, "timings": self.timings}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_file)
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+            return data
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    @classmethod
+    def from_state(cls, dir: str | Path = DEFAULT_DIR) -> SlurmTestbed:
+        """The test bed recorded in dir (defaults if nothing is recorded there)."""
+        tb = cls(dir)
+        s = tb._load()
+        if s:
+            tb = cls(dir, s["nodes"], octet=s["octet"], prefix=s["prefix"], sshd=s["sshd"],
+                     system_conf=s["system_conf"])
+            tb.pids = dict(s.get("pids", {}))
+            tb.timings = dict(s.get("timings", {}))
+        return tb
