@@ -51,6 +51,7 @@ class ServiceSpec:
     network_host: bool = False
     start_period_s: int = 900
     restart: str = "unless-stopped"
+    ulimits: dict[str, int] = field(default_factory=lambda: dict(ULIMITS))
 
     @property
     def labels(self) -> dict[str, str]:
@@ -76,6 +77,17 @@ def parse_gpus(text: str | None, cluster: ClusterSpec) -> tuple[str, ...] | None
     return ids
 
 
+def parse_ulimits(items: tuple[str, ...]) -> dict[str, int]:
+    """`memlock=8388608` -> {"memlock": 8388608}; -1 is unlimited."""
+    out: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isalpha() or not value.lstrip("-").isdigit():
+            raise UserError(f"{item!r} is not NAME=INTEGER", field="--ulimit", hint="e.g. --ulimit memlock=-1")
+        out[key] = int(value)
+    return out
+
+
 def plan_single_node(cluster: ClusterSpec, model: ModelSpec, gpus: tuple[str, ...] | None) -> Plan:
     tp = len(gpus) if gpus else 1
     return make_plan(cluster, model, 1, gpus_per_node=tp, tp=tp, pp=1)
@@ -85,6 +97,7 @@ def service_spec(
     cluster: ClusterSpec, model: ModelSpec, plan: Plan, *, repo_dir: Path, gpus: tuple[str, ...] | None,
     ports: dict[str, int] | None = None, name: str | None = None, image: str | None = None,
     network_host: bool = False, server_id: str | None = None, has_links: bool = False,
+    ulimits: dict[str, int] | None = None,
 ) -> ServiceSpec:
     """The container for `plan` serving the prepared repository at `repo_dir`; pure."""
     img = image or cluster.container.image
@@ -114,6 +127,7 @@ def service_spec(
         model=model.name, ports=host_ports, container_ports=inner, binds=tuple(binds),
         shm_size=cluster.container.shm_size, device_ids=gpus, environment=dict(cluster.env),
         network_host=network_host, start_period_s=int(cluster.server.ready_timeout),
+        ulimits={**ULIMITS, **(ulimits or {})},
     )
 
 
@@ -134,7 +148,7 @@ def compose_files(svc: ServiceSpec, base: Path) -> tuple[dict[str, Any], dict[st
         "image": "${FTC_IMAGE}",
         "command": [_lit(c) for c in svc.command],
         "shm_size": svc.shm_size,
-        "ulimits": dict(ULIMITS),
+        "ulimits": dict(svc.ulimits),
         "volumes": [{"type": "bind", "source": _lit(_rel(b.source, base)), "target": _lit(b.target),
                      "read_only": b.read_only} for b in svc.binds],
         "restart": svc.restart,

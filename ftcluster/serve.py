@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from ftcluster.compose import LABEL, ULIMITS, ServiceSpec
+from ftcluster.compose import LABEL, ServiceSpec
 from ftcluster.errors import UserError
 
 _NS = 1_000_000_000  # the Engine API counts healthcheck durations in nanoseconds
@@ -32,7 +32,7 @@ def sdk_kwargs(svc: ServiceSpec) -> dict[str, Any]:
         "name": svc.name,
         "labels": svc.labels,
         "shm_size": svc.shm_size,
-        "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in ULIMITS.items()],
+        "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in svc.ulimits.items()],
         "mounts": [Mount(b.target, b.source, type="bind", read_only=b.read_only) for b in svc.binds],
         "environment": dict(svc.environment),
         "restart_policy": {"Name": svc.restart},
@@ -99,17 +99,32 @@ def start(client: Any, svc: ServiceSpec) -> Any:
     old = _ours(client, svc.name)
     if old is not None:
         old.remove(force=True)
+    _have_image(client, svc.image)
     try:
         return client.containers.run(**sdk_kwargs(svc))
-    except docker.errors.ImageNotFound:
-        raise UserError(f"image {svc.image!r} is not on the Docker daemon", field="container.image",
-                        hint="docker pull/load it first (the daemon may not reach a registry)") from None
     except docker.errors.APIError as exc:
         leftover = _ours(client, svc.name)
         if leftover is not None:
             leftover.remove(force=True)
         raise UserError(f"docker could not start {svc.name!r}: {exc.explanation or exc}",
                         hint="--gpus none runs without a GPU request (CPU images)") from None
+
+
+def _have_image(client: Any, image: str) -> None:
+    """Pull only when missing; an air-gapped daemon gets a clear message instead of a DNS error."""
+    import docker.errors
+
+    try:
+        client.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(image)
+    except docker.errors.APIError as exc:
+        raise UserError(f"image {image!r} is not on the Docker daemon and could not be pulled: "
+                        f"{exc.explanation or exc}", field="container.image",
+                        hint="docker load/import it on that daemon first") from None
 
 
 def _get(host: str, port: int, path: str) -> tuple[int, bytes]:

@@ -25,6 +25,9 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--metrics-port", type=int, default=None, help="Host port for metrics."),
         click.option("--image", default=None, help="Override container.image."),
         click.option("--name", default=None, help="Container name (default: ftcluster-<model name>)."),
+        click.option("--ulimit", "ulimits", multiple=True, metavar="NAME=N",
+                     help="Override a ulimit (default memlock=-1, stack=67108864); for daemons "
+                          "that may not raise memlock."),
         click.option("--network-host", is_flag=True,
                      help="Host networking: tritonserver listens on the host ports itself (no mapping)."),
     ]
@@ -35,8 +38,8 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: str | None,
            http_port: int | None, grpc_port: int | None, metrics_port: int | None,
-           image: str | None, name: str | None, network_host: bool) -> Any:
-    from ftcluster.compose import parse_gpus, prepare_service
+           image: str | None, name: str | None, network_host: bool, ulimits: tuple[str, ...]) -> Any:
+    from ftcluster.compose import parse_gpus, parse_ulimits, prepare_service
 
     cluster = load_cluster(cluster_path or default_cluster_path())
     model = load_model(model_path or default_model_path())
@@ -45,7 +48,8 @@ def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: st
         if not 0 < port < 65536:
             raise click.BadParameter(f"{port} is not a port", param_hint=f"--{role}-port")
     svc, files = prepare_service(cluster, model, out, gpus=parse_gpus(gpus, cluster), ports=ports,
-                                 image=image, name=name, network_host=network_host)
+                                 image=image, name=name, network_host=network_host,
+                                 ulimits=parse_ulimits(ulimits))
     return cluster, model, svc, files
 
 
