@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 from ftcluster.client import Endpoint, parse_steps, run_bench
-from ftcluster.client.bench import _prepare
+from ftcluster.client.bench import prepare_load
 from ftcluster.triton_local import perf_analyzer_env, perf_analyzer_path
 
 
@@ -97,7 +97,7 @@ def compare(urls: dict[str, str], model: str, protocols: list[str], concurrencie
             url = urls[protocol]
             import asyncio
 
-            _, arrays, _ = asyncio.run(_prepare(Endpoint.parse(url, protocol), model, 1, 8, 8, 0))
+            _, arrays, _ = asyncio.run(prepare_load(Endpoint.parse(url, protocol), model, 1, 8, 8, 0))
             input_json = work / "input.json"
             perf_analyzer_input(arrays, input_json)
             for c in concurrencies:

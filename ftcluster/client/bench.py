@@ -288,8 +288,9 @@ def parse_steps(concurrency: str | None, rate: str | None) -> list[Step]:
     return steps
 
 
-async def _prepare(endpoint: Endpoint, model: str, batch_size: int, input_len: int,
-                   output_len: int, seed: int) -> tuple[str, dict[str, np.ndarray], list[str]]:
+async def prepare_load(endpoint: Endpoint, model: str, batch_size: int, input_len: int,
+                       output_len: int, seed: int) -> tuple[str, dict[str, np.ndarray], list[str]]:
+    """(style, request arrays, output names) for the model; one request is sent as a check."""
     async with AsyncTriton(endpoint) as client:
         await client.check_model(model)
         io = parse_config(await client.model_config(model))
@@ -308,7 +309,7 @@ def run_bench(endpoint: Endpoint, model: str, steps: list[Step], *, batch_size: 
               max_inflight: int = 1024) -> BenchResult:
     if duration_s <= 0 or warmup_s < 0 or windows < 1 or processes < 1:
         raise UserError("duration must be > 0, warm-up >= 0, windows and processes >= 1")
-    style, arrays, names = asyncio.run(_prepare(endpoint, model, batch_size, input_len, output_len, seed))
+    style, arrays, names = asyncio.run(prepare_load(endpoint, model, batch_size, input_len, output_len, seed))
     spec = LoadSpec(endpoint, model, arrays, names, warmup_s, duration_s, max_inflight)
     shares = [[(s, _split(s, processes)[p]) for s in steps] for p in range(processes)]
     if processes == 1:
