@@ -57,6 +57,9 @@ def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client:
             found.append(LogSource(f"rank{r} {host}", str(paths.logs / f"server-rank{r}.log")))
     if client:
         found.append(LogSource("client", str(paths.logs / "client.log")))
+    # Jobs submitted through submitit (`ftcluster convert`) log to <job>_<task>_log.{out,err}.
+    for log in sorted(paths.logs.glob("*_log.out")) + sorted(paths.logs.glob("*_log.err")):
+        found.append(LogSource(f"job {log.suffix[1:]}", str(log)))
     return found
 
 

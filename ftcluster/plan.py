@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ftcluster.checkpoint import CheckpointFacts, read_checkpoint
+from ftcluster.checkpoint_check import verify_checkpoint
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import find_ft_model, scan_repository
 from ftcluster.spec import ClusterSpec, ModelSpec
@@ -205,4 +206,7 @@ def make_plan(
     gpn = _resolve_gpus(cluster, gpus_per_node)
     facts = read_model_facts(model)
     ckpt = read_checkpoint(model.checkpoint_root, model.model_type, gpn if tp is None else tp)
-    return plan_for(cluster, model, facts, ckpt, nodes, gpn, tp, pp)
+    plan = plan_for(cluster, model, facts, ckpt, nodes, gpn, tp, pp)
+    # Weight files, when there are any: every shard present with the size config.ini implies.
+    verify_checkpoint(model.checkpoint_root, model.model_type, plan.tensor_para_size)
+    return plan

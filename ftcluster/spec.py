@@ -123,6 +123,28 @@ class Server(_Strict):
     extra_args: tuple[str, ...] = ()
 
 
+class ImageSpec(_Strict):
+    """The Triton + FT image `ftcluster image build/import` makes (all optional)."""
+
+    # Image name[:tag]; default: container.image when that is an image name, else
+    # ftcluster/triton_with_ft:<triton_version>.
+    tag: str | None = None
+    # Push target, e.g. registry.example.com:5000/team; None: build locally only.
+    registry: str | None = None
+    # The NGC tritonserver release the backend's docker/Dockerfile builds on (TRITON_VERSION).
+    triton_version: str = "22.12"
+    # Where `image import` writes the Enroot image; default: container.image when it ends in
+    # .sqsh, else <workspace>/images/<tag>.sqsh.
+    sqsh: str | None = None
+
+    @field_validator("tag", "registry", "triton_version")
+    @classmethod
+    def _ref(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$", v):
+            raise ValueError("use letters, digits and '_.:/@-' only (a Docker reference)")
+        return v
+
+
 class ClusterSpec(_Strict):
     name: str = "cluster"
     scheduler: Literal["slurm", "ssh", "local"]
@@ -150,6 +172,7 @@ class ClusterSpec(_Strict):
     request_gpus: bool = True
     exclusive: bool = True
     server: Server = Server()
+    image: ImageSpec = ImageSpec()
     # Python with ftcluster installed, as compute nodes see it (runs the client and rank
     # checks); default: this interpreter, which suits a shared filesystem.
     python: str | None = None

@@ -30,7 +30,7 @@ def _register() -> None:
     import importlib
 
     for name in ("commands_launch", "commands_client", "commands_preflight", "commands_logs", "commands_check",
-                 "commands_serve", "commands_gateway"):
+                 "commands_serve", "commands_gateway", "commands_image", "commands_convert"):
         try:
             importlib.import_module(f"ftcluster.cli.{name}")
         except ModuleNotFoundError as exc:

@@ -1,0 +1,186 @@
+"""Is a converted `<root>/<N>-gpu/` folder complete for N GPUs? Checked before anything is submitted.
+
+FT loads weights with a fixed size per file and no header, so a missing or truncated shard
+surfaces only as garbage output or a crash minutes into a multi-node start. Here:
+  - config.ini has the fields the backend reads for the model type;
+  - every rank-split file `<name>.<rank>.bin` exists for ranks 0..N-1 and for no other rank
+    (shards for another rank count mean the folder was converted for another GPU count);
+  - GPT and BLOOM: every file the converter writes is there with the size config.ini implies.
+    Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
+    huggingface_gpt_convert.py (split_and_convert_process) and huggingface_bloom_convert.py
+    (parameter_to_split): qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and
+    mlp.dense_4h_to_h.weight are split per rank; layernorms and the other biases are written once.
+  - other model types: the shards of one tensor have equal sizes (np.split writes equal parts).
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftcluster.checkpoint import available_gpu_counts
+from ftcluster.errors import PlanError
+from ftcluster.ftconfig import read_ini
+
+# model_type -> (section, keys the backend reads); T5 converters copy HF's config names.
+REQUIRED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "GPT": [("gpt", ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size",
+                     "max_pos_seq_len", "start_id", "end_id", "weight_data_type"))],
+    "BLOOM": [("gpt", ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size",
+                       "start_id", "end_id", "weight_data_type"))],
+    "GPT-J": [("gptj", ("head_num", "size_per_head", "inter_size", "num_layer", "rotary_embedding",
+                        "vocab_size", "start_id", "end_id", "weight_data_type"))],
+    "GPT-NeoX": [("gptneox", ("head_num", "size_per_head", "inter_size", "num_layer",
+                              "rotary_embedding", "vocab_size", "start_id", "end_id",
+                              "weight_data_type"))],
+    "T5": [("encoder", ("num_heads", "num_layers", "d_model", "d_kv", "d_ff", "vocab_size",
+                        "weight_data_type")),
+           ("decoder", ("num_heads", "num_layers", "d_model", "d_kv", "d_ff", "vocab_size",
+                        "weight_data_type"))],
+    "bert": [("bert", ("head_num", "size_per_head", "inter_size", "num_layer"))],
+}
+_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+_SHARD = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.bin$")
+
+
+@dataclass(frozen=True)
+class Expected:
+    name: str       # file name inside the N-gpu folder
+    nbytes: int
+
+
+def has_weights(gpu_dir: Path) -> bool:
+    """Config-only checkpoints (test models, the demo) have no .bin files and are not checked."""
+    return gpu_dir.is_dir() and any(gpu_dir.glob("*.bin"))
+
+
+def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> list[Expected]:
+    """Every file the GPT / BLOOM converter writes for `tp` ranks, with its size in bytes."""
+    s = parser["gpt"]
+    hidden = int(s["head_num"]) * int(s["size_per_head"])
+    inter = int(s.get("inter_size", str(4 * hidden)))
+    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
+    files = [Expected("model.wte.bin", int(s["vocab_size"]) * hidden * b),
+             Expected("model.final_layernorm.weight.bin", hidden * b),
+             Expected("model.final_layernorm.bias.bin", hidden * b)]
+    if model_type == "BLOOM":
+        # ALiBi instead of position embeddings; an extra layernorm after the embedding.
+        files += [Expected("model.pre_decoder_layernorm.weight.bin", hidden * b),
+                  Expected("model.pre_decoder_layernorm.bias.bin", hidden * b)]
+    else:
+        files.append(Expected("model.wpe.bin", int(s["max_pos_seq_len"]) * hidden * b))
+    for layer in range(int(s["num_layer"])):
+        p = f"model.layers.{layer}."
+        for once in ("input_layernorm.weight", "input_layernorm.bias", "attention.dense.bias",
+                     "post_attention_layernorm.weight", "post_attention_layernorm.bias",
+                     "mlp.dense_4h_to_h.bias"):
+            files.append(Expected(f"{p}{once}.bin", hidden * b))
+        split = {
+            "attention.query_key_value.weight": hidden * 3 * hidden // tp,
+            "attention.query_key_value.bias": 3 * hidden // tp,
+            "attention.dense.weight": hidden // tp * hidden,
+            "mlp.dense_h_to_4h.weight": hidden * inter // tp,
+            "mlp.dense_h_to_4h.bias": inter // tp,
+            "mlp.dense_4h_to_h.weight": inter // tp * hidden,
+        }
+        for rank in range(tp):
+            files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+    return files
+
+
+def _config_problems(parser: configparser.ConfigParser, ini: Path, model_type: str, tp: int) -> list[str]:
+    problems = []
+    for section, keys in REQUIRED.get(model_type, []):
+        if not parser.has_section(section):
+            problems.append(f"{ini}: no [{section}] section (needed for model_type {model_type})")
+            continue
+        missing = [k for k in keys if not parser.has_option(section, k)]
+        if missing:
+            problems.append(f"{ini}: [{section}] lacks {', '.join(missing)}")
+        if parser.has_option(section, "tensor_para_size"):
+            ini_tp = parser.get(section, "tensor_para_size")
+            if ini_tp != str(tp):
+                problems.append(f"{ini}: tensor_para_size={ini_tp}: converted for {ini_tp} GPU(s), "
+                                f"not {tp}")
+    return problems
+
+
+def _shard_problems(gpu_dir: Path, tp: int) -> list[str]:
+    ranks: dict[str, dict[int, int]] = defaultdict(dict)
+    for f in gpu_dir.glob("*.bin"):
+        m = _SHARD.match(f.name)
+        if m:
+            ranks[m["stem"]][int(m["rank"])] = f.stat().st_size
+    if not ranks:
+        return []
+    counts = {max(r) + 1 for r in ranks.values()}
+    complete = all(len(r) == max(r) + 1 for r in ranks.values())
+    other = max(counts) if max(counts) > tp else (counts.pop() if len(counts) == 1 and complete else tp)
+    if other != tp:
+        # Every tensor split for another rank count: the folder holds another conversion.
+        return [(f"the weight shards are for {other} GPU(s) (rank files .0.bin to "
+                 f".{other - 1}.bin): converted for {other} GPU(s), not {tp}")]
+    problems = []
+    for stem, by_rank in sorted(ranks.items()):
+        missing = [r for r in range(tp) if r not in by_rank]
+        if missing:
+            problems.append(f"missing shard {stem}.{missing[0]}.bin"
+                            + (f" (+{len(missing) - 1} more ranks)" if len(missing) > 1 else ""))
+        elif len(set(by_rank.values())) > 1:
+            small = min(by_rank, key=lambda r: by_rank[r])
+            problems.append(f"{stem}.{small}.bin is {by_rank[small]} bytes but the other shards are "
+                            f"{max(by_rank.values())} (truncated?)")
+    return problems
+
+
+def _layout_problems(gpu_dir: Path, expected: list[Expected]) -> list[str]:
+    problems = []
+    for e in expected:
+        path = gpu_dir / e.name
+        if not path.is_file():
+            problems.append(f"missing {'shard' if _SHARD.match(e.name) else 'file'} {e.name}")
+            continue
+        size = path.stat().st_size
+        if size != e.nbytes:
+            what = "truncated" if size < e.nbytes else "too large"
+            problems.append(f"{e.name} is {size} bytes, config.ini implies {e.nbytes} ({what})")
+    return problems
+
+
+def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
+    """Everything wrong with `<root>/<tp>-gpu/` for `tp` ranks (empty: it is complete)."""
+    gpu_dir = root / f"{tp}-gpu"
+    if not gpu_dir.is_dir():
+        have = available_gpu_counts(root)
+        found = ", ".join(f"{n}-gpu" for n in have)
+        return [f"no {tp}-gpu folder under {root}"
+                + (f"; it was converted for {found} GPU(s)" if have else "")]
+    ini = gpu_dir / "config.ini"
+    if not ini.is_file():
+        return [f"{ini} is missing"]
+    parser = read_ini(ini)
+    problems = _config_problems(parser, ini, model_type, tp)
+    shard = _shard_problems(gpu_dir, tp)
+    if shard and "converted for" in shard[0]:
+        return problems + shard[:1]
+    if model_type in ("GPT", "BLOOM") and not problems:
+        problems += _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
+    else:
+        problems += shard
+    return problems
+
+
+def verify_checkpoint(root: Path, model_type: str, tp: int) -> None:
+    """Raise PlanError naming the first problem (and how many more) when weights are present."""
+    gpu_dir = root / f"{tp}-gpu"
+    if not has_weights(gpu_dir):
+        return
+    problems = checkpoint_problems(root, model_type, tp)
+    if problems:
+        more = f" [+{len(problems) - 1} more problem(s)]" if len(problems) > 1 else ""
+        raise PlanError(f"{gpu_dir}: {problems[0]}{more}", field="checkpoint_root",
+                        hint=f"re-run `ftcluster convert` for {tp} GPU(s) "
+                             "or `ftcluster check-checkpoint` for the full list")

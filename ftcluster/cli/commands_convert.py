@@ -1,0 +1,92 @@
+"""`convert` (the FT converter as a Slurm job) and `check-checkpoint` (is an N-gpu folder complete)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import click
+
+from ftcluster import convert as conv
+from ftcluster.checkpoint_check import checkpoint_problems
+from ftcluster.cli import cli
+from ftcluster.errors import PlanError
+from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
+from ftcluster.store import RunStore
+
+
+@cli.command("convert")
+@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec YAML.")
+@click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes the model will be served on.")
+@click.option("--gpus-per-node", type=int, default=None, help="Override the spec's gpus_per_node.")
+@click.option("--tp", type=int, default=None, help="tensor_para_size (default: GPUs per node).")
+@click.option("--pp", type=int, default=None, help="pipeline_para_size (default: nodes).")
+@click.option("--converter-root", required=True, type=click.Path(file_okay=False),
+              help="FasterTransformer checkout (holds examples/pytorch/...).")
+@click.option("--input", "input_dir", required=True, help="HF model folder or training checkpoint to convert.")
+@click.option("--python", default="python3", show_default=True,
+              help="Python that runs the converter on the node (needs torch/transformers).")
+@click.option("--dry-run", is_flag=True, help="Print the converter command and the job; submit nothing.")
+@click.option("--detach", is_flag=True, help="Submit and return; follow with `ftcluster logs RUN`.")
+@click.option("--timeout", type=float, default=None, help="Stop waiting after this many seconds.")
+def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gpus_per_node: int | None,
+                tp: int | None, pp: int | None, converter_root: str, input_dir: str, python: str,
+                dry_run: bool, detach: bool, timeout: float | None) -> None:
+    """Convert weights with FT's converter for the model type, for tensor_para_size GPUs.
+
+    The converter script and its arguments are looked up from model_type; the output is
+    <checkpoint_root>/<tp>-gpu/, checked after the job. Runs as a Slurm job through submitit
+    (submitit's local executor for a local cluster); logs: `ftcluster logs RUN`.
+
+    \b
+    Example:
+      ftcluster convert --cluster configs/clusters/pyxis.yaml --model configs/models/gpt.yaml \\
+          --nodes 2 --converter-root /lustre/FasterTransformer --input /lustre/hf/gpt2
+    """
+    cluster = load_cluster(cluster_path or default_cluster_path())
+    model = load_model(model_path or default_model_path())
+    size = conv.plan_tp(cluster, nodes, gpus_per_node, tp, pp)
+    # The job runs elsewhere: relative paths are made absolute here.
+    inp = str(Path(input_dir).expanduser().resolve()) if not input_dir.startswith("/") else input_dir
+    req = conv.ConvertRequest(cluster, model, size, Path(converter_root).expanduser().resolve(), inp, python)
+    conv.check_request(req)
+    if dry_run:
+        click.echo(f"converter: {shlex.join(req.argv())}")
+        click.echo(f"output:    {model.checkpoint_root / f'{size}-gpu'}")
+        if cluster.scheduler == "slurm":
+            params = conv.slurm_parameters(req, Path(cluster.workspace).expanduser() / "RUN", "ftc-convert")
+            click.echo(f"job:       submitit SlurmExecutor {json.dumps(params, sort_keys=True)}")
+        else:
+            click.echo("job:       submitit LocalExecutor")
+        return
+    store = RunStore()
+    sub = conv.submit(req, store)
+    click.echo(f"run {sub.record.run_id}: job {sub.record.job_id} converting for {size} GPU(s) "
+               f"-> {model.checkpoint_root / f'{size}-gpu'}")
+    if detach:
+        click.echo(f"follow with: ftcluster logs {sub.record.run_id} -f")
+        return
+    rec = conv.wait(sub, store, timeout=timeout)
+    click.echo(f"converted and checked: {rec.plan['checkpoint_dir']} (logs: ftcluster logs {rec.run_id})")
+
+
+@cli.command("check-checkpoint")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec YAML.")
+@click.option("--gpus", type=int, required=True, help="tensor_para_size the checkpoint must be for.")
+def check_checkpoint_cmd(model_path: str | None, gpus: int) -> None:
+    """Check <checkpoint_root>/<gpus>-gpu/: config.ini fields, every shard, every file size.
+
+    \b
+    Example:
+      ftcluster check-checkpoint --model configs/models/gpt.yaml --gpus 8
+    """
+    model = load_model(model_path or default_model_path())
+    problems = checkpoint_problems(model.checkpoint_root, model.model_type, gpus)
+    for p in problems:
+        click.echo(p)
+    if problems:
+        raise PlanError(f"{len(problems)} problem(s) in {model.checkpoint_root / f'{gpus}-gpu'}",
+                        field="checkpoint_root")
+    click.echo(f"ok: {model.checkpoint_root / f'{gpus}-gpu'} is complete for {gpus} GPU(s)")

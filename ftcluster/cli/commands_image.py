@@ -1,0 +1,119 @@
+"""`image build` and `image import`: the Triton + FT backend image for a cluster."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from ftcluster import image as img
+from ftcluster.cli import cli
+from ftcluster.cli.options import echo_json
+from ftcluster.errors import UserError
+from ftcluster.spec import ClusterSpec, default_cluster_path, load_cluster
+
+
+def _cluster(path: str | None) -> ClusterSpec:
+    return load_cluster(path or default_cluster_path())
+
+
+@cli.group("image")
+def image_group() -> None:
+    """Build the Triton + FasterTransformer image, push it, import it for Enroot/Pyxis."""
+
+
+@image_group.command("build")
+@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
+@click.option("--ft-backend", required=True, type=click.Path(file_okay=False, exists=True),
+              help="fastertransformer_backend checkout (holds docker/Dockerfile).")
+@click.option("--triton-version", default=None, help="TRITON_VERSION build arg (default: image.triton_version, 22.12).")
+@click.option("--tag", default=None, help="Image tag (default: image.tag or container.image of the spec).")
+@click.option("--push", is_flag=True, help="Push to image.registry of the spec after the build.")
+@click.option("--network", default=None, help="Network mode of RUN steps (e.g. host).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded metadata as JSON.")
+def build_cmd(cluster_path: str | None, ft_backend: str, triton_version: str | None, tag: str | None,
+              push: bool, network: str | None, as_json: bool) -> None:
+    """Build docker/Dockerfile of a fastertransformer_backend checkout with the Docker SDK.
+
+    Uses the daemon DOCKER_HOST names. Records the image id and TRITON_VERSION in
+    <workspace>/images/<tag>.json.
+
+    \b
+    Example:
+      ftcluster image build --cluster configs/clusters/pyxis.yaml --ft-backend ~/fastertransformer_backend \\
+          --triton-version 22.12 --push
+    """
+    cluster = _cluster(cluster_path)
+    version = triton_version or cluster.image.triton_version
+    name = img.image_tag(cluster, tag, version)
+    backend = Path(ft_backend).expanduser()
+    img.check_backend(backend)
+    if push and not cluster.image.registry:
+        raise UserError("--push needs image.registry in the cluster spec", field="image.registry",
+                        hint="e.g. image: {registry: registry.example.com/team}")
+    console = Console(stderr=True)
+    client = img.docker_client()
+    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(f"building {name}", total=None)
+
+        def on_event(ev: img.BuildEvent) -> None:
+            if ev.kind == "step":
+                progress.update(task, total=ev.steps, completed=ev.step - 1,
+                                description=f"step {ev.step}/{ev.steps}: {ev.text[:60]}")
+                progress.console.print(f"[cyan]Step {ev.step}/{ev.steps}[/] : {escape(ev.text)}")
+            else:
+                progress.console.print(f"  {escape(ev.text)}", highlight=False)
+
+        image_id = img.build_image(client, backend, name, version, on_event, network_mode=network)
+        progress.update(task, completed=progress.tasks[0].total or 1)
+        pushed = None
+        if push:
+            assert cluster.image.registry
+            progress.update(task, description=f"pushing to {cluster.image.registry}", total=None)
+            pushed = img.push_image(client, name, cluster.image.registry,
+                                    lambda line: progress.console.print(f"  {escape(line)}", highlight=False))
+    meta_path = img.record_build(cluster, name, image_id, version, backend, pushed)
+    if as_json:
+        echo_json(img.image_metadata(cluster, name).to_dict())  # type: ignore[union-attr]
+        return
+    click.echo(f"built {name} ({image_id[:19]}) TRITON_VERSION={version}"
+               + (f"; pushed {pushed}" if pushed else "") + f"; recorded in {meta_path}")
+
+
+@image_group.command("import")
+@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
+@click.option("--tag", default=None, help="Image to import (default: the spec's image tag).")
+@click.option("--dry-run", is_flag=True, help="Write the import script and print the command; run nothing.")
+@click.option("--force", is_flag=True, help="Replace an existing .sqsh file.")
+def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: bool) -> None:
+    """Import the built image from the local Docker daemon as an Enroot .sqsh for Pyxis.
+
+    Writes <workspace>/images/import-<tag>.sh (enroot import -o <sqsh> dockerd://<tag>) and runs it.
+    The .sqsh path is image.sqsh, else container.image when it ends in .sqsh.
+
+    \b
+    Example:
+      ftcluster image import --cluster configs/clusters/pyxis.yaml --dry-run
+    """
+    cluster = _cluster(cluster_path)
+    name = img.image_tag(cluster, tag)
+    sqsh = img.sqsh_path(cluster, name)
+    script = img.write_import_script(cluster, name, sqsh)
+    if dry_run:
+        click.echo(f"# {script}")
+        click.echo(shlex.join(img.enroot_argv(name, sqsh)))
+        return
+    img.run_import(cluster, name, sqsh, script, force)
+    click.echo(f"imported {name} -> {sqsh} (use container.image: {sqsh})")
