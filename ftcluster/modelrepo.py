@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonclient.grpc import model_config_pb2
+from ftcluster.ftconfig import model_config_pb2
 
 from ftcluster.errors import UserError
 from ftcluster.ftconfig import dump_model_config, read_model_config, scan_repository, set_param

@@ -178,7 +178,7 @@ def read_model_facts(model: ModelSpec) -> ModelFacts:
     models = scan_repository(model.repository)
     ft = find_ft_model(models, model.ft_model, model.name)
     cfg = ft.config
-    from tritonclient.grpc import model_config_pb2
+    from ftcluster.ftconfig import model_config_pb2
 
     groups = tuple(
         (int(g.count) if g.count else 1, model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind))

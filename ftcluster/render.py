@@ -18,6 +18,7 @@ from typing import Any
 
 import jinja2
 
+from ftcluster.errors import UserError
 from ftcluster.plan import Plan
 from ftcluster.spec import ClusterSpec, ModelSpec
 
@@ -251,6 +252,9 @@ def render(
 ) -> RenderedScripts:
     """Render the job script and the per-rank server wrapper for the cluster's launch style."""
     opts = opts or RenderOptions()
+    if launch_style(cluster) == "pyxis" and ("," in str(paths.run_dir) or ":" in str(paths.run_dir)):
+        raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
+                        "cannot express", field="workspace", hint="choose a workspace path without them")
     ctx = context(cluster, model, plan, paths, opts)
     style = ctx["style"]
     env = _env()

@@ -58,8 +58,6 @@ def test_good_pair_plans() -> None:
     assert res.rc == 0, res.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="click usage errors print Usage/Try/Error on 3 lines (ftcluster.cli.main "
-                   "calls exc.show()); reported, not ours to change")
 @pytest.mark.parametrize("args", [["--nodes", "abc"], ["--out", "index.yaml"]], ids=["nodes_abc", "out_is_file"])
 def test_click_usage_errors_are_one_line(args: list[str]) -> None:
     res = run_cli("prepare", "--cluster", "ok/cluster.yaml", "--model", "ok/model.yaml", *args, cwd=BAD_INPUTS)

@@ -270,10 +270,10 @@ def test_bare_slurm_has_no_container_flags() -> None:
     assert "#SBATCH --constraint=a100" in text
 
 
-@pytest.mark.xfail(strict=True, reason="render does not refuse a run folder with ',' or ':' although "
-                   "--container-mounts cannot express it (reported)")
 def test_pyxis_refuses_run_dir_that_mounts_cannot_express() -> None:
-    with pytest.raises(ValueError):
+    from ftcluster.errors import UserError
+
+    with pytest.raises(UserError, match="container-mounts"):
         render_style("pyxis", run_dir=Path("/shared/runs/a,b:c"))
 
 
@@ -285,12 +285,3 @@ def test_hostile_pyxis_container_flags_arrive_verbatim(weird_tmp_path: Path) -> 
     _no_pwned(weird_tmp_path.parent)
 
 
-def test_1024_nodes_render_well_under_a_second() -> None:
-    import time
-    c = cluster(**{**SPECS["pyxis"], "max_nodes": 1024})
-    times = []
-    for _ in range(3):   # the best of three, so a loaded test machine does not flake
-        t0 = time.perf_counter()
-        render(c, _model(), _plan(c, 1024), RunPaths("big", RUN_DIR), RenderOptions(python=PYTHON))
-        times.append(time.perf_counter() - t0)
-    assert min(times) < 0.5   # bench/render_1024.py measures ~1 ms

@@ -1,7 +1,8 @@
 #!/bin/bash
 # ftcluster run gpt-2n: 2 rank(s) as process groups on this machine
 # (generated; run it directly: bash job.sh). Rank r serves HTTP on 18000 + r*10.
-# shellcheck disable=SC2016,SC2089,SC2090  # values are shell-quoted data
+# Values are shell-quoted data; the shared variable block defines some this script does not use.
+# shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
