@@ -56,7 +56,7 @@ def docker_client(docker_host: str | None) -> Any:
     try:
         client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
         client.ping()
-    except Exception as exc:  # docker raises DockerException, requests' errors, OSError...
+    except Exception as exc:  # noqa: BLE001  (DockerException, requests errors, OSError...)
         where = docker_host or os.environ.get("DOCKER_HOST") or "the default daemon"
         raise UserError(f"cannot reach Docker at {where}: {exc}", field="--docker-host",
                         hint="start dockerd or pass --docker-host unix:///path/docker.sock") from None

@@ -116,7 +116,7 @@ def create_app(cfg: GatewayConfig) -> FastAPI:
             async with asyncio.timeout(min(5.0, cfg.timeout_s)):
                 server = await client.is_server_ready()
                 model = server and await client.is_model_ready(cfg.model)
-        except Exception as exc:  # unreachable, refused, timed out: all mean "not ready"
+        except Exception as exc:  # noqa: BLE001  (unreachable, refused, timed out: all "not ready")
             body = Health(status="unavailable", triton="unreachable", model="unknown",
                           detail=f"{type(exc).__name__}: {exc}"[:300])
             return JSONResponse(body.model_dump(), status_code=503)
