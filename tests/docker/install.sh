@@ -6,7 +6,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "tests/docker/install.sh: needs root; the docker tests will be skipped" >&2
   exit 0
 fi
-want=(docker.io debootstrap)
+want=(docker.io debootstrap docker-compose)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$pkg")
