@@ -1,0 +1,225 @@
+"""`ftcluster launch` on the real multi-node Slurm test cluster (srun --mpi=pmix, bare style):
+end to end on 2 and 3 nodes, the MPI check, faults, Ctrl-C, re-attaching, partitions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def _write_spec(folder: Path, **overrides: Any) -> Path:
+    from ftcluster.triton_local import find_tritonserver
+
+    spec: dict[str, Any] = {
+        "name": "testbed", "scheduler": "slurm", "partition": "debug", "max_nodes": 8,
+        "gpus_per_node": 1, "request_gpus": False, "exclusive": False, "time_limit": "00:10:00",
+        # The run folder must be on the shared filesystem: /tmp is shared by the test nodes.
+        "workspace": str(folder / "ws"),
+        "server": {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5},
+    }
+    spec.update(overrides)
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture
+def spec_dir(slurm_cluster: Any) -> Any:
+    # pytest's tmp_path (0700 under /tmp/pytest-of-root) is fine: jobs run as root here.
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    yield d
+
+
+def _job_gone(job_id: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout
+    return out.strip() == ""
+
+
+def _assert_clean(out: dict[str, Any]) -> None:
+    job = out["job_id"]
+    assert wait_for(lambda: _job_gone(job), 30), f"job {job} still queued"
+    # Nodes share the process table here, so this sees every node's processes.
+    assert wait_for(lambda: not processes_matching(out["run_id"]), 20), processes_matching(out["run_id"])
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_launch_end_to_end(spec_dir: Path, nodes: int) -> None:
+    cluster = _write_spec(spec_dir)
+    rc, out, err = launch_json(cluster, "--nodes", str(nodes))
+    assert rc == 0, err
+    assert out["ok"] and out["client"]["ok"]
+    run_dir = Path(out["run_dir"])
+    hosts = [(run_dir / "state" / f"rank{r}.host").read_text().strip() for r in range(nodes)]
+    assert len(set(hosts)) == nodes, hosts               # one server per node
+    assert out["endpoint"] == f"{hosts[0]}:8000"         # the client asked rank 0
+    assert out["mpicheck"]["ok"] and len(out["mpicheck"]["ranks"]) == nodes
+    assert sorted(r["host"] for r in out["mpicheck"]["ranks"]) == sorted(hosts)
+    for r in range(nodes):
+        assert (run_dir / "state" / f"rank{r}.exit").read_text().strip() == "0"
+    _assert_clean(out)
+
+
+def test_rank_dying_at_startup_fails_fast_names_it_and_cancels(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir)
+    rc, out, err = launch_json(cluster, "--nodes", "2", env={"FTCLUSTER_TEST_BREAK_NODE": "node2"})
+    assert rc == 1
+    assert out["failed_rank"] == {"rank": "1", "node": "node2", "exit_code": out["failed_rank"]["exit_code"]}
+    assert out["failed_rank"]["exit_code"] != "0"
+    assert any("refuses to load" in line for line in out["log_tail"]), out["log_tail"]
+    # Within a few seconds of the servers starting (the model load fails at once).
+    assert out["phases"]["done"] - out["phases"]["servers_starting"] < 15
+    _assert_clean(out)
+
+
+def test_readiness_timeout_fails_cleanly(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir, server={"binary": "auto", "ready_timeout": 4, "exit_grace": 3})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check",
+                               env={"FTCLUSTER_TEST_LOAD_DELAY": "120"})
+    assert rc == 1
+    assert "not ready after 4s" in out["failure"]
+    _assert_clean(out)
+
+
+def test_stale_server_on_rank0_port_is_not_taken_for_ready(spec_dir: Path, slurm_cluster: Any) -> None:
+    from ftcluster.triton_local import find_tritonserver
+
+    empty = spec_dir / "empty_repo"
+    empty.mkdir()
+    # Rank 0 lands on node1 (the first node of the allocation); a stale server holds its ports.
+    stale = subprocess.Popen(
+        [*slurm_cluster.net.enter("node1"), str(find_tritonserver()), f"--model-repository={empty}",
+         "--id=stale-server"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import urllib.request
+
+        def stale_up() -> bool:
+            try:
+                return b"stale-server" in urllib.request.urlopen("http://node1:8000/v2", timeout=1).read()
+            except OSError:
+                return False
+
+        assert wait_for(stale_up, 30)
+        cluster = _write_spec(spec_dir)
+        rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check")
+        assert rc == 1
+        assert "ready" not in out["phases"]
+        assert out["failed_rank"]["rank"] == "0" and out["failed_rank"]["node"] == "node1"
+    finally:
+        os.killpg(stale.pid, signal.SIGKILL)
+        stale.wait()
+    _assert_clean(out)
+
+
+def _newest_run(ws: Path) -> Path | None:
+    runs = sorted(p.parent for p in ws.glob("*/state")) if ws.exists() else []
+    return runs[-1] if runs else None
+
+
+def _events(run_dir: Path | None) -> str:
+    try:
+        return (run_dir / "state" / "events").read_text() if run_dir else ""
+    except FileNotFoundError:
+        return ""
+
+
+def test_ctrl_c_cancels_the_job(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir)
+    proc = subprocess.Popen([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2",
+                             "--no-mpi-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FTCLUSTER_TEST_LOAD_DELAY": "120"})
+    ws = spec_dir / "ws"
+    assert wait_for(lambda: "servers_starting" in _events(_newest_run(ws)), 60)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode != 0 and "cancelled" in err
+    run_dir = _newest_run(ws)
+    assert run_dir is not None
+    status = json.loads(ftcluster("status", run_dir.name, "--json").stdout)
+    assert wait_for(lambda: _job_gone(status["job_id"]), 30)
+    assert wait_for(lambda: not processes_matching(run_dir.name), 20), processes_matching(run_dir.name)
+
+
+def test_killed_launcher_leaves_job_that_status_logs_and_stop_reattach(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir)
+    proc = subprocess.Popen([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2",
+                             "--no-mpi-check", "--keep-serving", "--no-client"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ws = spec_dir / "ws"
+    assert wait_for(lambda: "ready" in _events(_newest_run(ws)), 60)
+    proc.kill()
+    proc.wait()
+    run_dir = _newest_run(ws)
+    assert run_dir is not None
+    status = json.loads(ftcluster("status", run_dir.name, "--json").stdout)
+    assert status["state"] == "RUNNING" and status["source"] == "squeue"
+    assert sorted(status["nodes"]) == ["node1", "node2"]
+    assert [r["state"] for r in status["ranks"]] == ["running", "running"]
+    logs = ftcluster("logs", run_dir.name, "--server", "--tail", "5")
+    assert "[rank0 node1]" in logs.stdout and "[rank1 node2]" in logs.stdout
+    assert ftcluster("stop", run_dir.name).returncode == 0
+    assert wait_for(lambda: _job_gone(status["job_id"]), 30)
+    assert wait_for(lambda: not processes_matching(run_dir.name), 20), processes_matching(run_dir.name)
+
+
+def test_more_nodes_than_the_partition_has_is_refused_before_submit(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir, partition="small")
+    proc = ftcluster("launch", "--cluster", str(cluster), "--nodes", "2")
+    assert proc.returncode == 2
+    assert "partition 'small' has 1" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (spec_dir / "ws").exists()
+
+
+def test_unknown_partition_is_refused_before_submit(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir, partition="nosuchpart")
+    proc = ftcluster("launch", "--cluster", str(cluster), "--nodes", "1")
+    assert proc.returncode == 2
+    assert "unknown partition 'nosuchpart'" in proc.stderr and "debug" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (spec_dir / "ws").exists()
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_mpi_check_alone_passes(spec_dir: Path, nodes: int) -> None:
+    cluster = _write_spec(spec_dir)
+    proc = ftcluster("check", "--cluster", str(cluster), "--nodes", str(nodes), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    mpi = out["mpicheck"]
+    assert mpi["ok"] and mpi["problems"] == []
+    assert sorted(r["host"] for r in mpi["ranks"]) == [f"node{i}" for i in range(1, nodes + 1)]
+    assert len({r["tritonserver_sha256"] for r in mpi["ranks"]}) == 1
+    assert "servers_starting" not in out["phases"]     # only the check ran
+    _assert_clean(out)
+
+
+def test_mpi_check_with_a_wrong_plugin_fails_and_lists_plugins(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir, mpi="pmix_nosuch")
+    rc, out, err = launch_json(cluster, "--nodes", "2")
+    assert rc == 1
+    assert "MPI check failed" in out["failure"]
+    slurm_out = next((Path(out["run_dir"]) / "logs").glob("slurm-*.out")).read_text()
+    assert "MPI plugins this cluster offers" in slurm_out and "pmix" in slurm_out
+    assert "servers_starting" not in out["phases"]
+    _assert_clean(out)
+
+
+def test_mpi_check_fails_when_a_rank_cannot_start(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir, python="/nonexistent/python3")
+    rc, out, err = launch_json(cluster, "--nodes", "2")
+    assert rc == 1
+    assert "MPI check failed" in out["failure"]
+    _assert_clean(out)
