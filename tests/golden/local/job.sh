@@ -60,13 +60,30 @@ check_servers() {
   if (( SECONDS >= READY_DEADLINE )); then fail "rank 0 not ready after ${READY_TIMEOUT}s (server.ready_timeout)"; fi
 }
 
+# GET http://HOST:PORT/PATH through bash's /dev/tcp: no process per poll, so readiness is seen
+# within a few ms. Sets HTTP_BODY; status 0 only for HTTP 200.
+http_get() {
+  local fd line
+  HTTP_BODY=
+  exec {fd}<>"/dev/tcp/$1/$2" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$3" "$1" >&"$fd"
+  if ! IFS= read -r -t 2 line <&"$fd" || [[ $line != "HTTP/1."?" 200"* ]]; then
+    exec {fd}>&-
+    return 1
+  fi
+  while IFS= read -r -t 2 line <&"$fd" && [ "${line%$'\r'}" != "" ]; do :; done
+  IFS= read -r -d '' -t 2 HTTP_BODY <&"$fd"
+  exec {fd}>&-
+  return 0
+}
+
 # A rank's server is up when it answers /v2/health/ready and /v2 names OUR --id (not a stale
 # server on the port).
 rank_up() {
-  local url=$1 id=$2 meta
-  curl -fsS -m 2 -o /dev/null "http://$url/v2/health/ready" 2>/dev/null \
-    && meta=$(curl -fsS -m 2 "http://$url/v2" 2>/dev/null) \
-    && [[ $meta == *"\"name\":\"$id\""* ]]
+  local host=$1 port=$2 id=$3
+  http_get "$host" "$port" /v2/health/ready 2>/dev/null \
+    && http_get "$host" "$port" /v2 2>/dev/null \
+    && [[ $HTTP_BODY == *"\"name\":\"$id\""* ]]
 }
 
 # Ready = rank 0 is up with the served model ready, then every other rank is up too; every
@@ -77,17 +94,17 @@ wait_ready() {
   RANK0_HOST=$(cat "$STATE/rank0.host")
   RANK0_URL="$RANK0_HOST:$HTTP_PORT"
   event "servers_starting $RANK0_HOST"
-  until rank_up "$RANK0_URL" "$ID_PREFIX-rank0" \
-    && curl -fsS -m 2 -o /dev/null "http://$RANK0_URL/v2/models/$SERVED_MODEL/ready" 2>/dev/null; do
+  until rank_up "$RANK0_HOST" "$HTTP_PORT" "$ID_PREFIX-rank0" \
+    && http_get "$RANK0_HOST" "$HTTP_PORT" "/v2/models/$SERVED_MODEL/ready" 2>/dev/null; do
     check_servers
-    sleep 0.05
+    sleep 0.01
   done
   local r host
   for ((r = 1; r < NODES; r++)); do
     until [ -s "$STATE/rank$r.host" ] && host=$(cat "$STATE/rank$r.host") \
-      && rank_up "$host:$((HTTP_PORT + r * PORT_STRIDE))" "$ID_PREFIX-rank$r"; do
+      && rank_up "$host" "$((HTTP_PORT + r * PORT_STRIDE))" "$ID_PREFIX-rank$r"; do
       check_servers
-      sleep 0.05
+      sleep 0.01
     done
   done
   check_servers
