@@ -18,7 +18,8 @@ from ftcluster.errors import LaunchError
 from ftcluster.launch import PHASES, Launch, LaunchOptions, LaunchOutcome
 from ftcluster.status import run_status, stop_run
 from ftcluster.remote import forward, needs_forwarding
-from ftcluster.spec import load_cluster
+from ftcluster.errors import UserError
+from ftcluster.spec import default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
 
 err = Console(stderr=True, highlight=False)
@@ -79,9 +80,11 @@ def _report(outcome: LaunchOutcome) -> None:
 @click.option("--no-client", is_flag=True, help="Run no client step (with --keep-serving: just serve).")
 @click.option("--no-mpi-check", is_flag=True, help="Skip the MPI world check before the servers start.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("--preflight", is_flag=True,
+              help="First check every rank's GPUs and NCCL bandwidth (also resolves gpus_per_node: auto).")
 @click.option("--run-id", default=None, hidden=True, help="Run id to use (set when forwarded).")
 def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, no_mpi_check: bool,
-               as_json: bool, run_id: str | None, **kw: Any) -> None:
+               as_json: bool, preflight: bool, run_id: str | None, **kw: Any) -> None:
     """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
 
     Exits 0 only when the client succeeded. Ctrl-C cancels the job.
@@ -94,6 +97,8 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
     """
     if maybe_forward(kw, record_run=not dry_run):
         return
+    if preflight and not dry_run:
+        kw["gpus_per_node"] = preflight_gate(kw) or kw.get("gpus_per_node")
     planned = load_and_plan(**kw)
     opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client,
                          mpi_check=not no_mpi_check)
@@ -124,6 +129,26 @@ def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
     if rc:
         sys.exit(rc)
     return True
+
+
+def preflight_gate(kw: dict[str, Any]) -> int | None:
+    """Run the GPU preflight on the planned nodes; refuse on any problem; the GPUs per node."""
+    from ftcluster.cli.commands_preflight import report_errors, run_preflight
+    from ftcluster.rank.preflight import InventoryError, RankReport, detect_gpus_per_node
+
+    cluster = load_cluster(kw.get("cluster_path") or default_cluster_path())
+    err.print("running the GPU preflight on every rank ...")
+    report = run_preflight(cluster, int(kw.get("nodes") or 1), quiet=True)
+    errors = report_errors(cluster, report, require_gpus=True)
+    if errors:
+        raise UserError(errors[0] + (f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""),
+                        field="preflight", hint="see `ftcluster preflight` for the full report")
+    try:
+        detected = detect_gpus_per_node([RankReport.from_dict(d) for d in report["ranks"]])
+    except InventoryError as exc:
+        raise UserError(str(exc), field="preflight") from None
+    err.print(f"preflight passed: {detected} GPU(s) per node")
+    return detected if cluster.gpus_per_node == "auto" else None
 
 
 def forward_record(rec: RunRecord, args: list[str]) -> bool:
