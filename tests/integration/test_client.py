@@ -16,7 +16,7 @@ from ftcluster.client.bench import write_csv
 from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, parse_config
 from ftcluster.errors import UserError
-from tests.triton_server import TritonServer, running_tritonserver
+from tests.triton_server import TritonServer, running_tritonserver, start_tritonserver
 
 pytestmark = pytest.mark.triton
 
@@ -191,3 +191,24 @@ def test_bench_on_the_ensemble_with_two_processes(ensemble_server: TritonServer)
                        warmup_s=0.2, duration_s=0.6, processes=2)
     assert result.ok, result.to_dict()
     assert result.style == "text" and result.processes == 2
+
+
+def test_break_node_makes_the_server_fail_to_load(tmp_path: Path) -> None:
+    """FTCLUSTER_TEST_BREAK_NODE=<this host> makes the test model refuse to load; the server exits."""
+    import socket
+
+    _require_server_binary()
+    with pytest.raises(RuntimeError, match="FTCLUSTER_TEST_BREAK_NODE"):
+        start_tritonserver([DEMO / "model_repository"], log_dir=tmp_path,
+                           env={"FTCLUSTER_TEST_BREAK_NODE": socket.gethostname()}, ready_timeout=60)
+
+
+def test_load_delay_and_other_hosts_unaffected(tmp_path: Path) -> None:
+    import time
+
+    _require_server_binary()
+    t0 = time.monotonic()
+    env = {"FTCLUSTER_TEST_LOAD_DELAY": "1.5", "FTCLUSTER_TEST_BREAK_NODE": "some-other-host"}
+    with running_tritonserver([DEMO / "model_repository"], log_dir=tmp_path, env=env) as server:
+        assert time.monotonic() - t0 >= 1.5
+        assert run_identity(_ep(server, "http"), "fastertransformer", repeats=1).ok
