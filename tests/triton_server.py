@@ -155,11 +155,11 @@ def start_tritonserver(
             time.sleep(0.1)
         timed_out = server.alive()
         server.stop(grace=2.0)
-        log = server.log()
+        text = server.log()
         # The tail alone is mostly Triton's wide option table; keep its error lines too.
-        errors = [ln for ln in log.splitlines() if ln[:1] == "E" and ln[1:5].isdigit() or "rror" in ln]
-        last_log = "\n".join(errors[-20:]) + "\n--- tail ---\n" + log[-1500:]
-        if timed_out or "address already in use" not in log.lower():
+        errors = [ln for ln in text.splitlines() if (ln[:1] == "E" and ln[1:5].isdigit()) or "rror" in ln]
+        last_log = "\n".join(errors[-20:]) + "\n--- tail ---\n" + text[-1500:]
+        if timed_out or "address already in use" not in text.lower():
             break  # not a port race: retrying will not help
     raise RuntimeError(f"tritonserver did not become ready (attempt {attempt + 1}):\n{last_log}")
 
