@@ -182,10 +182,14 @@ class DockerNodes:
                     todo.append(int(d))
         return out
 
+    def _own_roots(self) -> list[str]:
+        # Only this instance's folders: another DockerNodes may share data_root (the image cache).
+        return [str(self.sock_root), *(str(self.data_root / n) for n in self.nodes)]
+
     def _mounts(self) -> list[str]:
-        roots = (str(self.sock_root), str(self.data_root))
+        roots = self._own_roots()
         points = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()]
-        return [m for m in points if m.startswith(roots)]
+        return [m for m in points if any(m == r or m.startswith(r + "/") for r in roots)]
 
     def leftovers(self) -> list[str]:
         """What of the daemons is still there (empty after down())."""
@@ -194,8 +198,8 @@ class DockerNodes:
         out += [f"socket {self.socket(n)}" for n in self.nodes if self.socket(n).exists()]
         for d in os.listdir("/proc"):
             if d.isdigit():
-                cmd = _cmdline(int(d))
-                if str(self.sock_root) in cmd or str(self.data_root) in cmd:
+                cmd = _cmdline(int(d)) + " "
+                if any(f"{r}/" in cmd or f"{r} " in cmd for r in self._own_roots()):
                     out.append(f"process {d} {cmd[:80]}")
         return out
 
