@@ -83,7 +83,13 @@ class SSHRunner:
     @property
     def sftp(self) -> Any:
         if self._sftp is None:
-            self._sftp = self.conn.sftp()
+            import paramiko
+
+            try:
+                self._sftp = self.conn.sftp()
+            except paramiko.SSHException as exc:
+                raise UserError(f"the login node offers no SFTP ({exc})", field="login_host",
+                                hint="ftcluster moves specs over SFTP; ask for the sftp subsystem") from None
         return self._sftp
 
     def run(self, argv: list[str], *, cwd: str | None = None, timeout: float | None = 60.0) -> CommandResult:

@@ -41,6 +41,7 @@ def _keys(root: Path) -> None:
         # The cluster dir lives under world-writable /tmp and PAM is not set up here.
         "StrictModes no",
         "UsePAM no",
+        "Subsystem sftp internal-sftp",  # remote use moves files over SFTP
         "PrintMotd no",
         "AcceptEnv LANG LC_*",
         "",
