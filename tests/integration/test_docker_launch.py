@@ -19,7 +19,6 @@ import yaml
 
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
-from tests.docker.fixtures import docker_nodes  # noqa: F401  (the session fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.triton]
 

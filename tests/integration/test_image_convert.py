@@ -22,7 +22,6 @@ import yaml
 from ftcluster.checkpoint_check import checkpoint_problems
 from tests.docker import image as test_image
 from tests.docker.daemons import DockerNodes
-from tests.docker.fixtures import docker_nodes  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"
