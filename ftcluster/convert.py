@@ -56,7 +56,7 @@ class ConvertRequest:
 
     def argv(self) -> list[str]:
         return converter_argv(self.model.model_type, self.converter_root, self.input_dir,
-                              str(self.output_root), self.tp, self.model.data_type, self.model.name,
+                              str(self.output_root), self.tp, self.model.data_type or "fp16", self.model.name,
                               python=self.python)
 
 

@@ -38,6 +38,10 @@ def checkpoint_path_for_server(model: ModelSpec, plan: Plan) -> str:
     return f"{base.rstrip('/')}/{plan.tensor_para_size}-gpu/"
 
 
+def _precision(weight_data_type: str | None) -> str:
+    return weight_data_type if weight_data_type in ("fp32", "fp16", "bf16") else "fp16"
+
+
 def ft_parameters(model: ModelSpec, plan: Plan) -> dict[str, str]:
     """The FT backend parameters a run sets; pure."""
     params = {
@@ -45,7 +49,8 @@ def ft_parameters(model: ModelSpec, plan: Plan) -> dict[str, str]:
         "pipeline_para_size": str(plan.pipeline_para_size),
         "model_checkpoint_path": checkpoint_path_for_server(model, plan),
         "model_type": model.model_type,
-        "data_type": model.data_type,
+        # What users copy by hand from the converter's config.ini: the weights' precision.
+        "data_type": model.data_type or _precision(plan.weight_data_type),
         "int8_mode": str(model.int8_mode),
         "enable_custom_all_reduce": "1" if model.enable_custom_all_reduce else "0",
     }

@@ -49,6 +49,7 @@ class Plan:
     ft_model: str
     checkpoint_dir: str       # host-side <root>/<tp>-gpu
     model_type: str
+    weight_data_type: str | None = None   # from the checkpoint's config.ini
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,6 +116,7 @@ def plan_for(
         nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=tp, pipeline_para_size=pp,
         world_size=tp * pp, mpi_ranks=nodes, ranks=ranks, ft_model=facts.ft_model,
         checkpoint_dir=str(ckpt.gpu_dir), model_type=model.model_type,
+        weight_data_type=ckpt.weight_data_type,
     )
 
 

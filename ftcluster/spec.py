@@ -265,7 +265,8 @@ class ModelSpec(_Strict):
     checkpoint_root: Path
     # The path of checkpoint_root as the server sees it (inside a container); default: same.
     checkpoint_mount: str | None = None
-    data_type: Literal["fp32", "fp16", "bf16"] = "fp16"
+    # Inference precision; default: the checkpoint's weight_data_type from its config.ini.
+    data_type: Literal["fp32", "fp16", "bf16"] | None = None
     int8_mode: int = Field(0, ge=0, le=2)
     enable_custom_all_reduce: bool = False
     max_batch_size: int | None = Field(None, ge=0)

@@ -36,6 +36,16 @@ def test_ft_parameters_pure() -> None:
     }
 
 
+def test_data_type_defaults_to_the_checkpoints_weight_type() -> None:
+    import dataclasses
+
+    plan = dataclasses.replace(_plan(), weight_data_type="fp32")
+    assert ft_parameters(model(data_type=None), plan)["data_type"] == "fp32"      # from config.ini
+    assert ft_parameters(model(data_type="fp16"), plan)["data_type"] == "fp16"    # the spec wins
+    unknown = dataclasses.replace(plan, weight_data_type=None)
+    assert ft_parameters(model(data_type=None), unknown)["data_type"] == "fp16"
+
+
 def test_checkpoint_path_uses_the_container_mount() -> None:
     assert checkpoint_path_for_server(model(checkpoint_mount="/models/c/"), _plan(gpn=4)) == "/models/c/4-gpu/"
     assert checkpoint_path_for_server(model(), _plan(gpn=1)) == "/ckpt/1-gpu/"
