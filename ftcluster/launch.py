@@ -24,7 +24,9 @@ from ftcluster.launchers.base import Launcher
 from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
-from ftcluster.render import RenderedScripts, RenderOptions, RunPaths, launch_style, render
+from ftcluster.render import (
+    DOCKER_STYLES, HERE_STYLES, RenderedScripts, RenderOptions, RunPaths, launch_style, render,
+)
 from ftcluster.slurm import JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
@@ -107,7 +109,7 @@ def render_run(
 def submit_command(cluster: ClusterSpec, paths: RunPaths) -> str:
     style = launch_style(cluster)
     script = paths.job_script(style)
-    if style == "local":
+    if style in HERE_STYLES:
         return f"bash {script}"
     return f"cd {paths.run_dir} && sbatch --parsable {script}"
 
@@ -138,7 +140,7 @@ class Launch:
             scripts.materialize(self.paths.scripts)
             for sub in (self.paths.logs, self.paths.state, self.paths.results):
                 sub.mkdir(parents=True, exist_ok=True)
-            if launch_style(self.cluster) == "docker":
+            if launch_style(self.cluster) in DOCKER_STYLES:
                 sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)
@@ -222,7 +224,9 @@ class Launch:
             outcome.failed_rank = {"rank": ev.args[0], "node": ev.args[1],
                                    "exit_code": ev.args[2] if len(ev.args) > 2 else "?"}
         elif ev.kind == "failed":
-            outcome.failure = " ".join(ev.args) or "the job script failed"
+            # The first failure is the cause; later ones (a teardown) are added, not swapped in.
+            text = " ".join(ev.args) or "the job script failed"
+            outcome.failure = f"{outcome.failure}; then {text}" if outcome.failure else text
         elif ev.kind == "client_done":
             rc = ev.args[0] if ev.args else "?"
             if rc != "0":

@@ -29,7 +29,7 @@ def needs_forwarding(cluster: ClusterSpec) -> bool:
 
 
 @dataclass(frozen=True)
-class LoginTarget:
+class SshTarget:
     host: str
     user: str | None
     port: int | None
@@ -37,7 +37,7 @@ class LoginTarget:
     known_hosts: str | None
 
     @classmethod
-    def from_spec(cls, cluster: ClusterSpec) -> "LoginTarget":
+    def from_spec(cls, cluster: ClusterSpec) -> "SshTarget":
         assert cluster.login_host
         text = cluster.login_host
         user, _, hostport = text.rpartition("@")
@@ -46,7 +46,7 @@ class LoginTarget:
                    identity_file=cluster.login_identity_file, known_hosts=cluster.login_known_hosts)
 
 
-def connect(target: LoginTarget) -> Any:
+def connect(target: SshTarget, field: str = "login_host", timeout: float = 20) -> Any:
     import fabric
     import paramiko
 
@@ -54,7 +54,7 @@ def connect(target: LoginTarget) -> Any:
     if target.identity_file:
         kwargs["key_filename"] = os.path.expanduser(target.identity_file)
     conn = fabric.Connection(target.host, user=target.user, port=target.port, connect_kwargs=kwargs,
-                             connect_timeout=20)
+                             connect_timeout=timeout)
     # fabric adds unknown host keys silently; refuse them instead.
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     conn.client.load_system_host_keys()
@@ -66,10 +66,10 @@ def connect(target: LoginTarget) -> Any:
     try:
         conn.open()
     except paramiko.SSHException as exc:
-        raise UserError(f"cannot connect to {target.host}: {exc}", field="login_host",
+        raise UserError(f"cannot connect to {target.host}: {exc}", field=field,
                         hint="check the host key in known_hosts (ssh once by hand) and your key/agent") from None
     except OSError as exc:
-        raise UserError(f"cannot reach {target.host}: {exc}", field="login_host") from None
+        raise UserError(f"cannot reach {target.host}: {exc}", field=field) from None
     return conn
 
 
@@ -153,7 +153,7 @@ def upload_spec(runner: SSHRunner, local: Path) -> str:
 
 def forward(cluster: ClusterSpec, args: list[str], specs: dict[str, str | None]) -> int:
     """Run `ftcluster ARGS` on the login node; `specs` maps an option (--cluster) to a local file."""
-    target = LoginTarget.from_spec(cluster)
+    target = SshTarget.from_spec(cluster)
     conn = connect(target)
     try:
         runner = SSHRunner(conn)

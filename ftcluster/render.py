@@ -19,6 +19,7 @@ from typing import Any
 import jinja2
 
 from ftcluster.errors import UserError
+from ftcluster.fanout import FanoutConfig
 from ftcluster.plan import Plan
 from ftcluster.spec import ClusterSpec, ModelSpec
 
@@ -34,6 +35,7 @@ STYLE_TEMPLATE = {
     "pyxis": "sbatch.sh.j2",
     "none": "sbatch.sh.j2",
     "docker": "sbatch_docker.sh.j2",
+    "ssh_docker": "ssh_docker.sh.j2",
     "local": "local.sh.j2",
 }
 # The port offset between ranks: distinct ports only when ranks share one host.
@@ -63,9 +65,16 @@ def _env() -> jinja2.Environment:
     return env
 
 
+# Styles whose job script runs on this host (as a process group), not through sbatch.
+HERE_STYLES = ("local", "ssh_docker")
+DOCKER_STYLES = ("docker", "ssh_docker")
+
+
 def launch_style(cluster: ClusterSpec) -> str:
     if cluster.scheduler == "local":
         return "local"
+    if cluster.scheduler == "ssh":
+        return "ssh_docker"   # the spec allows no other runtime with scheduler ssh
     return cluster.container.runtime
 
 
@@ -156,7 +165,7 @@ class RunPaths:
         return self.run_dir / RESULTS
 
     def job_script(self, style: str) -> Path:
-        return self.scripts / ("job.sh" if style == "local" else "job.sbatch")
+        return self.scripts / ("job.sh" if style in HERE_STYLES else "job.sbatch")
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,7 @@ class RenderOptions:
     mpi_check_timeout: float = 120.0
     tritonserver: str | None = None      # resolved binary; default: cluster.server.binary
     python: str | None = None            # default: cluster.python or this interpreter
+    local_python: str | None = None      # runs the ssh fan-out here; default: this interpreter
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -241,9 +251,12 @@ def context(
         "scripts": str(paths.scripts),
         "id_prefix": f"ftc-{paths.run_id}",
         # docker style
-        "docker_run_args": docker_run_args(cluster, paths.run_dir, list(env)) if style == "docker" else [],
+        "docker_run_args": docker_run_args(cluster, paths.run_dir, list(env)) if style in DOCKER_STYLES else [],
         "docker_label": DOCKER_LABEL,
         "ssh_dir": str(paths.state / "ssh"),
+        # ssh scheduler: the plan's hosts, rank 0 first, and the python running ftcluster here
+        "run_hosts": list(cluster.hosts[: plan.nodes]),
+        "local_python": opts.local_python or sys.executable,
     }
 
 
@@ -262,6 +275,15 @@ def render(
         paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(ctx),
         "rank_server.sh": env.get_template("rank_server.sh.j2").render(ctx),
     }
-    if style == "docker":
+    if style in DOCKER_STYLES:
         files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(ctx)
+    if style == "ssh_docker":
+        files["nodes.json"] = fanout_config(cluster, plan).to_json()
     return RenderedScripts(style, files)
+
+
+def fanout_config(cluster: ClusterSpec, plan: Plan) -> FanoutConfig:
+    s = cluster.node_ssh
+    return FanoutConfig(hosts=tuple(cluster.hosts[: plan.nodes]), user=s.user, port=s.port,
+                        identity_file=s.identity_file, known_hosts=s.known_hosts, parallel=s.parallel,
+                        connect_timeout=s.connect_timeout)

@@ -145,6 +145,19 @@ class ImageSpec(_Strict):
         return v
 
 
+class NodeSsh(_Strict):
+    """How ftcluster reaches the hosts of scheduler 'ssh' (not the containers' own sshd on
+    ssh_port). Unset fields come from the user's ssh config; unknown host keys are refused."""
+
+    user: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    # Node steps run on this many hosts at once (like srun's fan-out, bounded).
+    parallel: int = Field(32, ge=1, le=1024)
+    connect_timeout: float = Field(20.0, gt=0)
+
+
 class ClusterSpec(_Strict):
     name: str = "cluster"
     scheduler: Literal["slurm", "ssh", "local"]
@@ -155,6 +168,7 @@ class ClusterSpec(_Strict):
     max_nodes: int = Field(64, ge=1)
     gpus_per_node: int | Literal["auto"] = 1
     hosts: tuple[str, ...] = ()
+    node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()
     workspace: str = "~/ftcluster-runs"
     ports: Ports = Ports()
@@ -226,6 +240,17 @@ class ClusterSpec(_Strict):
             return {k: str(val) if isinstance(val, (int, float, bool)) else val for k, val in v.items()}
         return v
 
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # They reach mpirun -H, known_hosts and the node scripts: plain host names only.
+        for h in v:
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", h):
+                raise ValueError(f"{h!r} is not a plain host name (user and port go in node_ssh)")
+        if len(set(v)) != len(v):
+            raise ValueError("a host is listed twice; one rank runs per host")
+        return v
+
     @field_validator("mpi")
     @classmethod
     def _mpi(cls, v: str) -> str:
@@ -237,6 +262,8 @@ class ClusterSpec(_Strict):
     def _consistent(self) -> "ClusterSpec":
         if self.scheduler == "ssh" and not self.hosts:
             raise ValueError("scheduler 'ssh' needs hosts: [node1, node2, ...]")
+        if self.scheduler == "ssh" and self.container.runtime != "docker":
+            raise ValueError("scheduler 'ssh' starts its ranks in Docker containers: set container.runtime: docker")
         if self.container.runtime == "pyxis" and self.scheduler != "slurm":
             raise ValueError("container.runtime 'pyxis' needs scheduler 'slurm'")
         if self.hosts and self.scheduler == "ssh" and self.max_nodes > len(self.hosts):

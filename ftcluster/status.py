@@ -46,7 +46,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
                           "phase": phase, "endpoint": ready[-1].args[0] if ready and ready[-1].args else None,
                           "failure": " ".join(failed[-1].args) if failed else None}
     if rec.job_id:
-        info = launcher_for_scheduler(rec.scheduler).info(rec.job_id, paths)
+        info = launcher_for_scheduler(rec.scheduler, style=rec.style).info(rec.job_id, paths)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason,
                   nodes=list(info.nodes), source=info.source, exit_code=info.exit_code)
         running = info.state.value == "RUNNING"

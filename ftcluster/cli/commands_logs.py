@@ -62,7 +62,7 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         for src, line in tail(srcs, tail_n):
             emit(src, line)
     follower = Follower(srcs, from_start=tail_n is None)
-    launcher = launcher_for_scheduler(rec.scheduler)
+    launcher = launcher_for_scheduler(rec.scheduler, style=rec.style)
     final: list[JobState] = []
 
     def ended() -> bool:

@@ -8,8 +8,9 @@ from ftcluster.spec import ClusterSpec
 
 
 def launcher_for(cluster: ClusterSpec, runner: Runner | None = None) -> Launcher:
-    style = "local" if cluster.scheduler == "local" else cluster.container.runtime
-    return launcher_for_scheduler(cluster.scheduler, runner, style=style)
+    from ftcluster.render import launch_style
+
+    return launcher_for_scheduler(cluster.scheduler, runner, style=launch_style(cluster))
 
 
 def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
@@ -19,6 +20,10 @@ def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
         from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 
         return DockerSlurmLauncher(runner)
+    if scheduler == "ssh":
+        from ftcluster.launchers.ssh_docker import SshDockerLauncher
+
+        return SshDockerLauncher(runner)
     if scheduler == "local":
         from ftcluster.launchers.local import LocalLauncher
 
@@ -30,4 +35,4 @@ def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
     from ftcluster.errors import UserError
 
     raise UserError(f"launching with scheduler {scheduler!r} is not supported yet",
-                    field="scheduler", hint="use 'slurm' or 'local'")
+                    field="scheduler", hint="use 'slurm', 'ssh' or 'local'")

@@ -45,6 +45,7 @@ def _killpg(pid: int, sig: int) -> None:
 
 class LocalLauncher(Launcher):
     _children: dict[int, subprocess.Popen[bytes]] = {}
+    kill_stray_ranks = True
 
     def submit(self, paths: RunPaths, script: Path) -> str:
         paths.logs.mkdir(parents=True, exist_ok=True)
@@ -60,12 +61,15 @@ class LocalLauncher(Launcher):
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return _alive(pid, str(paths.job_script("local")))
+        return _alive(pid, str(paths.job_script("local")))  # job.sh, as for every style run here
+
+    def nodes(self, paths: RunPaths) -> tuple[str, ...]:
+        return ("localhost",)
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         pid = _pid(job_id)
         if self._script_alive(pid, paths):
-            return JobInfo(job_id, JobState.RUNNING, "RUNNING", ("localhost",), source="local")
+            return JobInfo(job_id, JobState.RUNNING, "RUNNING", self.nodes(paths), source="local")
         try:
             events = parse_events(paths.events.read_text())
         except FileNotFoundError:
@@ -87,7 +91,7 @@ class LocalLauncher(Launcher):
             time.sleep(0.05)
         _killpg(pid, signal.SIGKILL)
         # Ranks lead their own process groups; kill any the script could not stop.
-        for pidfile in paths.state.glob("rank*.pid"):
+        for pidfile in paths.state.glob("rank*.pid") if self.kill_stray_ranks else ():
             try:
                 rank_pid = int(pidfile.read_text().strip())
             except (OSError, ValueError):

@@ -4,98 +4,30 @@ client against rank 0; faults; Ctrl-C; and nothing left behind (containers, keys
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
+from tests.docker.launching import (
+    SSH_PORT,
+    assert_nothing_left,
+    events,
+    launch,
+    launch_cmd,
+    write_spec,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.triton]
 
-REPO = Path(__file__).resolve().parents[2]
-# Not the test bed's own sshd port (11068): sshd may already listen there on every node.
-SSH_PORT = 11168
 
-
-def write_spec(tmp_path: Path, dn: DockerNodes, **container: Any) -> Path:
-    spec = {
-        "name": "tb-docker",
-        "scheduler": "slurm",
-        "partition": dn.tb.partition,  # type: ignore[attr-defined]
-        "request_gpus": False,
-        "exclusive": False,
-        "gpus_per_node": 1,
-        "time_limit": "10",
-        "workspace": str(tmp_path / "runs"),
-        "ssh_port": SSH_PORT,
-        "container": {
-            "runtime": "docker",
-            "image": image.IMAGE,
-            "docker_host": dn.docker_host_template,
-            "shm_size": "256m",
-            # ftcluster's rank/client code from this checkout (the image has only its deps).
-            "mounts": [f"{REPO}:{REPO}:ro"],
-            **container,
-        },
-        "env": {"PYTHONPATH": str(REPO)},
-        "python": "python3",
-        "server": {"binary": image.TRITON_BIN, "ready_timeout": 90, "exit_grace": 10},
-    }
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def launch_cmd(spec: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(spec), "--json", *args]
-
-
-def launch(dn: DockerNodes, spec: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    p = subprocess.run(launch_cmd(spec, *args), capture_output=True, text=True, timeout=300,
-                       env=dn.tb.env)  # type: ignore[attr-defined]
-    try:
-        out = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"no JSON from launch (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p.returncode, out, p.stderr
-
-
-def events(run_dir: Path) -> list[list[str]]:
-    return [ln.split()[1:] for ln in (run_dir / "state" / "events").read_text().splitlines()]
-
-
-def assert_nothing_left(dn: DockerNodes, run_dir: Path) -> None:
-    for node in dn.nodes:
-        assert dn.containers(node, f"org.ftcluster.run={run_dir.name}") == [], f"containers left on {node}"
-    assert not (run_dir / "state" / "ssh").exists(), "the run's ssh keys were not removed"
-    run_id = run_dir.name
-    deadline = time.monotonic() + 15
-    while True:
-        left = [d for d in os.listdir("/proc") if d.isdigit() and run_id in _cmdline(d)]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert not left, [(d, _cmdline(d)[:120]) for d in left]
-
-
-def _cmdline(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def test_two_nodes_mpirun_over_ssh_serves_and_cleans_up(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+def test_two_nodes_mpirun_over_ssh_serves_and_cleans_up(tmp_path: Path, docker_nodes: DockerNodes) -> None:
     dn = docker_nodes
     rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2")
     assert rc == 0, (out, err)
@@ -117,7 +49,7 @@ def test_two_nodes_mpirun_over_ssh_serves_and_cleans_up(tmp_path: Path, docker_n
     assert_nothing_left(dn, run_dir)
 
 
-def test_ctrl_c_removes_containers_and_keys(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+def test_ctrl_c_removes_containers_and_keys(tmp_path: Path, docker_nodes: DockerNodes) -> None:
     dn = docker_nodes
     spec = write_spec(tmp_path, dn)
     proc = subprocess.Popen(launch_cmd(spec, "--nodes", "2"),
@@ -155,7 +87,7 @@ def test_ctrl_c_removes_containers_and_keys(tmp_path: Path, docker_nodes: Docker
     assert_nothing_left(dn, run_dir)
 
 
-def test_container_that_fails_to_start(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+def test_container_that_fails_to_start(tmp_path: Path, docker_nodes: DockerNodes) -> None:
     dn = docker_nodes
     spec = write_spec(tmp_path, dn, devices=["/dev/ftc-no-such-device"])
     rc, out, err = launch(dn, spec, "--nodes", "2")
@@ -169,7 +101,7 @@ def test_container_that_fails_to_start(tmp_path: Path, docker_nodes: DockerNodes
     assert_nothing_left(dn, run_dir)
 
 
-def test_ssh_port_taken_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+def test_ssh_port_taken_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -> None:
     dn = docker_nodes
     node = dn.nodes[1]
     squatter = subprocess.Popen(
@@ -192,7 +124,7 @@ def test_ssh_port_taken_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -
     assert_nothing_left(dn, run_dir)
 
 
-def test_image_missing_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+def test_image_missing_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) -> None:
     dn = docker_nodes
     tag = f"ftcluster-test/only-on-{dn.nodes[0]}:{uuid.uuid4().hex[:8]}"
     dn.docker(dn.nodes[0], ["tag", image.IMAGE, tag], check=True)
@@ -206,7 +138,7 @@ def test_image_missing_on_one_node(tmp_path: Path, docker_nodes: DockerNodes) ->
     assert_nothing_left(dn, Path(out["run_dir"]))
 
 
-def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> None:  # noqa: F811
+def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> None:
     dn = docker_nodes
     rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"] is True, (out, err)

@@ -32,7 +32,7 @@ def test_plan_round_trips_through_dict() -> None:
 def test_slurm_nodes_are_unknown_until_allocated_and_ssh_uses_hosts() -> None:
     p = plan_for(cluster(scheduler="slurm"), model(), facts(), ckpt(), nodes=2, gpus_per_node=1)
     assert [r.node for r in p.ranks] == [None, None]
-    c = cluster(scheduler="ssh", hosts=["h1", "h2", "h3"])
+    c = cluster(scheduler="ssh", hosts=["h1", "h2", "h3"], container={"runtime": "docker", "image": "i"})
     p = plan_for(c, model(), facts(), ckpt(), nodes=2, gpus_per_node=1)
     assert [r.node for r in p.ranks] == ["h1", "h2"]
 

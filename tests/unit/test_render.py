@@ -47,6 +47,14 @@ SPECS: dict[str, dict[str, object]] = {
                              "shm_size": "32g"},
                "env": {"NCCL_SOCKET_IFNAME": "eth0"},
                "server": {"binary": "/opt/tritonserver/bin/tritonserver"}},
+    "ssh_docker": {"name": "dgx-pool", "scheduler": "ssh", "hosts": ["dgx01", "dgx02", "dgx03", "dgx04"],
+                   "node_ssh": {"user": "ubuntu", "port": 2222, "known_hosts": "/home/u/.ssh/known_hosts",
+                                "parallel": 16},
+                   "gpus_per_node": 8, "ssh_port": 11068,
+                   "container": {"runtime": "docker", "image": "triton_with_ft:22.12",
+                                 "mounts": ["/shared/models:/models:ro"], "shm_size": "32g",
+                                 "mpi_if_include": "10.0.0.0/16"},
+                   "server": {"binary": "/opt/tritonserver/bin/tritonserver"}},
 }
 STYLES = list(SPECS)
 
@@ -70,7 +78,8 @@ def render_style(style: str, run_dir: Path = RUN_DIR, nodes: int = 2, **spec: ob
     if not _has_template(style):
         pytest.skip(f"no {STYLE_TEMPLATE[style]} template yet")
     c = cluster(**{**SPECS[style], **spec})
-    return render(c, _model(), _plan(c, nodes), RunPaths("gpt-2n", run_dir), RenderOptions(python=PYTHON))
+    return render(c, _model(), _plan(c, nodes), RunPaths("gpt-2n", run_dir),
+                  RenderOptions(python=PYTHON, local_python=PYTHON))
 
 
 # --------------------------------------------------------------------------- golden files
@@ -99,7 +108,8 @@ def test_render_is_pure_and_deterministic() -> None:
 # --------------------------------------------------------------------------- shell checks
 
 def _write(scripts: RenderedScripts, d: Path) -> list[Path]:
-    return scripts.materialize(d)
+    """The shell scripts among the rendered files (not nodes.json)."""
+    return [p for p in scripts.materialize(d) if p.suffix in (".sh", ".sbatch")]
 
 
 # Template findings reported to the templates' owner (job_templates/ is not edited by these

@@ -27,6 +27,8 @@ def test_example_cluster_styles() -> None:
     assert by_name["slurm-docker"].container.runtime == "docker"
     assert by_name["slurm-bare"].container.runtime == "none"
     assert by_name["local"].scheduler == "local"
+    ssh = by_name["ssh-docker"]
+    assert ssh.scheduler == "ssh" and ssh.container.runtime == "docker" and ssh.max_nodes == len(ssh.hosts)
 
 
 @pytest.mark.parametrize("path", MODEL_SPECS, ids=[p.stem for p in MODEL_SPECS])
@@ -70,7 +72,8 @@ def test_gpus_auto_and_time_forms() -> None:
 
 
 def test_ssh_max_nodes_is_the_host_count() -> None:
-    assert cluster(scheduler="ssh", hosts=["a", "b"], max_nodes=64).max_nodes == 2
+    assert cluster(scheduler="ssh", hosts=["a", "b"], max_nodes=64,
+                   container={"runtime": "docker", "image": "i"}).max_nodes == 2
 
 
 def test_specs_are_frozen() -> None:
@@ -97,6 +100,12 @@ def test_cluster_name_defaults_to_a_clean_file_stem(tmp_path: Path) -> None:
     ("scheduler: local\nports: {http: 0}\n", "ports.http:"),
     ("scheduler: slurm\ncontainer: {runtime: pyxis, image: i, mounts: ['rel:/x']}\n", "start with '/' or '.'"),
     ("scheduler: slurm\ncontainer: {runtime: pyxis, image: i, mounts: ['/x:rel']}\n", "start with '/' or '.'"),
+    ("scheduler: ssh\nhosts: [a]\n", "set container.runtime: docker"),
+    ("scheduler: ssh\ncontainer: {runtime: docker, image: i}\n", "needs hosts"),
+    ("scheduler: ssh\nhosts: ['a b']\ncontainer: {runtime: docker, image: i}\n", "hosts: "),
+    ("scheduler: ssh\nhosts: [a, a]\ncontainer: {runtime: docker, image: i}\n", "listed twice"),
+    ("scheduler: ssh\nhosts: [a]\nnode_ssh: {parallel: 0}\ncontainer: {runtime: docker, image: i}\n",
+     "node_ssh.parallel"),
 ])
 def test_cluster_errors_name_file_and_field(tmp_path: Path, text: str, fragment: str) -> None:
     p = tmp_path / "c.yaml"

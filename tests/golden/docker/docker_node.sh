@@ -40,7 +40,9 @@ ENV_KEYS=(NCCL_SOCKET_IFNAME)
 # Inside a container: root-owned copies of the run's keys (sshd and ssh refuse loose modes).
 IN_SSH=/run/ftcluster-ssh
 
-NODE=${SLURMD_NODENAME:-$(hostname -s)}
+# The node's name as the job script knows it: FTC_NODE from the ssh fan-out (and passed into
+# the container), Slurm's node name, else the short hostname.
+NODE=${FTC_NODE:-${SLURMD_NODENAME:-$(hostname -s)}}
 if [ -n "$DOCKER_HOST_TEMPLATE" ]; then
   export DOCKER_HOST=${DOCKER_HOST_TEMPLATE//\{node\}/$NODE}
 fi
@@ -176,7 +178,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   stop-ranks) stop_ranks ;;
-  exec) shift; exec docker exec "$CNAME" "$@" ;;
+  exec) shift; exec docker exec -e FTC_NODE="$NODE" "$CNAME" "$@" ;;
   sshd) sshd_start ;;
   mpirun) shift; run_mpirun "$@" ;;
   mpirun-stop) kill -TERM "$(cat "$IN_SSH/mpirun.pid" 2>/dev/null)" 2>/dev/null ;;

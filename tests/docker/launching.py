@@ -1,0 +1,93 @@
+"""Helpers of the Docker launch tests (Slurm and ssh schedulers): the test bed's cluster spec,
+running `ftcluster launch --json`, the run's events, and the check that nothing is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.docker import image
+from tests.docker.daemons import DockerNodes
+
+REPO = Path(__file__).resolve().parents[2]
+# Not the test bed's own sshd port (11068): sshd may already listen there on every node.
+SSH_PORT = 11168
+
+
+def write_spec(tmp_path: Path, dn: DockerNodes, *, top: dict[str, Any] | None = None, **container: Any) -> Path:
+    """The test bed's Slurm + Docker cluster spec; `top` replaces top-level fields (scheduler...)."""
+    spec = {
+        "name": "tb-docker",
+        "scheduler": "slurm",
+        "partition": dn.tb.partition,  # type: ignore[attr-defined]
+        "request_gpus": False,
+        "exclusive": False,
+        "gpus_per_node": 1,
+        "time_limit": "10",
+        "workspace": str(tmp_path / "runs"),
+        "ssh_port": SSH_PORT,
+        "container": {
+            "runtime": "docker",
+            "image": image.IMAGE,
+            "docker_host": dn.docker_host_template,
+            "shm_size": "256m",
+            # ftcluster's rank/client code from this checkout (the image has only its deps).
+            "mounts": [f"{REPO}:{REPO}:ro"],
+            **container,
+        },
+        "env": {"PYTHONPATH": str(REPO)},
+        "python": "python3",
+        "server": {"binary": image.TRITON_BIN, "ready_timeout": 90, "exit_grace": 10},
+    }
+    spec.update(top or {})
+    spec = {k: v for k, v in spec.items() if v is not None}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def launch_cmd(spec: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(spec), "--json", *args]
+
+
+def launch(dn: DockerNodes, spec: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    p = subprocess.run(launch_cmd(spec, *args), capture_output=True, text=True, timeout=300,
+                       env=dn.tb.env)  # type: ignore[attr-defined]
+    try:
+        out = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from launch (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p.returncode, out, p.stderr
+
+
+def events(run_dir: Path) -> list[list[str]]:
+    return [ln.split()[1:] for ln in (run_dir / "state" / "events").read_text().splitlines()]
+
+
+def assert_nothing_left(dn: DockerNodes, run_dir: Path) -> None:
+    for node in dn.nodes:
+        assert dn.containers(node, f"org.ftcluster.run={run_dir.name}") == [], f"containers left on {node}"
+    assert not (run_dir / "state" / "ssh").exists(), "the run's ssh keys were not removed"
+    run_id = run_dir.name
+    deadline = time.monotonic() + 15
+    while True:
+        left = [d for d in os.listdir("/proc") if d.isdigit() and run_id in _cmdline(d)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, [(d, _cmdline(d)[:120]) for d in left]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,186 @@
+#!/bin/bash
+# Node-side Docker steps of ftcluster run gpt-2n (generated). The job script runs:
+#   on every node, through srun:  docker_node.sh up | stop-ranks | down
+#   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container)
+# and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | mpirun-stop | rank
+# Values are shell-quoted data; the shared variable block defines some this script does not use.
+# shellcheck disable=SC2016,SC2034,SC2089,SC2090
+set -uo pipefail
+RUN_ID=gpt-2n
+RUN_DIR=/shared/runs/gpt-2n
+REPO=/shared/runs/gpt-2n/model_repository
+LOGS=/shared/runs/gpt-2n/logs
+STATE=/shared/runs/gpt-2n/state
+RESULTS=/shared/runs/gpt-2n/results
+SCRIPTS=/shared/runs/gpt-2n/scripts
+NODES=2
+HTTP_PORT=8000
+PORT_STRIDE=0
+SERVED_MODEL=ensemble
+ID_PREFIX=ftc-gpt-2n
+PY=/opt/ftcluster/venv/bin/python
+TRITON=/opt/tritonserver/bin/tritonserver
+READY_TIMEOUT=900
+EXIT_GRACE=20
+KEEP_SERVING=0
+RUN_CLIENT=1
+CLIENT_ARGS=(--protocol http --batch-size 2 --input-len 8 --output-len 8)
+export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
+IMAGE=triton_with_ft:22.12
+IMAGE_TAR=''
+DOCKER_HOST_TEMPLATE=''
+CNAME=ftc-gpt-2n
+LABEL=org.ftcluster.run
+RUN_ARGS=(--network host --ipc host --cap-add IPC_LOCK --shm-size 32g -v /shared/models:/models:ro -v /shared/runs/gpt-2n:/shared/runs/gpt-2n)
+SSH_PORT=11068
+SSH_DIR=/shared/runs/gpt-2n/state/ssh
+MPI_IF=10.0.0.0/16
+ENV_KEYS=()
+# Inside a container: root-owned copies of the run's keys (sshd and ssh refuse loose modes).
+IN_SSH=/run/ftcluster-ssh
+
+# The node's name as the job script knows it: FTC_NODE from the ssh fan-out (and passed into
+# the container), Slurm's node name, else the short hostname.
+NODE=${FTC_NODE:-${SLURMD_NODENAME:-$(hostname -s)}}
+if [ -n "$DOCKER_HOST_TEMPLATE" ]; then
+  export DOCKER_HOST=${DOCKER_HOST_TEMPLATE//\{node\}/$NODE}
+fi
+
+# The last line of a command's output that says something (docker puts the cause last, then
+# sometimes a "Run 'docker run --help'" hint), on one line.
+lastline() {
+  printf '%s\n' "$1" | sed -e '/^[[:space:]]*$/d' -e "/^\(Run\|See\) '.*--help'/d" | tail -n 1 | tr -s '[:space:]' ' '
+}
+
+# Per-node outcome for the job script (one writer per file: safe on a shared filesystem).
+record() { mkdir -p "$STATE/docker" && printf '%s\n' "$2" >"$STATE/docker/$NODE.$1"; }
+node_fail() {
+  record up "failed $*"
+  echo "ftcluster: $NODE: $*" >&2
+  exit 1
+}
+
+ensure_image() {
+  local out
+  docker image inspect "$IMAGE" >/dev/null 2>&1 && return 0
+  if [ -n "$IMAGE_TAR" ]; then
+    out=$(docker load -i "$IMAGE_TAR" 2>&1) \
+      || node_fail "image $IMAGE is not on $NODE and docker load -i $IMAGE_TAR failed: $(lastline "$out")"
+    docker image inspect "$IMAGE" >/dev/null 2>&1 \
+      || node_fail "$IMAGE_TAR does not hold image $IMAGE ($(lastline "$out"))"
+  else
+    out=$(docker pull -q "$IMAGE" 2>&1) \
+      || node_fail "image $IMAGE is not on $NODE and docker pull failed: $(lastline "$out") (set container.image_tar for sites without a registry)"
+  fi
+}
+
+up() {
+  local t0=$EPOCHREALTIME out
+  rm -f "$STATE/docker/$NODE.up"
+  command -v docker >/dev/null || node_fail "no docker CLI on $NODE"
+  ensure_image
+  # Kept alive by sleep (not the image's entrypoint); the work arrives through docker exec.
+  out=$(docker run -d --name "$CNAME" --label "$LABEL=$RUN_ID" "${RUN_ARGS[@]}" \
+    --entrypoint sleep "$IMAGE" infinity 2>&1) || node_fail "docker run failed: $(lastline "$out")"
+  out=$(docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" sshd 2>&1) || node_fail "$(lastline "$out")"
+  record up "ok $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')"
+}
+
+# Inside a container: this run's sshd on SSH_PORT with the run's host key, accepting only the
+# run's client key; ssh/mpirun check hosts against known_hosts (written by the job script).
+sshd_start() {
+  local sshd want got i var setenv=()
+  sshd=$(command -v sshd || echo /usr/sbin/sshd)
+  [ -x "$sshd" ] || { echo "image $IMAGE has no sshd (install openssh-server in it)"; exit 1; }
+  command -v ssh >/dev/null || { echo "image $IMAGE has no ssh client (install openssh-client)"; exit 1; }
+  mkdir -p "$IN_SSH" /run/sshd && chmod 700 "$IN_SSH"
+  install -m 600 "$SSH_DIR/host_ed25519" "$IN_SSH/host_key"
+  install -m 600 "$SSH_DIR/id_ed25519" "$IN_SSH/id_ed25519"
+  install -m 600 "$SSH_DIR/id_ed25519.pub" "$IN_SSH/authorized_keys"
+  install -m 644 "$SSH_DIR/known_hosts" "$IN_SSH/known_hosts"
+  # Sessions (mpirun's orted) get the container's environment: PATH to mpirun/orted etc.
+  for var in PATH LD_LIBRARY_PATH OPAL_PREFIX PYTHONPATH "${ENV_KEYS[@]}"; do
+    [ -n "${!var:-}" ] && setenv+=("\"$var=${!var}\"")
+  done
+  cat >"$IN_SSH/sshd_config" <<EOF
+Port $SSH_PORT
+HostKey $IN_SSH/host_key
+AuthorizedKeysFile $IN_SSH/authorized_keys
+PidFile $IN_SSH/sshd.pid
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PrintMotd no
+${setenv:+SetEnv ${setenv[*]}}
+EOF
+  "$sshd" -f "$IN_SSH/sshd_config" -E "$LOGS/sshd-$NODE.log" \
+    || { echo "sshd failed to start on $NODE: $(tail -n 1 "$LOGS/sshd-$NODE.log" 2>/dev/null)"; exit 1; }
+  # Our sshd, not another process on the port, must answer on the node's name.
+  want=$(cut -d' ' -f2 "$SSH_DIR/host_ed25519.pub")
+  for ((i = 0; i < 50; i++)); do
+    got=$(ssh-keyscan -T 2 -t ed25519 -p "$SSH_PORT" "$NODE" 2>/dev/null | cut -d' ' -f3)
+    [ "$got" = "$want" ] && return 0
+    grep -q "Address already in use" "$LOGS/sshd-$NODE.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  if grep -q "Address already in use" "$LOGS/sshd-$NODE.log" 2>/dev/null; then
+    echo "ssh_port $SSH_PORT is taken on $NODE by another process (choose another ssh_port)"
+  else
+    echo "this run's sshd does not answer on $NODE:$SSH_PORT: $(tail -n 1 "$LOGS/sshd-$NODE.log" 2>/dev/null)"
+  fi
+  exit 1
+}
+
+# Inside rank 0's container: one rank per node, started over ssh with the run's key.
+run_mpirun() {
+  local hosts=$1 mca_if=()
+  shift
+  if [ -n "$MPI_IF" ]; then
+    mca_if=(--mca btl_tcp_if_include "$MPI_IF" --mca oob_tcp_if_include "$MPI_IF")
+  fi
+  printf '%s\n' "$$" >"$IN_SSH/mpirun.pid"
+  # sigkill_timeout: a SIGTERM'd rank gets the server's exit grace before SIGKILL.
+  exec mpirun --allow-run-as-root -np "$NODES" -H "$hosts" \
+    --mca plm_rsh_args "-p $SSH_PORT -i $IN_SSH/id_ed25519 -o UserKnownHostsFile=$IN_SSH/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes -o LogLevel=ERROR" \
+    --mca odls_base_sigkill_timeout "$EXIT_GRACE" "${mca_if[@]}" "$@"
+}
+
+# SIGTERM to the ranks that run on this node (pids as their container sees them).
+stop_ranks() {
+  local f rank pid
+  for f in "$STATE"/rank*.host; do
+    if [ ! -e "$f" ] || [ "$(cat "$f")" != "$NODE" ]; then continue; fi
+    rank=${f##*/rank}
+    rank=${rank%.host}
+    pid=$(cat "$STATE/rank$rank.pid" 2>/dev/null) || continue
+    docker exec "$CNAME" kill -TERM "$pid" 2>/dev/null || true
+  done
+}
+
+down() {
+  local ids out
+  rm -f "$STATE/docker/$NODE.down"
+  ids=$(docker ps -aq --filter "label=$LABEL=$RUN_ID" 2>&1) \
+    || { record down "failed docker ps: $(lastline "$ids")"; exit 1; }
+  if [ -n "$ids" ]; then
+    # One id per line; word splitting is wanted here.
+    # shellcheck disable=SC2086
+    out=$(docker rm -f $ids 2>&1) || { record down "failed docker rm -f: $(lastline "$out")"; exit 1; }
+    ids=$(docker ps -aq --filter "label=$LABEL=$RUN_ID" 2>&1)
+    [ -z "$ids" ] || { record down "failed containers remain: $(lastline "$ids")"; exit 1; }
+  fi
+  record down ok
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  stop-ranks) stop_ranks ;;
+  exec) shift; exec docker exec -e FTC_NODE="$NODE" "$CNAME" "$@" ;;
+  sshd) sshd_start ;;
+  mpirun) shift; run_mpirun "$@" ;;
+  mpirun-stop) kill -TERM "$(cat "$IN_SSH/mpirun.pid" 2>/dev/null)" 2>/dev/null ;;
+  rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
+  *) echo "usage: $0 up|stop-ranks|down|exec CMD...|sshd|mpirun HOSTS CMD...|mpirun-stop|rank" >&2; exit 2 ;;
+esac
