@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.sshd import SSH_PORT as NODE_SSHD_PORT
+from tests.docker import image
 from tests.docker.daemons import DockerNodes
 from tests.docker.launching import SSH_PORT, assert_nothing_left, events, launch, launch_cmd, write_spec
 
@@ -105,8 +108,6 @@ def test_ctrl_c_tears_down_over_ssh(tmp_path: Path, ssh_nodes: DockerNodes) -> N
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = None
     try:
-        import time
-
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             found = list((tmp_path / "runs").glob("*/state/events"))
@@ -125,4 +126,30 @@ def test_ctrl_c_tears_down_over_ssh(tmp_path: Path, ssh_nodes: DockerNodes) -> N
     assert proc.returncode != 0 and "cancelled" in err, err
     kinds = [e[0] for e in events(run_dir)]
     assert "interrupted" in kinds and "containers_stopped" in kinds, kinds
+    assert_nothing_left(dn, run_dir)
+
+
+def test_mpi_check_fails_when_a_hosts_tritonserver_differs(tmp_path: Path, ssh_nodes: DockerNodes) -> None:
+    """Same image name on both hosts, but the second host's build has another tritonserver."""
+    dn = ssh_nodes
+    first, second = dn.nodes[:2]
+    tag = f"ftcluster-test/mixed-{uuid.uuid4().hex[:8]}:1"
+    builder = f"ftc-test-builder-{uuid.uuid4().hex[:8]}"
+    dn.docker(first, ["tag", image.IMAGE, tag], check=True)
+    try:
+        dn.docker(second, ["run", "--name", builder, "--entrypoint", "sh", image.IMAGE, "-c",
+                           f"echo '# another build' >> {image.TRITON_BIN}"], check=True)
+        dn.docker(second, ["commit", builder, tag], check=True)
+        dn.docker(second, ["rm", builder], check=True)
+        rc, out, _ = launch(dn, ssh_spec(tmp_path, dn, image=tag), "--nodes", "2")
+    finally:
+        dn.docker(second, ["rm", "-f", builder])
+        for node in (first, second):
+            dn.docker(node, ["rmi", tag])
+    assert rc != 0 and out["ok"] is False
+    failure = out["failure"]
+    assert "MPI check failed" in failure and f"rank 1 on {second}" in failure, failure
+    assert "differs from rank 0's" in failure, failure
+    run_dir = Path(out["run_dir"])
+    assert "servers_starting" not in [e[0] for e in events(run_dir)]  # refused before serving
     assert_nothing_left(dn, run_dir)
