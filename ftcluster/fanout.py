@@ -118,13 +118,16 @@ class Fanout:
         finally:
             conn.close()
 
-    def run(self, hosts: Sequence[str], argv: Sequence[str], output: str | None) -> list[HostResult]:
+    def run(self, hosts: Sequence[str], argv: Sequence[str], output: str | None,
+            stream: IO[str] | None = None) -> list[HostResult]:
+        """Without `output`, every host's lines go to `stream` (stdout), prefixed by the host."""
         stdout_lock = threading.Lock()
 
         def one(host: str) -> HostResult:
             if output is None:
                 prefix = f"{host}: " if len(hosts) > 1 else ""
-                return self.run_one(host, argv, _Lines(sys.stdout, stdout_lock, prefix))  # type: ignore[arg-type]
+                sink = _Lines(stream or sys.stdout, stdout_lock, prefix)
+                return self.run_one(host, argv, sink)  # type: ignore[arg-type]
             path = Path(output.replace("%N", host))
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w") as fh:
