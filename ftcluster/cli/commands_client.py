@@ -1,4 +1,5 @@
-"""`ftcluster client identity|bench`: correctness test and load test against a Triton endpoint.
+"""`ftcluster client identity|bench|text`: correctness test, load test and end-to-end text test
+against a Triton endpoint.
 
 Also what the launcher runs on rank 0's node (`python -m ftcluster.client identity ...`).
 """
@@ -45,12 +46,14 @@ def _write_result(path: str | None, data: dict[str, Any]) -> None:
 
 @cli.group("client")
 def client_group() -> None:
-    """Test and benchmark a running Triton + FT model from the command line.
+    """Test, benchmark and run prompts through a running Triton + FT model.
 
     \b
     Examples:
       ftcluster client identity --url node1:8000 --model fastertransformer
       ftcluster client bench --url node1:8001 --protocol grpc --concurrency 1,4,16 --csv out.csv
+      ftcluster client text --url node1:8000 --model t5 --prompts en.txt --tokenizer t5-small \\
+          --reference de.txt
     """
 
 
@@ -118,4 +121,48 @@ def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: i
     if plot_path:
         write_plot(result, plot_path)
     click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_table(result))
+    return 0 if result.ok else 1
+
+
+@client_group.command("text")
+@click.option("--url", required=True, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol).")
+@click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server.")
+@click.option("--prompts", "prompts_path", required=True, metavar="FILE", help="Text file, one prompt per line.")
+@click.option("--tokenizer", default=None, metavar="bytes|NAME",
+              help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; needed "
+                   "for token-id models, unused by text models (ensembles tokenize inside Triton).")
+@click.option("--reference", "reference_path", default=None, metavar="FILE",
+              help="One reference per prompt: print corpus BLEU of the outputs (sacrebleu).")
+@click.option("--output-len", type=int, default=16, show_default=True, help="Tokens to generate.")
+@click.option("--batch-size", type=int, default=None,
+              help="Prompts per request (default: 8, or the model's max_batch_size if smaller).")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True)
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Per-request timeout (s).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
+def text_cmd(url: str, model: str, prompts_path: str, tokenizer: str | None, reference_path: str | None,
+             output_len: int, batch_size: int | None, protocol: str, timeout: float, as_json: bool,
+             result_file: str | None) -> int:
+    """Prompts in, text out: tokenize, send batched requests with the inputs the model's config
+    declares, decode output_ids up to sequence_length (a decoder-only model's prompt is cut
+    off), and print each prompt -> text with the latency. With --reference, also corpus BLEU
+    (for translation models such as T5). A transformers tokenizer and BLEU need
+    `pip install 'ftcluster[text]'`. Exits 1 when a request fails.
+
+    \b
+    Examples:
+      ftcluster client text --url localhost:8000 --prompts prompts.txt --tokenizer bytes
+      ftcluster client text --url localhost:8001 --protocol grpc --model ensemble --prompts prompts.txt
+      ftcluster client text --url node1:8000 --model t5 --tokenizer t5-small --prompts en.txt \\
+          --reference de.txt --output-len 64
+    """
+    from ftcluster.client.text import format_text, read_prompts, read_references, run_text
+
+    endpoint = Endpoint.parse(url, protocol, timeout)
+    prompts = read_prompts(prompts_path)
+    references = read_references(reference_path, len(prompts)) if reference_path else None
+    result = run_text(endpoint, model, prompts, tokenizer=tokenizer, output_len=output_len,
+                      batch_size=batch_size, references=references)
+    _write_result(result_file, result.to_dict())
+    click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_text(result))
     return 0 if result.ok else 1

@@ -1,4 +1,4 @@
-"""`python -m ftcluster.client identity|bench ...`: the same commands as `ftcluster client`.
+"""`python -m ftcluster.client identity|bench|text ...`: the same commands as `ftcluster client`.
 
 The launcher runs this on rank 0's node, where the `ftcluster` script may not be on PATH.
 """
