@@ -91,3 +91,21 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def wait_for_event(run_dir: Path, kind: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run_dir / "state" / "events").is_file() and any(e[0] == kind for e in events(run_dir)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {kind} event in {timeout}s: {events(run_dir)}")
+
+
+def wait_no_containers(dn: DockerNodes, run_dir: Path, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [f"{n}:{c}" for n in dn.nodes for c in dn.containers(n, f"org.ftcluster.run={run_dir.name}")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)

@@ -21,6 +21,8 @@ from tests.docker.launching import (
     events,
     launch,
     launch_cmd,
+    wait_for_event,
+    wait_no_containers,
     write_spec,
 )
 
@@ -150,4 +152,22 @@ def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> No
     assert p.returncode == 0, p.stderr
     kinds = [e[0] for e in events(run_dir)]
     assert "containers_stopped" in kinds, kinds
+    assert_nothing_left(dn, run_dir)
+
+
+def test_plain_scancel_is_cleaned_up_by_the_guards(tmp_path: Path, docker_nodes: DockerNodes) -> None:
+    """A cancelled (or timed-out) job may start no new step, so its own teardown cannot run;
+    Slurm ends the guard step with SIGTERM and each node's guard removes its containers."""
+    dn = docker_nodes
+    rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2", "--keep-serving", "--no-client",
+                          "--detach")
+    assert rc == 0, (out, err)
+    run_dir = Path(out["run_dir"])
+    wait_for_event(run_dir, "serving")
+    assert sum(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) for n in dn.nodes) == 2
+    dn.tb.slurm(["scancel", out["job_id"]])  # type: ignore[attr-defined]
+    assert wait_no_containers(dn, run_dir) == []
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
+                       text=True, timeout=180, check=False, env=dn.tb.env)  # type: ignore[attr-defined]
+    assert p.returncode == 0, p.stderr
     assert_nothing_left(dn, run_dir)

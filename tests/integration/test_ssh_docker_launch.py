@@ -5,8 +5,10 @@ rank 0; faults; Ctrl-C; and nothing left behind."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +19,9 @@ import pytest
 from tests.cluster.sshd import SSH_PORT as NODE_SSHD_PORT
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
-from tests.docker.launching import SSH_PORT, assert_nothing_left, events, launch, launch_cmd, write_spec
+from tests.docker.launching import (
+    SSH_PORT, assert_nothing_left, events, launch, launch_cmd, wait_for_event, wait_no_containers, write_spec,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.triton]
 
@@ -152,4 +156,24 @@ def test_mpi_check_fails_when_a_hosts_tritonserver_differs(tmp_path: Path, ssh_n
     assert "differs from rank 0's" in failure, failure
     run_dir = Path(out["run_dir"])
     assert "servers_starting" not in [e[0] for e in events(run_dir)]  # refused before serving
+    assert_nothing_left(dn, run_dir)
+
+
+def test_killed_job_script_is_cleaned_up_by_the_guards(tmp_path: Path, ssh_nodes: DockerNodes) -> None:
+    """kill -9 of the whole job (as when the machine running it is lost): no teardown runs
+    there, but the ssh sessions drop and each host's guard removes its containers."""
+    dn = ssh_nodes
+    rc, out, err = launch(dn, ssh_spec(tmp_path, dn), "--nodes", "2", "--keep-serving", "--no-client",
+                          "--detach")
+    assert rc == 0, (out, err)
+    run_dir = Path(out["run_dir"])
+    wait_for_event(run_dir, "serving")
+    assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
+    os.killpg(int(out["job_id"].split(":")[1]), signal.SIGKILL)
+    assert wait_no_containers(dn, run_dir) == []
+    assert "containers_stopped" not in [e[0] for e in events(run_dir)]  # the guards did it
+    # `stop` then finds the job gone and removes what is left here: the run's keys.
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
     assert_nothing_left(dn, run_dir)

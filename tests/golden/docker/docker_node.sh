@@ -1,6 +1,6 @@
 #!/bin/bash
 # Node-side Docker steps of ftcluster run gpt-2n (generated). The job script runs:
-#   on every node, through srun:  docker_node.sh up | stop-ranks | down
+#   on every node, through srun:  docker_node.sh up | guard | stop-ranks | down
 #   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container)
 # and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | mpirun-stop | rank
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
@@ -174,8 +174,29 @@ down() {
   record down ok
 }
 
+# Waits until its step ends (SIGTERM from Slurm or the job script, SIGHUP when the ssh session
+# is gone), then removes this node's containers of the run: the teardown of last resort.
+guard() {
+  local ids
+  # shellcheck disable=SC2317  # reached through the trap
+  on_end() {
+    trap - TERM HUP INT
+    ids=$(docker ps -aq --filter "label=$LABEL=$RUN_ID" 2>/dev/null)
+    # One id per line; word splitting is wanted here.
+    # shellcheck disable=SC2086
+    [ -z "$ids" ] || docker rm -f $ids >/dev/null 2>&1
+    exit 0
+  }
+  trap on_end TERM HUP INT
+  while :; do
+    sleep 5 &
+    wait $!
+  done
+}
+
 case "${1:-}" in
   up) up ;;
+  guard) guard ;;
   down) down ;;
   stop-ranks) stop_ranks ;;
   exec) shift; exec docker exec -e FTC_NODE="$NODE" "$CNAME" "$@" ;;
@@ -183,5 +204,5 @@ case "${1:-}" in
   mpirun) shift; run_mpirun "$@" ;;
   mpirun-stop) kill -TERM "$(cat "$IN_SSH/mpirun.pid" 2>/dev/null)" 2>/dev/null ;;
   rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
-  *) echo "usage: $0 up|stop-ranks|down|exec CMD...|sshd|mpirun HOSTS CMD...|mpirun-stop|rank" >&2; exit 2 ;;
+  *) echo "usage: $0 up|guard|stop-ranks|down|exec CMD...|sshd|mpirun HOSTS CMD...|mpirun-stop|rank" >&2; exit 2 ;;
 esac

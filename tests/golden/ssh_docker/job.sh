@@ -153,6 +153,7 @@ HOSTS=()
 CONTAINERS=0
 MPIRUN_PID=
 FG_PID=
+GUARD_PID=
 
 # A foreground step the INT/TERM trap can interrupt (bash runs traps only between commands).
 run_fg() {
@@ -207,6 +208,23 @@ teardown() {
   event "containers_stopped"
 }
 
+# One guard per node for as long as the run has containers: if this script dies without its
+# teardown (killed, the job cancelled or out of time, the machine running it lost), Slurm
+# ends the guard step with SIGTERM, or the ssh session hangs up, and each guard removes its
+# node's containers of the run.
+start_guards() {
+  "${NODE_STEP[@]}" --output="$LOGS/docker-guard-%N.log" bash "$NODE_SCRIPT" guard &
+  GUARD_PID=$!
+}
+stop_guards() {
+  [ -n "$GUARD_PID" ] || return 0
+  kill -TERM "$GUARD_PID" 2>/dev/null
+  timeout 30 tail --pid="$GUARD_PID" -f /dev/null
+  kill -KILL "$GUARD_PID" 2>/dev/null
+  wait "$GUARD_PID" 2>/dev/null
+  GUARD_PID=
+}
+
 docker_cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -217,6 +235,7 @@ docker_cleanup() {
   fi
   stop_servers
   teardown || { (( rc )) || rc=1; }
+  stop_guards
   # The keys are only good for this run's containers, which are gone now.
   rm -rf "$SSH_DIR"
   event "done $rc"
@@ -240,6 +259,7 @@ MPI_HOSTS=${MPI_HOSTS%,}
 event "containers_starting ${HOSTS[*]}"
 mkdir -p "$STATE/docker"
 CONTAINERS=1
+start_guards
 run_fg "${NODE_STEP[@]}" --output="$LOGS/docker-up-%N.log" bash "$NODE_SCRIPT" up
 BAD=()
 for h in "${HOSTS[@]}"; do
