@@ -142,6 +142,7 @@ class Launch:
                 sub.mkdir(parents=True, exist_ok=True)
             if launch_style(self.cluster) in DOCKER_STYLES:
                 sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
+            write_run_metadata(self.paths, self.cluster, self.model, self.plan)
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)
             raise
@@ -270,6 +271,36 @@ class Launch:
 
     def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:
         return rank_log_tail(self.paths, rank, n)
+
+
+def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str) -> dict[str, Any]:
+    """What served a run: specs, plan, image (with what `image build` recorded for it), versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ftcluster.image import image_metadata, image_tag
+
+    try:
+        ftc_version = version("ftcluster")
+    except PackageNotFoundError:
+        ftc_version = "unknown"
+    built = image_metadata(cluster) if cluster.container.runtime != "none" or cluster.image.tag else None
+    return {
+        "run_id": run_id, "created": time.time(), "ftcluster_version": ftc_version,
+        "cluster": {"name": cluster.name, "source": cluster.source, "scheduler": cluster.scheduler,
+                    "runtime": cluster.container.runtime},
+        "model": {"name": model.name, "model_type": model.model_type, "source": model.source},
+        "plan": plan.to_dict(),
+        "image": {"container_image": cluster.container.image, "tag": image_tag(cluster),
+                  # image id and TRITON_VERSION as `ftcluster image build` recorded them
+                  "built": built.to_dict() if built else None},
+        "tritonserver": cluster.server.binary,
+    }
+
+
+def write_run_metadata(paths: RunPaths, cluster: ClusterSpec, model: ModelSpec, plan: Plan) -> Path:
+    path = paths.run_dir / "run.json"
+    path.write_text(json.dumps(run_metadata(cluster, model, plan, paths.run_id), indent=2, default=str) + "\n")
+    return path
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -52,6 +52,10 @@ def test_launch_two_local_ranks_runs_client_and_cleans_up(tmp_path: Path) -> Non
     # The prepared config carries the plan: tp = 1 GPU per "node", pp = 2 nodes.
     cfg = (run_dir / "model_repository" / "fastertransformer" / "config.pbtxt").read_text()
     assert 'key: "pipeline_para_size"' in cfg and 'string_value: "2"' in cfg
+    # The run's metadata says what served it.
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["run_id"] == out["run_id"] and meta["plan"]["pipeline_para_size"] == 2
+    assert meta["model"]["name"] == "fastertransformer" and meta["image"]["built"] is None
     _assert_nothing_left(out["run_id"])
     status = json.loads(ftcluster("status", out["run_id"], "--json").stdout)
     assert status["state"] == "COMPLETED"
