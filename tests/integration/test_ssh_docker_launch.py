@@ -177,3 +177,26 @@ def test_killed_job_script_is_cleaned_up_by_the_guards(tmp_path: Path, ssh_nodes
                        text=True, timeout=120, check=False)
     assert p.returncode == 0, p.stderr
     assert_nothing_left(dn, run_dir)
+
+
+def test_air_gapped_hosts_load_the_image_from_image_tar(tmp_path: Path, ssh_nodes: DockerNodes) -> None:
+    """No registry: a host without the image loads it from container.image_tar on the shared
+    filesystem; a tar that does not hold the image is named clearly."""
+    dn = ssh_nodes
+    tag = f"ftcluster-test/from-tar-{uuid.uuid4().hex[:8]}:1"
+    tar = dn.save_image(tag, tmp_path / "image.tar")
+    try:
+        assert all(dn.docker(n, ["image", "inspect", tag]).returncode != 0 for n in dn.nodes)
+        rc, out, err = launch(dn, ssh_spec(tmp_path, dn, image=tag, image_tar=str(tar)), "--nodes", "2",
+                              "--no-mpi-check")
+        assert rc == 0 and out["client"]["ok"] is True, (out, err)
+        assert all(dn.docker(n, ["image", "inspect", tag]).returncode == 0 for n in dn.nodes[:2])
+        assert_nothing_left(dn, Path(out["run_dir"]))
+        # A tar without this image: the message says which tar and which image.
+        other = f"ftcluster-test/not-in-tar-{uuid.uuid4().hex[:8]}:1"
+        rc, out, _ = launch(dn, ssh_spec(tmp_path, dn, image=other, image_tar=str(tar)), "--nodes", "2")
+        assert rc != 0 and f"{tar} does not hold image {other}" in out["failure"], out["failure"]
+        assert_nothing_left(dn, Path(out["run_dir"]))
+    finally:
+        for node in dn.nodes:
+            dn.docker(node, ["rmi", tag])
