@@ -48,9 +48,13 @@ def _report(outcome: LaunchOutcome) -> None:
     for phase, t in outcome.phases.items():
         table.add_row(PHASES.get(phase, phase), f"{t:.2f}s")
     client = outcome.client or {}
-    for key in ("checks_passed", "batch_size", "input_len", "output_len", "latency_ms"):
+    for key in ("checks_passed", "batch_size", "input_len", "output_len"):
         if key in client:
             table.add_row(f"client {key}", str(client[key]))
+    latency = client.get("latency_ms")
+    if isinstance(latency, dict):
+        table.add_row("client latency", " / ".join(f"{k} {v:.2f} ms" for k, v in latency.items()
+                                                   if isinstance(v, (int, float))))
     mpi = outcome.mpicheck or {}
     if mpi:
         table.add_row("MPI check", f"{'passed' if mpi.get('ok') else 'FAILED'} in {mpi.get('seconds')}s "

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
+from ftcluster.errors import UserError
 from ftcluster.events import last, parse_events
 from ftcluster.launchers.base import Launcher
+from ftcluster.plan import Plan
 from ftcluster.render import RunPaths
 from ftcluster.slurm import JobInfo, JobState
+from ftcluster.spec import ClusterSpec
 
 
 def _pid(job_id: str) -> int:
@@ -34,6 +38,17 @@ def _alive(pid: int, script: str | None = None) -> bool:
         return True
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
+
+
+def port_free(port: int) -> bool:
+    """True when a server could listen on 0.0.0.0:port (as tritonserver does)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -65,6 +80,17 @@ class LocalLauncher(Launcher):
 
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:
         return ("localhost",)
+
+    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
+        # The ranks serve on this machine: a port in use is refused before anything starts.
+        from ftcluster.render import LOCAL_PORT_STRIDE
+
+        for rank in range(plan.nodes):
+            for name in ("http", "grpc", "metrics"):
+                port = getattr(cluster.ports, name) + rank * LOCAL_PORT_STRIDE
+                if not port_free(port):
+                    raise UserError(f"port {port} (rank {rank}) is in use on this machine", field=f"ports.{name}",
+                                    hint="stop what listens there or choose other ports in the cluster spec")
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         pid = _pid(job_id)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -71,30 +70,34 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_rank_that_cannot_start_fails_fast_and_names_it(tmp_path: Path) -> None:
-    cluster = write_cluster(tmp_path)
-    import yaml
+    from ftcluster.triton_local import find_tritonserver
 
-    base = yaml.safe_load(cluster.read_text())["ports"]["http"]
-    # Rank 1 serves on base+10..12; something else already holds its GRPC port.
-    with socket.socket() as squatter:
-        squatter.bind(("0.0.0.0", base + 11))
-        squatter.listen()
-        rc, out, err = launch_json(cluster, "--nodes", "2")
+    # Rank 1's server cannot start (as with a broken install on one node); rank 0's can.
+    wrapper = tmp_path / "tritonserver-rank1-broken"
+    wrapper.write_text("#!/bin/bash\n"
+                       'if [ "$FTC_RANK" = 1 ]; then echo "error: libtritonserver.so: cannot open" >&2; exit 127; fi\n'
+                       f'exec {find_tritonserver()} "$@"\n')
+    wrapper.chmod(0o755)
+    cluster = write_cluster(tmp_path, server={"binary": str(wrapper)})
+    rc, out, err = launch_json(cluster, "--nodes", "2")
     assert rc == 1
     assert out["ok"] is False
-    assert out["failed_rank"]["rank"] == "1"
-    assert any("already in use" in line or "rank1" in line for line in out["log_tail"]), out["log_tail"]
+    assert out["failed_rank"]["rank"] == "1" and out["failed_rank"]["exit_code"] == "127"
+    assert any("libtritonserver.so: cannot open" in line for line in out["log_tail"]), out["log_tail"]
     assert out["phases"]["done"] < 15
     _assert_nothing_left(out["run_id"])
 
 
-def test_stale_server_on_rank0_port_is_not_taken_for_ready(tmp_path: Path) -> None:
+def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A stale server on rank 1's port: refused up front, naming the field, nothing started."""
+    from ftcluster.render import LOCAL_PORT_STRIDE
     from ftcluster.triton_local import find_tritonserver
 
     cluster = write_cluster(tmp_path)
     import yaml
 
-    ports = yaml.safe_load(cluster.read_text())["ports"]
+    spec = yaml.safe_load(cluster.read_text())
+    ports = {k: v + LOCAL_PORT_STRIDE for k, v in spec["ports"].items()}
     empty_repo = tmp_path / "empty_repo"
     empty_repo.mkdir()
     stale = subprocess.Popen(
@@ -111,14 +114,14 @@ def test_stale_server_on_rank0_port_is_not_taken_for_ready(tmp_path: Path) -> No
                 return False
 
         assert wait_for(stale_ready, 30)
-        rc, out, err = launch_json(cluster, "--nodes", "1")
-        assert rc == 1
-        assert "ready" not in out["phases"]
-        assert out["failed_rank"]["rank"] == "0"
+        p = ftcluster("launch", "--cluster", str(cluster), "--nodes", "2")
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        assert p.stderr.strip().splitlines()[-1].startswith(
+            f"error: ports.http: port {ports['http']} (rank 1) is in use on this machine"), p.stderr
+        assert not (Path(spec["workspace"]).exists() and any(Path(spec["workspace"]).iterdir()))
     finally:
         os.killpg(stale.pid, signal.SIGKILL)
         stale.wait()
-    _assert_nothing_left(out["run_id"])
 
 
 def test_readiness_timeout_fails_cleanly(tmp_path: Path) -> None:

@@ -223,3 +223,29 @@ def test_mpi_check_fails_when_a_rank_cannot_start(spec_dir: Path) -> None:
     assert rc == 1
     assert "MPI check failed" in out["failure"]
     _assert_clean(out)
+
+
+def test_port_in_use_on_a_node_is_named(spec_dir: Path, slurm_cluster: Any) -> None:
+    """Ports are on the compute nodes, so only the rank can see one in use: it says which."""
+    tb = slurm_cluster
+    squatters = []
+    try:
+        for node in tb.nodes:   # whichever nodes Slurm picks, the HTTP port is taken there
+            sq = subprocess.Popen(
+                [*tb.net.enter(node), sys.executable, "-c",
+                 "import socket, time\n"
+                 "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                 "s.bind(('0.0.0.0', 18700)); s.listen(); print('ok', flush=True); time.sleep(300)"],
+                stdout=subprocess.PIPE, text=True)
+            squatters.append(sq)
+            assert sq.stdout is not None and sq.stdout.readline().strip() == "ok"
+        cluster = _write_spec(spec_dir, ports={"http": 18700, "grpc": 18701, "metrics": 18702})
+        rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check")
+    finally:
+        for sq in squatters:
+            sq.kill()
+            sq.wait()
+    assert rc == 1 and out["ok"] is False
+    assert out["failure"].startswith("ports.http: port 18700 is in use on node"), out["failure"]
+    assert "choose other ports" in out["failure"]
+    _assert_clean(out)

@@ -52,15 +52,17 @@ first_exited_rank() {
 }
 
 fail() {
-  local rank node
+  local rank node why="$*"
   if rank=$(first_exited_rank); then
     node=$(cat "$STATE/rank$rank.host" 2>/dev/null || echo '?')
     event "rank_failed $rank $node $(cat "$STATE/rank$rank.exit")"
+    # A cause the rank named itself (a port in use) says more than its exit.
+    if [ -s "$STATE/rank$rank.problem" ]; then why="$(cat "$STATE/rank$rank.problem") (rank $rank)"; fi
     echo "ftcluster: rank $rank on $node exited during start-up; last lines of its log:" >&2
     tail -n 20 "$LOGS/server-rank$rank.log" "$LOGS/rank$rank.stdout" >&2 2>/dev/null || true
   fi
-  event "failed $*"
-  echo "ftcluster: $*" >&2
+  event "failed $why"
+  echo "ftcluster: $why" >&2
   exit 1
 }
 

@@ -34,6 +34,16 @@ mkdir -p "$LOGS" "$STATE"
 printf '%s\n' "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.host"
 printf '%s\n' "$$" >"$STATE/rank$RANK.pid"
 
+# A port something already listens on would only fail deep in the server's log: say which.
+for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((METRICS_PORT + OFF))"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/${spec#* }") 2>/dev/null; then
+    printf 'ports.%s: port %s is in use on %s (choose other ports in the cluster spec)\n' \
+      "${spec%% *}" "${spec#* }" "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.problem"
+    printf '%s\n' 98 >"$STATE/rank$RANK.exit"
+    exit 98
+  fi
+done
+
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
