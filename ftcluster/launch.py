@@ -160,8 +160,10 @@ class Launch:
         script = self.paths.job_script(record.style)
         try:
             job_id = self.launcher.submit(self.paths, script)
-        except UserError:
-            self.store.update(record, status="SUBMIT_FAILED")
+        except BaseException:
+            # Nothing was submitted: leave no run folder, keys or record behind.
+            shutil.rmtree(self.paths.run_dir, ignore_errors=True)
+            self.store.remove(record.run_id)
             raise
         record = self.store.update(record, job_id=job_id, status="SUBMITTED")
         t0 = time.time()

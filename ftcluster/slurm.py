@@ -104,6 +104,8 @@ class Slurm:
         if not res.ok or not res.stdout.strip():
             return None  # squeue forgets jobs shortly after they end
         raw, reason, nodes = (res.stdout.strip().splitlines()[0].split("|") + ["", ""])[:3]
+        # squeue says "None" (or "(None)") when there is no reason to show.
+        reason = "" if reason.strip("()") == "None" else reason
         return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
 
     def _sacct(self, job_id: str) -> JobInfo | None:

@@ -75,6 +75,10 @@ class RunStore:
         with self._db() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?)", (rec.run_id, rec.created, json.dumps(rec.to_dict())))
 
+    def remove(self, run_id: str) -> None:
+        with self._db() as db:
+            db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+
     def update(self, rec: RunRecord, **changes: Any) -> RunRecord:
         new = replace(rec, **changes)
         with self._db() as db:
