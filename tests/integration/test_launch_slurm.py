@@ -56,6 +56,15 @@ def _assert_clean(out: dict[str, Any]) -> None:
     assert wait_for(lambda: not processes_matching(out["run_id"]), 20), processes_matching(out["run_id"])
 
 
+def test_submission_sbatch_refuses_leaves_nothing(spec_dir: Path) -> None:
+    cluster = _write_spec(spec_dir, sbatch_args=["--constraint=nosuchfeature"])
+    proc = ftcluster("launch", "--cluster", str(cluster), "--nodes", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "sbatch refused the job" in proc.stderr and "feature" in proc.stderr.lower(), proc.stderr
+    assert not any((spec_dir / "ws").iterdir())   # no run folder
+    assert json.loads(ftcluster("list", "--json").stdout) == []   # no record
+
+
 @pytest.mark.parametrize("nodes", [2, 3])
 def test_launch_end_to_end(spec_dir: Path, nodes: int) -> None:
     cluster = _write_spec(spec_dir)
