@@ -23,12 +23,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,7 +37,6 @@ from ftcluster.events import parse_events  # noqa: E402
 from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
 from ftcluster.plan import make_plan  # noqa: E402
 from ftcluster.spec import default_model_path, load_cluster, load_model  # noqa: E402
-from ftcluster.store import RunStore  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftcluster import sshkeys
-from ftcluster.errors import LaunchError, UserError
+from ftcluster.errors import LaunchError
 from ftcluster.events import Event, EventFollower
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.base import Launcher

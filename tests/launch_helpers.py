@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -14,17 +13,10 @@ from typing import Any
 
 import yaml
 
+from ftcluster.launchers.local import port_free
 from ftcluster.spec import default_model_path
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
 
 
 def free_port_base(ranks: int = 3, stride: int = 10) -> int:

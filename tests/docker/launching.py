@@ -109,3 +109,35 @@ def wait_no_containers(dn: DockerNodes, run_dir: Path, timeout: float = 60) -> l
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
+
+
+def serve_detached(dn: DockerNodes, spec: Path) -> tuple[dict[str, Any], Path]:
+    """Launch 2 nodes with --keep-serving --detach; returns once both containers serve."""
+    rc, out, err = launch(dn, spec, "--nodes", "2", "--keep-serving", "--no-client", "--detach")
+    assert rc == 0, (out, err)
+    run_dir = Path(out["run_dir"])
+    wait_for_event(run_dir, "serving")
+    assert sum(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) for n in dn.nodes) == 2
+    return out, run_dir
+
+
+def stop(dn: DockerNodes, run_id: str) -> None:
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_id], capture_output=True, text=True,
+                       timeout=180, check=False, env=dn.tb.env)  # type: ignore[attr-defined]
+    assert p.returncode == 0, p.stderr
+
+
+def wait_containers_ready(proc: subprocess.Popen[str], runs: Path, dn: DockerNodes) -> Path:
+    """Wait until the launch in `proc` has its containers up (one per node); its run folder."""
+    deadline = time.monotonic() + 120
+    run_dir = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(runs.glob("*/state/events"))
+        if found and any(e[0] == "containers_ready" for e in events(found[0].parents[1])):
+            run_dir = found[0].parents[1]
+            break
+        time.sleep(0.2)
+    assert run_dir is not None, proc.communicate(timeout=5)
+    assert sum(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) for n in dn.nodes) == 2
+    return run_dir
+

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -21,7 +20,9 @@ from tests.docker.launching import (
     events,
     launch,
     launch_cmd,
-    wait_for_event,
+    serve_detached,
+    stop,
+    wait_containers_ready,
     wait_no_containers,
     write_spec,
 )
@@ -58,15 +59,7 @@ def test_ctrl_c_removes_containers_and_keys(tmp_path: Path, docker_nodes: Docker
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dn.tb.env)  # type: ignore[attr-defined]
     try:
-        deadline = time.monotonic() + 120
-        run_dir = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            found = list((tmp_path / "runs").glob("*/state/events"))
-            if found and any(e[0] == "containers_ready" for e in events(found[0].parents[1])):
-                run_dir = found[0].parents[1]
-                break
-            time.sleep(0.2)
-        assert run_dir is not None, proc.communicate(timeout=5)
+        run_dir = wait_containers_ready(proc, tmp_path / "runs", dn)
         # While running: a per-run key pair, private and in the run folder, not in ~/.ssh.
         key = run_dir / "state" / "ssh" / "id_ed25519"
         assert key.stat().st_mode & 0o777 == 0o600
@@ -74,7 +67,6 @@ def test_ctrl_c_removes_containers_and_keys(tmp_path: Path, docker_nodes: Docker
         known = (run_dir / "state" / "ssh" / "known_hosts").read_text().splitlines()
         assert len(known) == 2 and all(ln.startswith("[node") and f"]:{SSH_PORT} ssh-ed25519 " in ln
                                        for ln in known), known
-        assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -147,9 +139,7 @@ def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> No
     run_dir = Path(out["run_dir"])
     assert (run_dir / "state" / "ssh" / "id_ed25519").is_file()  # kept while serving
     assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
-    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
-                       text=True, timeout=180, env=dn.tb.env)  # type: ignore[attr-defined]
-    assert p.returncode == 0, p.stderr
+    stop(dn, out["run_id"])
     kinds = [e[0] for e in events(run_dir)]
     assert "containers_stopped" in kinds, kinds
     assert_nothing_left(dn, run_dir)
@@ -159,15 +149,8 @@ def test_plain_scancel_is_cleaned_up_by_the_guards(tmp_path: Path, docker_nodes:
     """A cancelled (or timed-out) job may start no new step, so its own teardown cannot run;
     Slurm ends the guard step with SIGTERM and each node's guard removes its containers."""
     dn = docker_nodes
-    rc, out, err = launch(dn, write_spec(tmp_path, dn), "--nodes", "2", "--keep-serving", "--no-client",
-                          "--detach")
-    assert rc == 0, (out, err)
-    run_dir = Path(out["run_dir"])
-    wait_for_event(run_dir, "serving")
-    assert sum(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) for n in dn.nodes) == 2
+    out, run_dir = serve_detached(dn, write_spec(tmp_path, dn))
     dn.tb.slurm(["scancel", out["job_id"]])  # type: ignore[attr-defined]
     assert wait_no_containers(dn, run_dir) == []
-    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
-                       text=True, timeout=180, check=False, env=dn.tb.env)  # type: ignore[attr-defined]
-    assert p.returncode == 0, p.stderr
+    stop(dn, out["run_id"])
     assert_nothing_left(dn, run_dir)

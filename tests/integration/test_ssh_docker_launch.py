@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,8 @@ from tests.cluster.sshd import SSH_PORT as NODE_SSHD_PORT
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
 from tests.docker.launching import (
-    SSH_PORT, assert_nothing_left, events, launch, launch_cmd, wait_for_event, wait_no_containers, write_spec,
+    SSH_PORT, assert_nothing_left, events, launch, launch_cmd, serve_detached, stop, wait_containers_ready,
+    wait_no_containers, write_spec,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.triton]
@@ -110,17 +109,8 @@ def test_ctrl_c_tears_down_over_ssh(tmp_path: Path, ssh_nodes: DockerNodes) -> N
     dn = ssh_nodes
     proc = subprocess.Popen(launch_cmd(ssh_spec(tmp_path, dn), "--nodes", "2"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    run_dir = None
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            found = list((tmp_path / "runs").glob("*/state/events"))
-            if found and any(e[0] == "containers_ready" for e in events(found[0].parents[1])):
-                run_dir = found[0].parents[1]
-                break
-            time.sleep(0.2)
-        assert run_dir is not None, proc.communicate(timeout=5)
-        assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
+        run_dir = wait_containers_ready(proc, tmp_path / "runs", dn)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=180)
     finally:
@@ -163,19 +153,12 @@ def test_killed_job_script_is_cleaned_up_by_the_guards(tmp_path: Path, ssh_nodes
     """kill -9 of the whole job (as when the machine running it is lost): no teardown runs
     there, but the ssh sessions drop and each host's guard removes its containers."""
     dn = ssh_nodes
-    rc, out, err = launch(dn, ssh_spec(tmp_path, dn), "--nodes", "2", "--keep-serving", "--no-client",
-                          "--detach")
-    assert rc == 0, (out, err)
-    run_dir = Path(out["run_dir"])
-    wait_for_event(run_dir, "serving")
-    assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
+    out, run_dir = serve_detached(dn, ssh_spec(tmp_path, dn))
     os.killpg(int(out["job_id"].split(":")[1]), signal.SIGKILL)
     assert wait_no_containers(dn, run_dir) == []
     assert "containers_stopped" not in [e[0] for e in events(run_dir)]  # the guards did it
     # `stop` then finds the job gone and removes what is left here: the run's keys.
-    p = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
-                       text=True, timeout=120, check=False)
-    assert p.returncode == 0, p.stderr
+    stop(dn, out["run_id"])
     assert_nothing_left(dn, run_dir)
 
 
