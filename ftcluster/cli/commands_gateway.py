@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import click
 
 from ftcluster.cli import cli
@@ -47,4 +49,7 @@ def gateway_cmd(triton_url: str, model: str, tokenizer: str | None, host: str, p
     cfg = GatewayConfig(triton_url, model, tokenizer, timeout,
                         Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch))
     click.echo(f"gateway for {model!r} at {triton_url}: http://{host}:{port}/v1/generate (docs: /docs)", err=True)
+    # uvicorn takes uvloop and httptools when they are installed (the gateway extra).
+    if not all(importlib.util.find_spec(m) is not None for m in ("uvloop", "httptools")):
+        click.echo("uvloop/httptools not installed, slower: pip install 'ftcluster[gateway]'", err=True)
     uvicorn.run(create_app(cfg), host=host, port=port, log_level=log_level, access_log=False)

@@ -1,37 +1,57 @@
-"""A minimal keep-alive HTTP/1.1 sender for one fixed, pre-encoded Triton request.
+"""A minimal keep-alive HTTP/1.1 client: a pool of connections to one server.
 
 Why not aiohttp: the load test sends the same request thousands of times per second, and a
 general HTTP client spends ~0.3 ms of Python per request on headers, cookies and streams,
 which capped HTTP throughput at ~0.45x perf_analyzer (C++/libcurl). Here a request is one
 `transport.write` of ready bytes and a response is one header scan plus a Content-Length
-read, in an asyncio.Protocol. The body is still encoded by tritonclient; only the load test
-uses this (identity tests go through tritonclient's own client).
+read, in an asyncio.Protocol. Users: the load test (`FixedRequestSender`, one pre-encoded
+request sent again and again) and the gateway (`ftcluster.client.rawtriton`, Triton's
+inference protocol). Only what Triton's HTTP server sends is understood: Content-Length
+framing, no chunked bodies, no pipelining (one request in flight per connection).
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import NamedTuple, cast
 from urllib.parse import quote
 
 
 class HttpError(Exception):
-    """Transport-level failure: connection lost, timeout, or a response we cannot frame."""
+    """Transport-level failure: cannot connect, connection lost, or a response we cannot frame."""
+
+
+class HttpConnectError(HttpError):
+    """The server could not be reached at all (nothing was sent)."""
+
+
+class HttpTimeout(HttpError):
+    """No (complete) response before the deadline."""
+
+
+class Reply(NamedTuple):
+    status: int
+    headers: dict[str, str]   # lower-case names
+    body: bytes
 
 
 class _Conn(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._buf = bytearray()
-        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self._waiter: asyncio.Future[Reply] | None = None
         self._head_end = -1
         self._need = -1
         self._status = 0
+        self._headers: dict[str, str] = {}
+        self._close_after = False
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.got_bytes = False      # any byte of the current response arrived
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but behave like one.
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -40,49 +60,57 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
+        self.got_bytes = True
         if self._waiter is None or self._waiter.done():
             return
         if self._need < 0:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
                 return
-            head = bytes(self._buf[:end]).decode("latin-1")
-            lines = head.split("\r\n")
+            lines = bytes(self._buf[:end]).decode("latin-1").split("\r\n")
             try:
                 self._status = int(lines[0].split(" ", 2)[1])
             except (IndexError, ValueError):
                 self._fail(f"bad status line {lines[0]!r}")
                 return
-            length = -1
+            headers: dict[str, str] = {}
             for line in lines[1:]:
                 name, _, value = line.partition(":")
-                key = name.strip().lower()
-                if key == "content-length":
-                    length = int(value.strip())
-                elif key == "transfer-encoding" and "chunked" in value.lower():
-                    self._fail("chunked responses are not supported by the fast path")
-                    return
-            if length < 0:
+                headers[name.strip().lower()] = value.strip()
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self._fail("chunked responses are not supported")
+                return
+            try:
+                length = int(headers["content-length"])
+            except (KeyError, ValueError):
                 self._fail("response without Content-Length")
                 return
+            self._headers = headers
+            self._close_after = headers.get("connection", "").lower() == "close"
             self._head_end = end + 4
             self._need = self._head_end + length
         if len(self._buf) >= self._need:
             body = bytes(self._buf[self._head_end:self._need])
             del self._buf[:self._need]
             self._need = -1
-            self._waiter.set_result((self._status, body))
+            if self._close_after and self.transport is not None:
+                self.transport.close()
+            self._waiter.set_result(Reply(self._status, self._headers, body))
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str, exc_type: type[HttpError] = HttpError) -> None:
         if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(HttpError(why))
+            self._waiter.set_exception(exc_type(why))
         if self.transport is not None:
             self.transport.close()
 
-    async def roundtrip(self, payload: bytes, timeout: float) -> tuple[int, bytes]:
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    async def roundtrip(self, payload: bytes, timeout: float) -> Reply:
         assert self.transport is not None
         self._waiter = waiter = self._loop.create_future()
-        timer = self._loop.call_later(timeout, self._fail, f"no response within {timeout:g}s")
+        self.got_bytes = False
+        timer = self._loop.call_later(timeout, self._fail, f"no response within {timeout:g} s", HttpTimeout)
         try:
             self.transport.write(payload)
             return await waiter
@@ -90,53 +118,94 @@ class _Conn(asyncio.Protocol):
             timer.cancel()
 
 
-class FixedRequestSender:
-    """Sends one pre-encoded request over a pool of keep-alive connections (one per caller in flight)."""
+class HttpPool:
+    """Keep-alive connections to one HOST:PORT, reused most-recent first.
 
-    def __init__(self, host_port: str, model: str, body: bytes, json_size: int | None, timeout: float):
+    At most `limit` requests are in flight (None: no limit; a connection per caller in
+    flight). A request that finds its reused connection closed by the server before any
+    response byte came back is sent once more on a new connection.
+    """
+
+    def __init__(self, host_port: str, timeout: float, limit: int | None = None):
         host, _, port = host_port.rpartition(":")
+        self.host_port = host_port
         self._host = host.strip("[]")
         self._port = int(port)
-        self._timeout = timeout
-        headers = [f"POST /v2/models/{quote(model)}/infer HTTP/1.1", f"Host: {host_port}",
-                   "Content-Type: application/octet-stream", f"Content-Length: {len(body)}"]
-        if json_size is not None:
-            headers.append(f"Inference-Header-Content-Length: {json_size}")
-        self._payload = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + body
+        self.timeout = timeout
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
+        self._slots = asyncio.Semaphore(limit) if limit else None
 
-    async def _connect(self) -> _Conn:
+    async def _connect(self, timeout: float) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(loop), self._host, self._port), self._timeout)
+                loop.create_connection(lambda: _Conn(loop), self._host, self._port), timeout)
         except (TimeoutError, OSError) as exc:
-            raise HttpError(f"cannot connect to {self._host}:{self._port}: {exc or type(exc).__name__}") from exc
+            raise HttpConnectError(f"cannot connect to {self.host_port}: "
+                                   f"{exc or type(exc).__name__}") from exc
         self._all.add(conn)
         return conn
 
-    async def send(self) -> tuple[int, bytes]:
-        """(status, body) of one request; HttpError on transport failure."""
-        conn = None
+    def _take_idle(self) -> _Conn | None:
         while self._idle:
             cand = self._idle.pop()
-            if not cand.closed and cand.transport is not None and not cand.transport.is_closing():
-                conn = cand
-                break
+            if cand.usable():
+                return cand
             self._drop(cand)
-        if conn is None:
-            conn = await self._connect()
+        return None
+
+    async def request(self, payload: bytes, timeout: float | None = None) -> Reply:
+        """One request (head and body, ready bytes); HttpError on transport failure or timeout."""
+        if self._slots is None:
+            return await self._request(payload, self.timeout if timeout is None else timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.timeout if timeout is None else timeout)
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise HttpTimeout(f"no free connection to {self.host_port} in time") from None
+        else:
+            await self._slots.acquire()
         try:
-            status, body = await conn.roundtrip(self._payload, self._timeout)
+            return await self._request(payload, max(deadline - loop.time(), 0.001))
+        finally:
+            self._slots.release()
+
+    async def _request(self, payload: bytes, timeout: float) -> Reply:
+        conn = self._take_idle()
+        reused = conn is not None
+        if conn is None:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            conn = await self._connect(timeout)
+            timeout = max(timeout - (loop.time() - start), 0.001)
+        try:
+            reply = await conn.roundtrip(payload, timeout)
+        except HttpTimeout:
+            self._drop(conn)
+            raise
+        except HttpError:
+            self._drop(conn)
+            if not (reused and conn.closed and not conn.got_bytes):
+                raise
+            # The server had closed the idle connection: the request never reached it.
+            conn = await self._connect(timeout)
+            try:
+                reply = await conn.roundtrip(payload, timeout)
+            except BaseException:
+                self._drop(conn)
+                raise
         except BaseException:
             self._drop(conn)
             raise
-        if conn.closed:
-            self._drop(conn)
-        else:
+        if conn.usable():
             self._idle.append(conn)
-        return status, body
+        else:
+            self._drop(conn)
+        return reply
 
     def _drop(self, conn: _Conn) -> None:
         self._all.discard(conn)
@@ -147,3 +216,32 @@ class FixedRequestSender:
         for conn in list(self._all):
             self._drop(conn)
         self._idle.clear()
+
+
+def request_head(method: str, path: str, host_port: str, headers: dict[str, str] | None = None,
+                 body_length: int | None = None) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host_port}"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    if body_length is not None:
+        lines.append(f"Content-Length: {body_length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class FixedRequestSender:
+    """Sends one pre-encoded Triton infer request over a pool of keep-alive connections."""
+
+    def __init__(self, host_port: str, model: str, body: bytes, json_size: int | None, timeout: float):
+        headers = {"Content-Type": "application/octet-stream"}
+        if json_size is not None:
+            headers["Inference-Header-Content-Length"] = str(json_size)
+        self._payload = request_head("POST", f"/v2/models/{quote(model)}/infer", host_port,
+                                     headers, len(body)) + body
+        self._pool = HttpPool(host_port, timeout)
+
+    async def send(self) -> tuple[int, bytes]:
+        """(status, body) of one request; HttpError on transport failure."""
+        reply = await self._pool.request(self._payload)
+        return reply.status, reply.body
+
+    async def close(self) -> None:
+        await self._pool.close()

@@ -9,12 +9,13 @@ does not declare is a 400 that names it, rather than a silently ignored setting.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ftcluster.client.modelio import ModelIO, TensorSpec, output_names
 from ftcluster.client.modelio import _shape as tensor_shape  # the client's batching rule, reused
-from ftcluster.gateway.schema import GenerateRequest, GenerateResponse
+from ftcluster.gateway.schema import GenerateRequest
 from ftcluster.gateway.tokenizer import Tokenizer
 
 # request field -> the names FT models (and FT's ensembles) use for it
@@ -47,7 +48,7 @@ class Limits:
 @dataclass(frozen=True)
 class Prepared:
     arrays: dict[str, np.ndarray]
-    outputs: list[str]
+    outputs: tuple[str, ...]
     batch: int
 
 
@@ -68,16 +69,63 @@ def check_model(io: ModelIO) -> None:
     output_names(io)  # raises when there is nothing to return
 
 
-def _padded(rows: list[list[int]], pad: int) -> np.ndarray:
-    out = np.full((len(rows), max(len(r) for r in rows)), pad, dtype=np.int64)
+@dataclass(frozen=True)
+class Layout:
+    """Which input takes what and which outputs to ask for: worked out once per model config."""
+
+    io: ModelIO
+    batched: bool
+    ids: TensorSpec | None                 # token ids (None: a text model, see `text`)
+    text: TensorSpec | None                # the text input of an ensemble without an ids input
+    lengths: tuple[TensorSpec, ...]        # input_lengths / sequence_length
+    output_lens: tuple[TensorSpec, ...]    # request_output_len / max_output_len
+    words: tuple[TensorSpec, ...]          # required stop/bad words lists, sent empty
+    sampling: dict[str, TensorSpec]        # request field -> the input taking it
+    outputs: tuple[str, ...]
+    out_ids: str | None
+    out_len: str | None
+    out_text: str | None
+
+    @staticmethod
+    def of(io: ModelIO) -> Layout:
+        """The layout of a model the gateway can serve; RequestError (500) otherwise."""
+        check_model(io)
+        ids, text = io.input_with("input_ids"), io.input_with("text")
+
+        def with_role(role: str, required_only: bool = False) -> tuple[TensorSpec, ...]:
+            return tuple(i for i in io.inputs
+                         if io.roles.get(i.name) == role and not (required_only and i.optional))
+
+        sampling = {f: spec for f in SAMPLING_INPUTS if (spec := _sampling_input(io, f)) is not None}
+        text_out = io.text_output
+        return Layout(io, io.max_batch_size > 0, ids, text if ids is None else None,
+                      with_role("input_lengths") if ids is not None else (), with_role("output_len"),
+                      with_role("words_list", required_only=True), sampling, tuple(output_names(io)),
+                      io.output_ids.name if io.output_ids else None,
+                      io.sequence_length.name if io.sequence_length else None,
+                      text_out.name if text_out else None)
+
+
+def _padded(rows: list[list[int]], pad: int, dtype: Any) -> np.ndarray:
+    if len(rows) == 1:
+        return np.array(rows, dtype=dtype)
+    out = np.full((len(rows), max(len(r) for r in rows)), pad, dtype=dtype)
     for b, row in enumerate(rows):
         out[b, : len(row)] = row
     return out
 
 
-def build(io: ModelIO, req: GenerateRequest, tok: Tokenizer | None, limits: Limits) -> Prepared:
+def build(lay: Layout, req: GenerateRequest, tok: Tokenizer | None, limits: Limits) -> Prepared:
+    """The request's input arrays; RequestError (400) for what the model or the limits refuse."""
+    try:
+        return _build(lay, req, tok, limits)
+    except OverflowError as exc:  # e.g. a token id above 2^31 for an INT32 input
+        raise RequestError(f"a value does not fit the model's input type: {exc}") from None
+
+
+def _build(lay: Layout, req: GenerateRequest, tok: Tokenizer | None, limits: Limits) -> Prepared:
+    io, batched = lay.io, lay.batched
     batch = req.batch_size
-    batched = io.max_batch_size > 0
     if batch > limits.max_batch or (batched and batch > io.max_batch_size):
         cap = min(limits.max_batch, io.max_batch_size) if batched else limits.max_batch
         raise RequestError(f"batch of {batch} is above the limit of {cap}")
@@ -86,9 +134,8 @@ def build(io: ModelIO, req: GenerateRequest, tok: Tokenizer | None, limits: Limi
     if req.max_tokens > limits.max_tokens:
         raise RequestError(f"max_tokens {req.max_tokens} is above the limit of {limits.max_tokens}")
     arrays: dict[str, np.ndarray] = {}
-    text_in = io.input_with("text")
-    ids_in = io.input_with("input_ids")
-    if text_in is not None and ids_in is None:  # an ensemble that tokenizes by itself
+    if lay.ids is None:  # an ensemble that tokenizes by itself
+        assert lay.text is not None  # Layout.of made sure of one of them
         prompts = req.prompts() if req.prompt is not None else None
         if prompts is None:
             if tok is None:
@@ -98,11 +145,9 @@ def build(io: ModelIO, req: GenerateRequest, tok: Tokenizer | None, limits: Limi
         longest = max(len(p) for p in prompts)
         if longest > limits.max_input_tokens:
             raise RequestError(f"prompt of {longest} characters is above the limit of {limits.max_input_tokens}")
-        arrays[text_in.name] = np.array([p.encode() for p in prompts], dtype=np.object_).reshape(
-            tensor_shape(text_in, batch, 1, batched))
-        lengths: np.ndarray | None = None
+        arrays[lay.text.name] = np.array([p.encode() for p in prompts], dtype=np.object_).reshape(
+            tensor_shape(lay.text, batch, 1, batched))
     else:
-        assert ids_in is not None  # check_model made sure of one of them
         if req.prompt is not None:
             if tok is None:
                 raise RequestError(f"model {io.name!r} takes token ids: send 'input_ids', or start the "
@@ -112,54 +157,50 @@ def build(io: ModelIO, req: GenerateRequest, tok: Tokenizer | None, limits: Limi
                 raise RequestError("a prompt tokenizes to no tokens")
         else:
             rows = req.id_rows()
-        longest = max(len(r) for r in rows)
+        lengths = [len(r) for r in rows]
+        longest = max(lengths)
         if longest > limits.max_input_tokens:
             raise RequestError(f"prompt of {longest} tokens is above the limit of {limits.max_input_tokens}")
-        ids = _padded(rows, req.end_id if req.end_id is not None else 0)
-        arrays[ids_in.name] = ids.reshape(tensor_shape(ids_in, batch, ids.shape[1], batched)).astype(ids_in.np_dtype)
-        lengths = np.array([len(r) for r in rows])
-    for spec in io.inputs:
-        role = io.roles.get(spec.name)
-        shape = tensor_shape(spec, batch, 1, batched)
-        if role == "input_lengths" and lengths is not None:
-            arrays[spec.name] = lengths.reshape(shape).astype(spec.np_dtype)
-        elif role == "output_len":
-            arrays[spec.name] = np.full(shape, req.max_tokens, dtype=spec.np_dtype)
-        elif role == "words_list" and not spec.optional:
-            arrays[spec.name] = np.full(shape, b"", dtype=np.object_)
+        ids = _padded(rows, req.end_id if req.end_id is not None else 0, lay.ids.np_dtype)
+        arrays[lay.ids.name] = ids.reshape(tensor_shape(lay.ids, batch, longest, batched))
+        for spec in lay.lengths:
+            arrays[spec.name] = np.array(lengths, dtype=spec.np_dtype).reshape(
+                tensor_shape(spec, batch, 1, batched))
+    for spec in lay.output_lens:
+        arrays[spec.name] = np.full(tensor_shape(spec, batch, 1, batched), req.max_tokens, dtype=spec.np_dtype)
+    for spec in lay.words:
+        arrays[spec.name] = np.full(tensor_shape(spec, batch, 1, batched), b"", dtype=np.object_)
     for field in SAMPLING_INPUTS:
         value = getattr(req, field)
         if value is None:
             continue
-        spec_or_none = _sampling_input(io, field)
+        spec_or_none = lay.sampling.get(field)
         if spec_or_none is None:
             raise RequestError(f"model {io.name!r} does not take {field} (no such input in its config)")
         arrays[spec_or_none.name] = np.full(tensor_shape(spec_or_none, batch, 1, batched), value,
                                             dtype=spec_or_none.np_dtype)
-    return Prepared(arrays, output_names(io), batch)
+    return Prepared(arrays, lay.outputs, batch)
 
 
-def response(io: ModelIO, prepared: Prepared, got: dict[str, np.ndarray],
-             tok: Tokenizer | None) -> GenerateResponse:
+def response(lay: Layout, prepared: Prepared, got: dict[str, np.ndarray],
+             tok: Tokenizer | None) -> dict[str, Any]:
+    """The response body (GenerateResponse's fields) as plain lists, ready for a JSON encoder."""
     batch = prepared.batch
-    ids_spec, len_spec, text_spec = io.output_ids, io.sequence_length, io.text_output
-    seq = got.get(len_spec.name) if len_spec is not None else None
-    seq_rows = seq.reshape(batch, -1).astype(np.int64).tolist() if seq is not None else None
+    seq = got.get(lay.out_len) if lay.out_len is not None else None
+    seq_rows: list[list[int]] | None = seq.reshape(batch, -1).tolist() if seq is not None else None
     out_ids: list[list[list[int]]] | None = None
-    if ids_spec is not None and ids_spec.name in got:
-        arr = got[ids_spec.name]
-        arr = arr.reshape(batch, -1, arr.shape[-1]).astype(np.int64)
-        out_ids = []
-        for b in range(batch):
-            beams = arr[b].tolist()
-            if seq_rows is not None and len(seq_rows[b]) == len(beams):
-                beams = [row[: seq_rows[b][k]] for k, row in enumerate(beams)]
-            out_ids.append(beams)
+    arr = got.get(lay.out_ids) if lay.out_ids is not None else None
+    if arr is not None:
+        out_ids = arr.reshape(batch, -1, arr.shape[-1]).tolist()
+        if seq_rows is not None:
+            for beams, lens in zip(out_ids, seq_rows):
+                if len(lens) == len(beams):
+                    beams[:] = [row[:n] for row, n in zip(beams, lens)]
     text: list[list[str]] | None = None
-    if text_spec is not None and text_spec.name in got:
-        raw = got[text_spec.name].reshape(batch, -1)
+    raw = got.get(lay.out_text) if lay.out_text is not None else None
+    if raw is not None:
         text = [[v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in row]
-                for row in raw]
+                for row in raw.reshape(batch, -1).tolist()]
     elif tok is not None and out_ids is not None:
         text = [[tok.decode(beam) for beam in beams] for beams in out_ids]
-    return GenerateResponse(model=io.name, output_ids=out_ids, sequence_length=seq_rows, text=text)
+    return {"model": lay.io.name, "output_ids": out_ids, "sequence_length": seq_rows, "text": text}

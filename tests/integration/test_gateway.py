@@ -7,6 +7,8 @@ model sleeping 2 s per batch, for the timeout.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import socket
 import subprocess
@@ -166,6 +168,91 @@ def test_health_and_unreachable_triton(ids_client: TestClient) -> None:
     with TestClient(create_app(GatewayConfig(ids_client.app.state.gw.cfg.triton, "nope"))) as c:  # type: ignore[attr-defined]
         r = c.get("/healthz")
         assert r.status_code == 503 and r.json()["model"] == "not ready"
+
+
+def test_body_must_be_json_and_not_too_big(server: TritonServer, ids_client: TestClient) -> None:
+    r = ids_client.post("/v1/generate", content=b'{"input_ids": [1]}', headers={"content-type": "text/plain"})
+    assert r.status_code == 422 and "Content-Type: application/json" in r.text
+    r = ids_client.post("/v1/generate", content=b'{"input_ids": [1],', headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid"
+    r = ids_client.post("/v1/generate", content=b'{"input_ids": [1]}',
+                        headers={"content-type": "application/vnd.api+json; charset=utf-8"})
+    assert r.status_code == 200, r.text
+    r = ids_client.post("/v1/generate", json={"prompt": "x", "random_seed": 2**64})
+    assert r.status_code == 422 and "random_seed" in r.text   # an input orjson cannot echo
+    cfg = GatewayConfig(server.http_url, "fastertransformer", max_body_bytes=64)
+    with TestClient(create_app(cfg)) as c:
+        assert c.post("/v1/generate", json={"input_ids": [1] * 8}).status_code == 200
+        r = c.post("/v1/generate", json={"input_ids": [1] * 30})
+        assert r.status_code == 413 and "above 64 bytes" in r.json()["detail"]
+
+
+def test_fastapi_route_answers_like_the_shortcut(server: TritonServer, ids_client: TestClient) -> None:
+    """Mounted under a prefix, POST /v1/generate goes through FastAPI's own route: same answers."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    gw = create_app(GatewayConfig(server.http_url, "fastertransformer", "bytes", timeout_s=10,
+                                  limits=Limits(max_input_tokens=32, max_tokens=64, max_batch=4)))
+    outer = Starlette(routes=[Mount("/api", app=gw)],
+                      lifespan=lambda _: gw.router.lifespan_context(gw))  # type: ignore[arg-type]
+    payloads: list[dict[str, Any]] = [{"input_ids": [[5, 6, 7], [9]], "max_tokens": 2, "top_k": 1},
+                                      {"prompt": "abc", "max_tokens": 3}, {"prompt": "x" * 33},
+                                      {"input_ids": [[]]}]
+    with TestClient(outer) as c:
+        for payload in payloads:
+            via_route = c.post("/api/v1/generate", json=payload)
+            direct = ids_client.post("/v1/generate", json=payload)
+            assert via_route.status_code == direct.status_code, (payload, via_route.text, direct.text)
+            if direct.status_code != 422:  # 422 details differ in form (FastAPI's own), not in substance
+                assert via_route.json() == direct.json()
+
+
+def test_triton_refusal_is_502_and_triton_gone_is_503(server: TritonServer, ids_client: TestClient) -> None:
+    state = ids_client.app.state.gw  # type: ignore[attr-defined]
+    good = state.layout
+    try:
+        state.layout = dataclasses.replace(good, outputs=("no_such_output",))
+        r = ids_client.post("/v1/generate", json={"input_ids": [1]})
+        assert r.status_code == 502 and "no_such_output" in r.json()["detail"], r.text
+    finally:
+        state.layout = good
+    (port,) = free_ports(1)   # started without Triton, then given the layout: every request 503s
+    with TestClient(create_app(GatewayConfig(f"127.0.0.1:{port}", "fastertransformer", timeout_s=2))) as c:
+        c.app.state.gw.layout = good  # type: ignore[attr-defined]
+        r = c.post("/v1/generate", json={"input_ids": [1]})
+        assert r.status_code == 503 and "cannot connect" in r.json()["detail"], r.text
+
+
+def test_raw_triton_client_matches_tritonclient(server: TritonServer) -> None:
+    import numpy as np
+
+    from ftcluster.client.endpoint import AsyncTriton, Endpoint
+    from ftcluster.client.rawtriton import TritonError, TritonHttp
+
+    arrays = {"input_ids": np.array([[5, 6, 7]], dtype=np.uint32),
+              "input_lengths": np.array([[3]], dtype=np.uint32),
+              "request_output_len": np.array([[4]], dtype=np.uint32)}
+    outputs = ["output_ids", "sequence_length"]
+
+    async def main() -> None:
+        raw = TritonHttp(server.http_url, timeout=10, max_connections=2)
+        async with AsyncTriton(Endpoint(server.http_url)) as tc:
+            want = await tc.infer_arrays("fastertransformer", arrays, outputs)
+            got = await raw.infer("fastertransformer", arrays, outputs)
+            assert {k: (v.dtype, v.tolist()) for k, v in got.items()} == \
+                {k: (v.dtype, v.tolist()) for k, v in want.items()}
+            assert await raw.model_config("fastertransformer") == await tc.model_config("fastertransformer")
+        assert await raw.ready() and await raw.ready("fastertransformer") and not await raw.ready("nope")
+        with pytest.raises(TritonError, match="unknown model") as err:
+            await raw.model_config("nope")
+        assert err.value.status == 404
+        bad = {**arrays, "input_ids": np.array([[5, 6, 7]], dtype=np.float32)}
+        with pytest.raises(TritonError, match="input_ids"):
+            await raw.infer("fastertransformer", bad, outputs)
+        await raw.close()
+
+    asyncio.run(main())
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
