@@ -1,28 +1,44 @@
 """Gateway throughput vs direct tritonclient calls: same server, same request, same concurrency.
 
-    python bench/gateway_overhead.py [--concurrency 8] [--seconds 3] [--repeats 3] [--output-len 8]
+    python bench/gateway_overhead.py [--concurrency 8] [--seconds 3] [--repeats 3] [--model-ms 20]
+                                     [--compare DIR]
 
-Starts a CPU tritonserver on the demo TEST model and `ftcluster gateway` (uvicorn, its own
-process) in front of it, then alternates two closed-loop phases per repeat:
+Starts one CPU tritonserver with two models and one `ftcluster gateway` (uvicorn, its own
+process) per model, then per repeat and per model alternates closed-loop phases:
   direct   tritonclient.http.aio (ftcluster.client's AsyncTriton.infer_arrays: build inputs,
            infer, decode outputs per request, as an application would)
   gateway  aiohttp POST /v1/generate {"input_ids": [...], "max_tokens": N}
-Prints requests/s of both, and the overhead ratio direct/gateway per repeat and its median
-(1.0 = no overhead; 2.0 = the gateway halves throughput). Both load generators and both servers
-share this machine's cores, so the ratio includes the gateway's CPU cost, which is the point.
+The models:
+  trivial  the demo TEST model as shipped: answers in well under a millisecond, so the ratio
+           is the gateway's own CPU cost per request;
+  model    the same model in a copied repository (temp dir; the demo is not touched) that
+           sleeps --model-ms per batch, standing in for an FT forward pass (dynamic batching
+           as in the demo config), so the ratio is what a real model would see.
+--compare DIR adds a third phase: the gateway of another checkout (e.g. `mkdir /tmp/old &&
+git archive REV ftcluster | tar -x -C /tmp/old`), same models and client: before/after
+numbers from one run.
+Prints per phase and repeat: req/s, median latency, CPU per request of this process (the
+load generator: tritonclient for direct, aiohttp + JSON for the gateway) and of the gateway
+process (/proc); then medians and the overhead ratio direct/gateway (1.0 = no overhead;
+2.0 = the gateway halves throughput). Load generators and servers share this machine's cores,
+so the ratio includes the gateway's CPU; its CPU per request is the steadier number.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import aiohttp
 import numpy as np
@@ -33,53 +49,180 @@ sys.path.insert(0, str(ROOT))
 from ftcluster.client.endpoint import AsyncTriton, Endpoint
 from tests.triton_server import free_ports, running_tritonserver
 
-MODEL = "fastertransformer"
+DEMO = ROOT / "ftcluster" / "demo"
+TRIVIAL = "fastertransformer"
+SLOW = "fastertransformer_slow"
+# The demo model, sleeping `sleep_ms` (a config parameter) per execute, i.e. per batch.
+SLOW_PY = '''
+import importlib.util, json, time
+_spec = importlib.util.spec_from_file_location("ftc_demo_model", {path!r})
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+
+class TritonPythonModel(_mod.TritonPythonModel):
+    def initialize(self, args):
+        super().initialize(args)
+        params = json.loads(args["model_config"]).get("parameters", {{}})
+        self.sleep_s = float(params["sleep_ms"]["string_value"]) / 1000
+
+    def execute(self, requests):
+        time.sleep(self.sleep_s)
+        return super().execute(requests)
+'''
+SLEEP_PARAM = 'parameters {{\n  key: "sleep_ms"\n  value: {{\n    string_value: "{ms}"\n  }}\n}}\n'
 
 
-async def closed_loop(send: Callable[[], Awaitable[None]], concurrency: int, seconds: float) -> float:
+def slow_repository(dest: Path, model_ms: float) -> Path:
+    """A model repository holding SLOW: the demo model's config and code, plus a sleep."""
+    src = DEMO / "model_repository" / TRIVIAL
+    (dest / SLOW / "1").mkdir(parents=True)
+    cfg = (src / "config.pbtxt").read_text().replace(f'name: "{TRIVIAL}"', f'name: "{SLOW}"')
+    cfg = cfg.replace("../../checkpoint/1-gpu/", str(DEMO / "checkpoint" / "1-gpu") + "/")
+    (dest / SLOW / "config.pbtxt").write_text(cfg + SLEEP_PARAM.format(ms=model_ms))
+    (dest / SLOW / "1" / "model.py").write_text(SLOW_PY.format(path=str(src / "1" / "model.py")))
+    return dest
+
+
+@contextmanager
+def gateway(src: Path, triton_url: str, model: str) -> Iterator[tuple[str, int]]:
+    """`ftcluster gateway` of the checkout at `src` (its own process); yields its URL and pid."""
+    (port,) = free_ports(1)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "ftcluster", "gateway", "--triton", triton_url,
+                             "--model", model, "--port", str(port), "--max-batch", "64"],
+                            cwd=src, env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway of {src} for {model} did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Result(NamedTuple):
+    rate: float              # requests/s
+    p50_ms: float            # median latency
+    client_ms: float         # this process's (the load generator's) CPU per request
+    cpu_ms: float | None     # the gateway process's CPU per request
+
+
+async def closed_loop(send: Callable[[], Awaitable[None]], concurrency: int, seconds: float,
+                      pid: int | None = None) -> Result:
+    """`concurrency` workers sending back to back for `seconds`; `pid`: a gateway to account."""
     stop = time.monotonic() + seconds
-    done = 0
+    latencies: list[float] = []
+    cpu0 = cpu_seconds(pid) if pid is not None else 0.0
+    own0 = time.process_time()
 
     async def worker() -> None:
-        nonlocal done
-        while time.monotonic() < stop:
+        while (t := time.monotonic()) < stop:
             await send()
-            done += 1
+            latencies.append(time.monotonic() - t)
 
     t0 = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / (time.monotonic() - t0)
+    elapsed = time.monotonic() - t0
+    n = len(latencies)
+    cpu = (cpu_seconds(pid) - cpu0) * 1000 / n if pid is not None else None
+    return Result(n / elapsed, statistics.median(latencies) * 1000, (time.process_time() - own0) * 1000 / n, cpu)
 
 
-async def run(triton_url: str, gateway_url: str, args: argparse.Namespace) -> list[tuple[float, float]]:
+class Phase(NamedTuple):
+    name: str
+    send: Callable[[], Awaitable[None]]
+    pid: int | None = None   # the gateway process, for its CPU time
+
+
+Results = dict[str, dict[str, list[Result]]]   # scenario -> phase -> one Result per repeat
+
+
+async def run(phases: dict[str, list[Phase]], args: argparse.Namespace) -> Results:
+    results: Results = {scenario: {ph.name: [] for ph in plist} for scenario, plist in phases.items()}
+    for plist in phases.values():  # warm-up: connections, the models' first batches
+        for ph in plist:
+            await closed_loop(ph.send, args.concurrency, 0.5)
+    for i in range(args.repeats):
+        for scenario, plist in phases.items():
+            line = []
+            for ph in plist:
+                res = await closed_loop(ph.send, args.concurrency, args.seconds, ph.pid)
+                results[scenario][ph.name].append(res)
+                cpu = f" gw cpu {res.cpu_ms:.2f}" if res.cpu_ms is not None else ""
+                line.append(f"{ph.name} {res.rate:6.0f}/s p50 {res.p50_ms:5.1f} ms"
+                            f" client cpu {res.client_ms:.2f}{cpu}")
+            direct = results[scenario]["direct"][-1].rate
+            ratios = " ".join(f"ratio {ph.name} {direct / results[scenario][ph.name][-1].rate:.2f}"
+                              for ph in plist if ph.name != "direct")
+            print(f"repeat {i + 1} {scenario:7s}: " + " | ".join(line) + " | " + ratios, flush=True)
+    return results
+
+
+async def main_async(args: argparse.Namespace, triton_url: str,
+                     gateways: dict[str, dict[str, tuple[str, int]]]) -> Results:
     ids = list(range(1, args.input_len + 1))
     arrays = {"input_ids": np.array([ids], dtype=np.uint32),
               "input_lengths": np.array([[len(ids)]], dtype=np.uint32),
               "request_output_len": np.array([[args.output_len]], dtype=np.uint32)}
     outputs = ["output_ids", "sequence_length"]
     body = {"input_ids": ids, "max_tokens": args.output_len}
-    results = []
+    want = args.input_len + args.output_len
     async with AsyncTriton(Endpoint(triton_url), max_connections=args.concurrency) as triton, \
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency)) as http:
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
 
-        async def direct() -> None:
-            got = await triton.infer_arrays(MODEL, arrays, outputs)
-            assert got["output_ids"].shape[-1] == args.input_len + args.output_len
+        def direct(model: str) -> Callable[[], Awaitable[None]]:
+            async def send() -> None:
+                got = await triton.infer_arrays(model, arrays, outputs)
+                assert got["output_ids"].shape[-1] == want
+            return send
 
-        async def gateway() -> None:
-            async with http.post(f"{gateway_url}/v1/generate", json=body) as r:
-                data = await r.json()
-                assert r.status == 200, data
-                assert len(data["output_ids"][0][0]) == args.input_len + args.output_len
+        def via(url: str) -> Callable[[], Awaitable[None]]:
+            async def send() -> None:
+                async with http.post(f"{url}/v1/generate", json=body) as r:
+                    data = await r.json()
+                    assert r.status == 200, data
+                    assert len(data["output_ids"][0][0]) == want
+            return send
 
-        for send in (direct, gateway):  # warm-up: connections, the model's first batches
-            await closed_loop(send, args.concurrency, 0.5)
-        for i in range(args.repeats):
-            d = await closed_loop(direct, args.concurrency, args.seconds)
-            g = await closed_loop(gateway, args.concurrency, args.seconds)
-            print(f"repeat {i + 1}: direct {d:8.1f} req/s  gateway {g:8.1f} req/s  ratio {d / g:.2f}", flush=True)
-            results.append((d, g))
-    return results
+        phases: dict[str, list[Phase]] = {}
+        for scenario, model in (("trivial", TRIVIAL), ("model", SLOW)):
+            phases[scenario] = [Phase("direct", direct(model))]
+            for name, (url, pid) in gateways[model].items():
+                phases[scenario].append(Phase(name, via(url), pid))
+        return await run(phases, args)
+
+
+def report(results: Results, args: argparse.Namespace) -> None:
+    print(f"\nconcurrency {args.concurrency}, input {args.input_len} / output {args.output_len} tokens, "
+          f"{args.seconds:g} s x {args.repeats} repeats; medians:")
+    for scenario, by_phase in results.items():
+        what = "trivial model (<1 ms)" if scenario == "trivial" else f"model {args.model_ms:g} ms/batch"
+        direct = by_phase["direct"]
+        print(f"  {what}: direct {statistics.median(r.rate for r in direct):.1f} req/s, "
+              f"p50 {statistics.median(r.p50_ms for r in direct):.2f} ms, "
+              f"client CPU {statistics.median(r.client_ms for r in direct):.2f} ms/req")
+        for name, rows in by_phase.items():
+            if name == "direct":
+                continue
+            ratio = statistics.median(d.rate / g.rate for d, g in zip(direct, rows))
+            cpu = statistics.median(r.cpu_ms for r in rows if r.cpu_ms is not None)
+            print(f"  {'':{len(what)}s}  {name} {statistics.median(r.rate for r in rows):.1f} req/s, "
+                  f"p50 {statistics.median(r.p50_ms for r in rows):.2f} ms, "
+                  f"client CPU {statistics.median(r.client_ms for r in rows):.2f} ms/req, "
+                  f"gateway CPU {cpu:.2f} ms/req, ratio direct/{name} {ratio:.2f}")
 
 
 def main() -> int:
@@ -89,35 +232,22 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--input-len", type=int, default=8)
     ap.add_argument("--output-len", type=int, default=8)
+    ap.add_argument("--model-ms", type=float, default=20.0, help="the second model's time per batch")
+    ap.add_argument("--compare", type=Path, default=None, metavar="DIR",
+                    help="also measure the gateway of the checkout in DIR (before/after)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="ftc-gw-bench-") as tmp, \
-            running_tritonserver([ROOT / "ftcluster" / "demo" / "model_repository"], log_dir=Path(tmp)) as server:
-        (port,) = free_ports(1)
-        gw = subprocess.Popen([sys.executable, "-m", "ftcluster", "gateway", "--triton", server.http_url,
-                               "--model", MODEL, "--port", str(port), "--max-batch", "64"],
-                              cwd=ROOT, stderr=subprocess.DEVNULL)
-        try:
-            import socket
-
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if gw.poll() is not None or time.monotonic() > deadline:
-                        print("gateway did not start", file=sys.stderr)
-                        return 1
-                    time.sleep(0.1)
-            results = asyncio.run(run(server.http_url, f"http://127.0.0.1:{port}", args))
-        finally:
-            gw.terminate()
-            gw.wait(timeout=15)
-    ratios = [d / g for d, g in results]
-    print(f"concurrency {args.concurrency}, {args.seconds:g} s x {args.repeats}: direct median "
-          f"{statistics.median(d for d, _ in results):.1f} req/s, gateway median "
-          f"{statistics.median(g for _, g in results):.1f} req/s")
-    print(f"overhead ratio (direct/gateway, median of {len(ratios)}): {statistics.median(ratios):.2f}")
+    with tempfile.TemporaryDirectory(prefix="ftc-gw-bench-") as tmp:
+        repo = slow_repository(Path(tmp) / "repo", args.model_ms)
+        with running_tritonserver([DEMO / "model_repository", repo], log_dir=Path(tmp) / "logs") as server, \
+                ExitStack() as stack:
+            gateways: dict[str, dict[str, tuple[str, int]]] = {}
+            for model in (TRIVIAL, SLOW):
+                gateways[model] = {"gateway": stack.enter_context(gateway(ROOT, server.http_url, model))}
+                if args.compare is not None:
+                    gateways[model]["compare"] = stack.enter_context(
+                        gateway(args.compare.resolve(), server.http_url, model))
+            results = asyncio.run(main_async(args, server.http_url, gateways))
+    report(results, args)
     return 0
 
 
