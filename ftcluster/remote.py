@@ -58,8 +58,10 @@ def connect(target: SshTarget, field: str = "login_host", timeout: float = 20) -
     # fabric adds unknown host keys silently; refuse them instead.
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     conn.client.load_system_host_keys()
-    known = target.known_hosts or conn.ssh_config.get("userknownhostsfile")
-    for path in (known.split() if known else []):
+    # The spec names one file (its path may hold spaces); ssh_config may list several.
+    configured = conn.ssh_config.get("userknownhostsfile")
+    files = [target.known_hosts] if target.known_hosts else (configured.split() if configured else [])
+    for path in files:
         path = os.path.expanduser(path)
         if os.path.isfile(path):
             conn.client.load_host_keys(path)

@@ -183,3 +183,14 @@ def test_air_gapped_hosts_load_the_image_from_image_tar(tmp_path: Path, ssh_node
     finally:
         for node in dn.nodes:
             dn.docker(node, ["rmi", tag])
+
+
+def test_weird_workspace_path_over_ssh(weird_tmp_path: Path, ssh_nodes: DockerNodes) -> None:
+    """Spaces, quotes and `'; echo` in the run folder's path survive ssh, docker and mpirun."""
+    dn = ssh_nodes
+    rc, out, err = launch(dn, ssh_spec(weird_tmp_path, dn), "--nodes", "2")
+    assert rc == 0 and out["client"]["ok"] is True, (out, err)
+    run_dir = Path(out["run_dir"])
+    assert str(run_dir).startswith(str(weird_tmp_path))
+    assert not list(weird_tmp_path.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    assert_nothing_left(dn, run_dir)
