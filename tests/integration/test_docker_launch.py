@@ -154,3 +154,14 @@ def test_plain_scancel_is_cleaned_up_by_the_guards(tmp_path: Path, docker_nodes:
     assert wait_no_containers(dn, run_dir) == []
     stop(dn, out["run_id"])
     assert_nothing_left(dn, run_dir)
+
+
+def test_weird_workspace_path(weird_tmp_path: Path, docker_nodes: DockerNodes) -> None:
+    """Spaces, quotes and `'; touch` in the run folder's path survive sbatch, srun, docker and mpirun."""
+    dn = docker_nodes
+    rc, out, err = launch(dn, write_spec(weird_tmp_path, dn), "--nodes", "2")
+    assert rc == 0 and out["client"]["ok"] is True, (out, err)
+    run_dir = Path(out["run_dir"])
+    assert str(run_dir).startswith(str(weird_tmp_path))
+    assert not list(weird_tmp_path.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    assert_nothing_left(dn, run_dir)
