@@ -258,3 +258,13 @@ def test_port_in_use_on_a_node_is_named(spec_dir: Path, slurm_cluster: Any) -> N
     assert out["failure"].startswith("ports.http: port 18700 is in use on node"), out["failure"]
     assert "choose other ports" in out["failure"]
     _assert_clean(out)
+
+
+def test_weird_workspace_path(weird_tmp_path: Path, slurm_cluster: Any) -> None:
+    """Spaces, quotes and `'; touch` in the run folder's path survive sbatch and srun --mpi=pmix."""
+    cluster = _write_spec(weird_tmp_path)
+    rc, out, err = launch_json(cluster, "--nodes", "2")
+    assert rc == 0 and out["client"]["ok"], err
+    assert out["run_dir"].startswith(str(weird_tmp_path))
+    assert not list(weird_tmp_path.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    _assert_clean(out)
