@@ -172,3 +172,43 @@ def running_tritonserver(model_repositories: Sequence[Path], *, log_dir: Path,
         yield server
     finally:
         server.stop()
+
+
+# A T5-style config for the demo test model (its model.py serves either layout): FT T5's
+# required inputs and INT32 outputs. Fill with t5_config(name, max_batch_size, checkpoint_dir).
+_T5_CONFIG = """
+name: "%(name)s"
+backend: "python"
+max_batch_size: %(max_batch_size)d
+input [
+  { name: "input_ids" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "sequence_length" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } },
+  { name: "max_output_len" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } },
+  { name: "runtime_top_k" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } optional: true }
+]
+output [
+  { name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] },
+  { name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }
+]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "model_type" value: { string_value: "T5" } }
+parameters { key: "model_checkpoint_path" value: { string_value: "%(checkpoint)s" } }
+"""
+
+
+def t5_config(name: str, max_batch_size: int, checkpoint: str) -> str:
+    return _T5_CONFIG % {"name": name, "max_batch_size": max_batch_size, "checkpoint": checkpoint}
+
+
+def require_tritonserver() -> None:
+    """Skip the calling test when no tritonserver can be found here."""
+    import pytest
+
+    from ftcluster.errors import UserError
+    from ftcluster.triton_local import find_tritonserver
+
+    try:
+        find_tritonserver()
+    except UserError as exc:
+        pytest.skip(str(exc))
+

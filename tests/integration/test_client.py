@@ -16,47 +16,21 @@ from ftcluster.client.bench import write_csv
 from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, parse_config
 from ftcluster.errors import UserError
-from tests.triton_server import TritonServer, running_tritonserver, start_tritonserver
+from tests.triton_server import (
+    TritonServer, require_tritonserver, running_tritonserver, start_tritonserver, t5_config,
+)
 
 pytestmark = pytest.mark.triton
 
 DEMO = Path(__file__).resolve().parents[2] / "ftcluster" / "demo"
 MODEL_PY = DEMO / "model_repository" / "fastertransformer" / "1" / "model.py"
 
-# A T5-style config for the same test model: FT T5's required inputs and INT32 outputs.
-T5_CONFIG = """
-name: "t5"
-backend: "python"
-max_batch_size: 16
-input [
-  { name: "input_ids" data_type: TYPE_UINT32 dims: [ -1 ] },
-  { name: "sequence_length" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } },
-  { name: "max_output_len" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } },
-  { name: "runtime_top_k" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } optional: true }
-]
-output [
-  { name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] },
-  { name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }
-]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "model_type" value: { string_value: "T5" } }
-parameters { key: "model_checkpoint_path" value: { string_value: "%s" } }
-"""
-
-
-def _require_server_binary() -> None:
-    from ftcluster.triton_local import find_tritonserver
-
-    try:
-        find_tritonserver()
-    except UserError as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
 def gpt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     """The shipped demo repository, plus a T5-style model from the same model.py."""
-    _require_server_binary()
+    require_tritonserver()
     tmp = tmp_path_factory.mktemp("t5")
     ckpt = tmp / "ckpt" / "1-gpu"
     ckpt.mkdir(parents=True)
@@ -65,7 +39,7 @@ def gpt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServe
         "[decoder]\nnum_heads=8\nnum_layers=6\nvocab_size=32128\nend_id=1\n")
     model = tmp / "repo" / "t5"
     (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(T5_CONFIG % ckpt)
+    (model / "config.pbtxt").write_text(t5_config("t5", 16, ckpt))
     (model / "1" / "model.py").write_text(MODEL_PY.read_text())
     with running_tritonserver([DEMO / "model_repository", tmp / "repo"], log_dir=tmp / "logs") as server:
         yield server
@@ -73,7 +47,7 @@ def gpt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServe
 
 @pytest.fixture(scope="module")
 def ensemble_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    _require_server_binary()
+    require_tritonserver()
     logs = tmp_path_factory.mktemp("ens-logs")
     with running_tritonserver([DEMO / "ensemble_repository"], log_dir=logs) as server:
         yield server
@@ -197,7 +171,7 @@ def test_break_node_makes_the_server_fail_to_load(tmp_path: Path) -> None:
     """FTCLUSTER_TEST_BREAK_NODE=<this host> makes the test model refuse to load; the server exits."""
     import socket
 
-    _require_server_binary()
+    require_tritonserver()
     with pytest.raises(RuntimeError, match="FTCLUSTER_TEST_BREAK_NODE"):
         start_tritonserver([DEMO / "model_repository"], log_dir=tmp_path,
                            env={"FTCLUSTER_TEST_BREAK_NODE": socket.gethostname()}, ready_timeout=60)
@@ -206,7 +180,7 @@ def test_break_node_makes_the_server_fail_to_load(tmp_path: Path) -> None:
 def test_load_delay_and_other_hosts_unaffected(tmp_path: Path) -> None:
     import time
 
-    _require_server_binary()
+    require_tritonserver()
     t0 = time.monotonic()
     env = {"FTCLUSTER_TEST_LOAD_DELAY": "1.5", "FTCLUSTER_TEST_BREAK_NODE": "some-other-host"}
     with running_tritonserver([DEMO / "model_repository"], log_dir=tmp_path, env=env) as server:

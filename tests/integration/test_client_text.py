@@ -22,9 +22,8 @@ import pytest
 
 from ftcluster.client import Endpoint
 from ftcluster.client.text import run_text
-from ftcluster.errors import UserError
 from tests.helpers_specs import assert_one_line_error, run_cli
-from tests.triton_server import TritonServer, running_tritonserver
+from tests.triton_server import TritonServer, require_tritonserver, running_tritonserver, t5_config
 
 pytestmark = pytest.mark.triton
 
@@ -35,34 +34,11 @@ SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "birds sing in g
 SPECIALS = ["[PAD]", "[UNK]", "[EOS]"]                       # ids 0, 1, 2
 VOCAB = len(SPECIALS) + len({w for s in SENTENCES for w in s.split()})
 
-T5_CONFIG = """
-name: "t5_small"
-backend: "python"
-max_batch_size: 4
-input [
-  { name: "input_ids" data_type: TYPE_UINT32 dims: [ -1 ] },
-  { name: "sequence_length" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } },
-  { name: "max_output_len" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } },
-  { name: "runtime_top_k" data_type: TYPE_UINT32 dims: [ 1 ] reshape: { shape: [ ] } optional: true }
-]
-output [
-  { name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] },
-  { name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }
-]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "model_type" value: { string_value: "T5" } }
-parameters { key: "model_checkpoint_path" value: { string_value: "%s" } }
-"""
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    from ftcluster.triton_local import find_tritonserver
-
-    try:
-        find_tritonserver()
-    except UserError as exc:
-        pytest.skip(str(exc))
+    require_tritonserver()
     tmp = tmp_path_factory.mktemp("text")
     repo = tmp / "repo"
     for name, ini in (("gpt", f"[gpt]\nvocab_size={VOCAB}\nend_id=2\n"),
@@ -75,7 +51,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     gpt_cfg = gpt_cfg.replace('name: "fastertransformer"', 'name: "gpt_small"').replace(
         "../../checkpoint/1-gpu/", f"{tmp / 'ckpt' / 'gpt'}/")
     (repo / "gpt_small" / "config.pbtxt").write_text(gpt_cfg)
-    (repo / "t5_small" / "config.pbtxt").write_text(T5_CONFIG % f"{tmp / 'ckpt' / 't5'}/")
+    (repo / "t5_small" / "config.pbtxt").write_text(t5_config("t5_small", 4, f"{tmp / 'ckpt' / 't5'}/"))
     with running_tritonserver([DEMO / "ensemble_repository", repo], log_dir=tmp / "logs") as s:
         yield s
 

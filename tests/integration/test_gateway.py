@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from ftcluster.gateway import GatewayConfig, create_app
 from ftcluster.gateway.request import Limits
-from tests.triton_server import TritonServer, free_ports, running_tritonserver
+from tests.triton_server import TritonServer, free_ports, require_tritonserver, running_tritonserver
 
 pytestmark = pytest.mark.triton
 
@@ -44,13 +44,7 @@ class TritonPythonModel(_mod.TritonPythonModel):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    from ftcluster.errors import UserError
-    from ftcluster.triton_local import find_tritonserver
-
-    try:
-        find_tritonserver()
-    except UserError as exc:
-        pytest.skip(str(exc))
+    require_tritonserver()
     tmp = tmp_path_factory.mktemp("slowrepo")
     logs = tmp_path_factory.mktemp("logs")
     src = DEMO / "model_repository" / "fastertransformer"
