@@ -98,9 +98,8 @@ class Fanout:
             self._conns.append(conn)
         return conn
 
-    def run_one(self, host: str, argv: Sequence[str], out: IO[str]) -> HostResult:
+    def run_one(self, host: str, argv: Sequence[str], sink: _Lines) -> HostResult:
         command = f"env FTC_NODE={shlex.quote(host)} {shlex.join(argv)}"
-        sink = _Lines(out, threading.Lock())
         try:
             conn = self._connect(host)
         except UserError as exc:
@@ -126,12 +125,11 @@ class Fanout:
         def one(host: str) -> HostResult:
             if output is None:
                 prefix = f"{host}: " if len(hosts) > 1 else ""
-                sink = _Lines(stream or sys.stdout, stdout_lock, prefix)
-                return self.run_one(host, argv, sink)  # type: ignore[arg-type]
+                return self.run_one(host, argv, _Lines(stream or sys.stdout, stdout_lock, prefix))
             path = Path(output.replace("%N", host))
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w") as fh:
-                return self.run_one(host, argv, fh)
+                return self.run_one(host, argv, _Lines(fh, threading.Lock()))
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.cfg.parallel, len(hosts)))) as pool:
             return list(pool.map(one, hosts))

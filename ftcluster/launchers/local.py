@@ -61,6 +61,8 @@ def _killpg(pid: int, sig: int) -> None:
 class LocalLauncher(Launcher):
     _children: dict[int, subprocess.Popen[bytes]] = {}
     kill_stray_ranks = True
+    # Seconds beyond the server's exit grace that a stopped job script gets for its teardown.
+    teardown_grace = 5.0
 
     def submit(self, paths: RunPaths, script: Path) -> str:
         paths.logs.mkdir(parents=True, exist_ok=True)
@@ -112,7 +114,7 @@ class LocalLauncher(Launcher):
         pid = _pid(job_id)
         if self._script_alive(pid, paths):
             _killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace + 5
+        deadline = time.monotonic() + grace + self.teardown_grace
         while self._script_alive(pid, paths) and time.monotonic() < deadline:
             time.sleep(0.05)
         _killpg(pid, signal.SIGKILL)

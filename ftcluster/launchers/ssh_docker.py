@@ -6,22 +6,18 @@ rank's exit) before anything is killed.
 
 from __future__ import annotations
 
-import signal
-import time
-
 from ftcluster.errors import UserError
 from ftcluster.fanout import FanoutConfig
-from ftcluster.launchers.local import LocalLauncher, _killpg, _pid
+from ftcluster.launchers.local import LocalLauncher
 from ftcluster.plan import Plan
 from ftcluster.render import RunPaths
 from ftcluster.spec import ClusterSpec
 
-# The node-side teardown over ssh: stop the ranks, docker rm -f on every host.
-TEARDOWN_GRACE = 90.0
-
 
 class SshDockerLauncher(LocalLauncher):
     kill_stray_ranks = False   # rank pids are container pids: the container removal ends them
+    # The node-side teardown over ssh: stop the ranks, docker rm -f on every host.
+    teardown_grace = 90.0
 
     def check(self, cluster: ClusterSpec, plan: Plan) -> None:
         if plan.nodes > len(cluster.hosts):
@@ -33,12 +29,3 @@ class SshDockerLauncher(LocalLauncher):
             return FanoutConfig.from_json((paths.scripts / "nodes.json").read_text()).hosts
         except (OSError, ValueError, KeyError, TypeError):
             return ()
-
-    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
-        pid = _pid(job_id)
-        if self._script_alive(pid, paths):
-            _killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace + TEARDOWN_GRACE
-            while self._script_alive(pid, paths) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        super().cancel(job_id, paths, grace)
