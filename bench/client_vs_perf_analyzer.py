@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import http.client
 import json
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 from ftcluster.client import Endpoint, parse_steps, run_bench
+from ftcluster.serve import http_get
 from ftcluster.client.bench import prepare_load
 from ftcluster.triton_local import perf_analyzer_env, perf_analyzer_path
 
@@ -61,12 +61,8 @@ def run_perf_analyzer(pa: Path, url: str, protocol: str, model: str, concurrency
 def server_successes(http_url: str, model: str) -> int:
     """Triton's own count of successful inferences of `model` (statistics extension)."""
     host, _, port = http_url.rpartition(":")
-    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=10)
-    try:
-        conn.request("GET", f"/v2/models/{model}/stats")
-        stats = json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
+    _, body = http_get(host.strip("[]"), int(port), f"/v2/models/{model}/stats", timeout=10)
+    stats = json.loads(body)
     return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
 
 

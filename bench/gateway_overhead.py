@@ -47,42 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ftcluster.client.endpoint import AsyncTriton, Endpoint
-from tests.triton_server import free_ports, running_tritonserver
+from tests.triton_server import free_ports, running_tritonserver, slow_demo_model
 
 DEMO = ROOT / "ftcluster" / "demo"
 TRIVIAL = "fastertransformer"
 SLOW = "fastertransformer_slow"
-# The demo model, sleeping `sleep_ms` (a config parameter) per execute, i.e. per batch.
-SLOW_PY = '''
-import importlib.util, json, time
-_spec = importlib.util.spec_from_file_location("ftc_demo_model", {path!r})
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
-
-class TritonPythonModel(_mod.TritonPythonModel):
-    def initialize(self, args):
-        super().initialize(args)
-        params = json.loads(args["model_config"]).get("parameters", {{}})
-        self.sleep_s = float(params["sleep_ms"]["string_value"]) / 1000
-
-    def execute(self, requests):
-        time.sleep(self.sleep_s)
-        return super().execute(requests)
-'''
-SLEEP_PARAM = 'parameters {{\n  key: "sleep_ms"\n  value: {{\n    string_value: "{ms}"\n  }}\n}}\n'
-
-
-def slow_repository(dest: Path, model_ms: float) -> Path:
-    """A model repository holding SLOW: the demo model's config and code, plus a sleep."""
-    src = DEMO / "model_repository" / TRIVIAL
-    (dest / SLOW / "1").mkdir(parents=True)
-    cfg = (src / "config.pbtxt").read_text().replace(f'name: "{TRIVIAL}"', f'name: "{SLOW}"')
-    cfg = cfg.replace("../../checkpoint/1-gpu/", str(DEMO / "checkpoint" / "1-gpu") + "/")
-    (dest / SLOW / "config.pbtxt").write_text(cfg + SLEEP_PARAM.format(ms=model_ms))
-    (dest / SLOW / "1" / "model.py").write_text(SLOW_PY.format(path=str(src / "1" / "model.py")))
-    return dest
-
-
 @contextmanager
 def gateway(src: Path, triton_url: str, model: str) -> Iterator[tuple[str, int]]:
     """`ftcluster gateway` of the checkout at `src` (its own process); yields its URL and pid."""
@@ -237,7 +206,7 @@ def main() -> int:
                     help="also measure the gateway of the checkout in DIR (before/after)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ftc-gw-bench-") as tmp:
-        repo = slow_repository(Path(tmp) / "repo", args.model_ms)
+        repo = slow_demo_model(Path(tmp) / "repo", SLOW, args.model_ms)
         with running_tritonserver([DEMO / "model_repository", repo], log_dir=Path(tmp) / "logs") as server, \
                 ExitStack() as stack:
             gateways: dict[str, dict[str, tuple[str, int]]] = {}

@@ -127,9 +127,10 @@ def _have_image(client: Any, image: str) -> None:
                         hint="docker load/import it on that daemon first") from None
 
 
-def _get(host: str, port: int, path: str) -> tuple[int, bytes]:
+def http_get(host: str, port: int, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    """Status and body of one GET (readiness probes, stats)."""
     # http.client: proxy variables must not reroute a local readiness probe.
-    conn = http.client.HTTPConnection(host, port, timeout=2.0)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -141,11 +142,11 @@ def _get(host: str, port: int, path: str) -> tuple[int, bytes]:
 def ours_ready(host: str, svc: ServiceSpec) -> bool:
     port = svc.ports["http"]
     try:
-        status, body = _get(host, port, "/v2")
+        status, body = http_get(host, port, "/v2")
         if status != 200 or json.loads(body).get("name") != svc.server_id:
             return False
-        return (_get(host, port, "/v2/health/ready")[0] == 200
-                and _get(host, port, f"/v2/models/{svc.model}/ready")[0] == 200)
+        return (http_get(host, port, "/v2/health/ready")[0] == 200
+                and http_get(host, port, f"/v2/models/{svc.model}/ready")[0] == 200)
     except (OSError, ValueError, http.client.HTTPException):
         return False
 

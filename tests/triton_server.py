@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ftcluster.serve import http_get
+
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "triton_python_backend_shm_region_"
 
@@ -40,17 +42,6 @@ def free_ports(n: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
-
-
-def _get(port: int, path: str, timeout: float = 1.0) -> tuple[int, bytes]:
-    # http.client, not urllib: no proxy variables get in the way of 127.0.0.1.
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
 
 
 @dataclass
@@ -83,10 +74,10 @@ class TritonServer:
         if not self.alive():
             return False
         try:
-            status, _ = _get(self.http_port, "/v2/health/ready")
+            status, _ = http_get("127.0.0.1", self.http_port, "/v2/health/ready", timeout=1.0)
             if status != 200:
                 return False
-            status, body = _get(self.http_port, "/v2")
+            status, body = http_get("127.0.0.1", self.http_port, "/v2", timeout=1.0)
             return status == 200 and json.loads(body).get("name") == self.server_id
         except (OSError, ValueError, http.client.HTTPException):
             return False
@@ -211,4 +202,37 @@ def require_tritonserver() -> None:
         find_tritonserver()
     except UserError as exc:
         pytest.skip(str(exc))
+
+
+# The demo model, sleeping `sleep_ms` (a config parameter) per execute, i.e. per batch: a
+# stand-in for an FT forward pass. The demo model itself stays as shipped.
+_SLOW_PY = '''
+import importlib.util, json, time
+_spec = importlib.util.spec_from_file_location("ftc_demo_model", {path!r})
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+
+class TritonPythonModel(_mod.TritonPythonModel):
+    def initialize(self, args):
+        super().initialize(args)
+        params = json.loads(args["model_config"]).get("parameters", {{}})
+        self.sleep_s = float(params["sleep_ms"]["string_value"]) / 1000
+
+    def execute(self, requests):
+        time.sleep(self.sleep_s)
+        return super().execute(requests)
+'''
+_SLEEP_PARAM = 'parameters {{\n  key: "sleep_ms"\n  value: {{\n    string_value: "{ms}"\n  }}\n}}\n'
+
+
+def slow_demo_model(repository: Path, name: str, sleep_ms: float) -> Path:
+    """Add model `name` to `repository`: the demo model's config and code, plus the sleep."""
+    demo = Path(__file__).resolve().parents[1] / "ftcluster" / "demo"
+    src = demo / "model_repository" / "fastertransformer"
+    (repository / name / "1").mkdir(parents=True)
+    cfg = (src / "config.pbtxt").read_text().replace('name: "fastertransformer"', f'name: "{name}"')
+    cfg = cfg.replace("../../checkpoint/1-gpu/", str(demo / "checkpoint" / "1-gpu") + "/")
+    (repository / name / "config.pbtxt").write_text(cfg + _SLEEP_PARAM.format(ms=sleep_ms))
+    (repository / name / "1" / "model.py").write_text(_SLOW_PY.format(path=str(src / "1" / "model.py")))
+    return repository
 

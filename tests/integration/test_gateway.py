@@ -24,35 +24,20 @@ from fastapi.testclient import TestClient
 
 from ftcluster.gateway import GatewayConfig, create_app
 from ftcluster.gateway.request import Limits
-from tests.triton_server import TritonServer, free_ports, require_tritonserver, running_tritonserver
+from tests.triton_server import (
+    TritonServer, free_ports, require_tritonserver, running_tritonserver, slow_demo_model,
+)
 
 pytestmark = pytest.mark.triton
 
 DEMO = Path(__file__).resolve().parents[2] / "ftcluster" / "demo"
-SLOW_PY = '''
-import importlib.util, time
-_spec = importlib.util.spec_from_file_location("ftc_demo_model", {path!r})
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
-
-class TritonPythonModel(_mod.TritonPythonModel):
-    def execute(self, requests):
-        time.sleep(2.0)
-        return super().execute(requests)
-'''
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     require_tritonserver()
-    tmp = tmp_path_factory.mktemp("slowrepo")
+    tmp = slow_demo_model(tmp_path_factory.mktemp("slowrepo"), "slow", 2000)
     logs = tmp_path_factory.mktemp("logs")
-    src = DEMO / "model_repository" / "fastertransformer"
-    (tmp / "slow" / "1").mkdir(parents=True)
-    cfg = (src / "config.pbtxt").read_text().replace('name: "fastertransformer"', 'name: "slow"')
-    cfg = cfg.replace("../../checkpoint/1-gpu/", str(DEMO / "checkpoint" / "1-gpu") + "/")
-    (tmp / "slow" / "config.pbtxt").write_text(cfg)
-    (tmp / "slow" / "1" / "model.py").write_text(SLOW_PY.format(path=str(src / "1" / "model.py")))
     with running_tritonserver([DEMO / "ensemble_repository", tmp], log_dir=logs) as s:
         yield s
 
