@@ -52,16 +52,21 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def read_model_config(path: Path) -> model_config_pb2.ModelConfig:
-    cfg = ModelConfig()
+def _read_text(path: Path) -> str:
     try:
-        text_format.Parse(path.read_text(), cfg)
-    except text_format.ParseError as exc:
-        raise SpecError(f"{path}: not a valid Triton model config: {_one_line(str(exc))}") from None
+        return path.read_text()
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def read_model_config(path: Path) -> model_config_pb2.ModelConfig:
+    cfg = ModelConfig()
+    try:
+        text_format.Parse(_read_text(path), cfg)
+    except text_format.ParseError as exc:
+        raise SpecError(f"{path}: not a valid Triton model config: {_one_line(str(exc))}") from None
     return cfg
 
 
@@ -125,14 +130,10 @@ def find_ft_model(models: dict[str, RepoModel], wanted: str | None, served: str)
 def read_ini(path: Path) -> configparser.ConfigParser:
     # FT converters write inline comments with ';' and '#' (e.g. "max_pos_seq_len=2048 ;for ...").
     parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), interpolation=None, strict=False)
+    text = _read_text(path)
     try:
-        with path.open() as fh:
-            parser.read_file(fh)
+        parser.read_string(text, source=str(path))
     except configparser.Error as exc:
         # configparser's messages span lines (file, line number, the offending text).
         raise SpecError(f"{path}: not a valid config.ini: {_one_line(exc.message)}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
     return parser

@@ -141,3 +141,14 @@ def wait_containers_ready(proc: subprocess.Popen[str], runs: Path, dn: DockerNod
     assert sum(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) for n in dn.nodes) == 2
     return run_dir
 
+
+def assert_weird_path_launch(dn: DockerNodes, spec: Path, weird: Path) -> None:
+    """A 2-node launch from a workspace under `weird` (spaces, quotes, shell syntax) serves,
+    executes none of the path, and leaves nothing."""
+    rc, out, err = launch(dn, spec, "--nodes", "2")
+    assert rc == 0 and out["client"]["ok"] is True, (out, err)
+    run_dir = Path(out["run_dir"])
+    assert str(run_dir).startswith(str(weird))
+    assert not list(weird.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    assert_nothing_left(dn, run_dir)
+

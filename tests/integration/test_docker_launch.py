@@ -17,6 +17,7 @@ from tests.docker.daemons import DockerNodes
 from tests.docker.launching import (
     SSH_PORT,
     assert_nothing_left,
+    assert_weird_path_launch,
     events,
     launch,
     launch_cmd,
@@ -159,9 +160,4 @@ def test_plain_scancel_is_cleaned_up_by_the_guards(tmp_path: Path, docker_nodes:
 def test_weird_workspace_path(weird_tmp_path: Path, docker_nodes: DockerNodes) -> None:
     """Spaces, quotes and `'; touch` in the run folder's path survive sbatch, srun, docker and mpirun."""
     dn = docker_nodes
-    rc, out, err = launch(dn, write_spec(weird_tmp_path, dn), "--nodes", "2")
-    assert rc == 0 and out["client"]["ok"] is True, (out, err)
-    run_dir = Path(out["run_dir"])
-    assert str(run_dir).startswith(str(weird_tmp_path))
-    assert not list(weird_tmp_path.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
-    assert_nothing_left(dn, run_dir)
+    assert_weird_path_launch(dn, write_spec(weird_tmp_path, dn), weird_tmp_path)

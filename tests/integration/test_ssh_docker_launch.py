@@ -18,8 +18,8 @@ from tests.cluster.sshd import SSH_PORT as NODE_SSHD_PORT
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
 from tests.docker.launching import (
-    SSH_PORT, assert_nothing_left, events, launch, launch_cmd, serve_detached, stop, wait_containers_ready,
-    wait_no_containers, write_spec,
+    SSH_PORT, assert_nothing_left, assert_weird_path_launch, events, launch, launch_cmd, serve_detached, stop,
+    wait_containers_ready, wait_no_containers, write_spec,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.triton]
@@ -188,9 +188,4 @@ def test_air_gapped_hosts_load_the_image_from_image_tar(tmp_path: Path, ssh_node
 def test_weird_workspace_path_over_ssh(weird_tmp_path: Path, ssh_nodes: DockerNodes) -> None:
     """Spaces, quotes and `'; echo` in the run folder's path survive ssh, docker and mpirun."""
     dn = ssh_nodes
-    rc, out, err = launch(dn, ssh_spec(weird_tmp_path, dn), "--nodes", "2")
-    assert rc == 0 and out["client"]["ok"] is True, (out, err)
-    run_dir = Path(out["run_dir"])
-    assert str(run_dir).startswith(str(weird_tmp_path))
-    assert not list(weird_tmp_path.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
-    assert_nothing_left(dn, run_dir)
+    assert_weird_path_launch(dn, ssh_spec(weird_tmp_path, dn), weird_tmp_path)
