@@ -36,6 +36,7 @@ class SlurmLauncher(Launcher):
         self.slurm.cancel(job_id)
         deadline = time.monotonic() + grace + 30
         while time.monotonic() < deadline:
-            if self.slurm.info(job_id).state.terminal or self.slurm.info(job_id).source == "none":
+            info = self.slurm.info(job_id)
+            if info.state.terminal or info.source == "none":
                 return
             time.sleep(0.2)
