@@ -13,6 +13,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ftcluster.ftconfig import model_config_pb2
 
@@ -68,6 +69,22 @@ def apply_plan(
         cfg.max_batch_size = max_batch_size
 
 
+def _resolve_relative_links(src: Path, dst: Path, copy: Callable[[str, str], str]) -> None:
+    """A relative link would dangle in the copy: a small file is copied (every node and container
+    that sees the run folder then sees it too), anything else is linked by its absolute path."""
+    for folder, dirs, files in os.walk(dst):
+        for name in [*dirs, *files]:
+            link = os.path.join(folder, name)
+            if not os.path.islink(link) or os.path.isabs(os.readlink(link)):
+                continue
+            target = os.path.realpath(os.path.join(src, os.path.relpath(link, dst)))
+            os.unlink(link)
+            if os.path.isfile(target):
+                copy(target, link)
+            else:
+                os.symlink(target, link)
+
+
 def _copy_tree(src: Path, dst: Path) -> None:
     def copy(s: str, d: str) -> str:
         if os.path.getsize(s) > _COPY_LIMIT:
@@ -90,6 +107,7 @@ def _copy_tree(src: Path, dst: Path) -> None:
         return skipped
 
     shutil.copytree(src, dst, copy_function=copy, ignore=ignore, symlinks=True, dirs_exist_ok=True)
+    _resolve_relative_links(src, dst, copy)
     # copy2/copystat keep the source's modes; a read-only source (a shared or read-only
     # mount) must still give a per-run copy the owner can rewrite and delete.
     for folder, dirs, files in os.walk(dst):

@@ -7,5 +7,5 @@ if [ "$(id -u)" = 0 ]; then
   bash tests/cluster/install.sh
   bash tests/docker/install.sh
 fi
-python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+python3 -m pip install -q --disable-pip-version-check -e '.[cpu-triton,mpi,gateway,text,dev]'
 exec python3 -m pytest "$@"

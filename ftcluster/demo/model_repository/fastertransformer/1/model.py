@@ -1,27 +1,54 @@
-"""TEST MODEL -- not FasterTransformer. A python-backend stand-in with FT's inputs and outputs.
+"""TEST MODEL -- not FasterTransformer. A python-backend stand-in that behaves like FT across ranks.
 
-Behaves like FT for the client's checks, without weights or a GPU:
-- GPT (decoder-only): output_ids[b, 0] = the first input_lengths[b] prompt tokens, then
-  request_output_len[b] tokens (last + i + 1) % vocab_size, padded with end_id;
-  sequence_length[b] = input length + output length.
-- T5 (encoder-decoder; inputs input_ids, sequence_length, max_output_len): output_ids hold only
-  the generated tokens, sequence_length[b] = max_output_len[b].
+What it imitates, from the FT backend's src/libfastertransformer.cc
+(triton-inference-server/fastertransformer_backend, c6936c3):
+- every rank's tritonserver joins ONE MPI world when the model loads (FT calls MPI_Init_thread
+  in TRITONBACKEND_Initialize), here through `ctmpi` (ctypes on the launcher's libmpi, beside
+  this file) -- world size = node count, one rank per node;
+- the refusals of ModelState, in FT's words: more than one instance group, a kind other than
+  KIND_CPU, tensor_para_size x pipeline_para_size != visible GPUs x nodes (or an instance count
+  other than 1) on several nodes, sequence batching with max_batch_size != 1, sequence and
+  dynamic batching together; the checkpoint folder defaults to <version>/<tp>-gpu and must hold
+  config.ini;
+- after loading, each rank logs FT's line `TRITONBACKEND_ModelInstanceInitialize: NAME (count N)
+  (instance_id M)`; then rank 0 returns and serves, while every rank != 0 NEVER returns from
+  initialize: it serves rank 0's broadcasts forever, so its server never opens its HTTP port;
+- rank 0 broadcasts each request; every rank computes its share of the generated tokens
+  (position i is computed by rank i % world size) and rank 0 gathers them, so a missing or
+  wrong rank shows in the output.
 
-Fault injection for ftcluster's tests:
-- FTCLUSTER_TEST_BREAK_NODE == this host's name: initialize raises, so the server fails to
-  load the model and exits (as FT does on a broken node);
-- FTCLUSTER_TEST_LOAD_DELAY=<seconds>: initialize sleeps that long (a slow weight load).
-Like the real backend, initialize fails when model_checkpoint_path has no config.ini.
+The outputs (GPT: output_ids = prompt + (last + i + 1) % vocab_size, padded with end_id;
+T5: only the generated tokens; sequence_length to match) are what ftcluster's client checks.
+"Visible GPUs" on CPU: FTCLUSTER_TEST_GPUS, else the entries of CUDA_VISIBLE_DEVICES, else 1.
+
+Fault hooks for ftcluster's tests; each names a host (its hostname) or a rank (`rank<R>`),
+several separated by commas:
+- FTCLUSTER_TEST_HANG_NODE: the rank hangs before joining the world (the others wait in it);
+- FTCLUSTER_TEST_BREAK_NODE: initialize raises after joining, so that server exits;
+- FTCLUSTER_TEST_LOAD_DELAY=<seconds>: a slow weight load, on every rank;
+- FTCLUSTER_TEST_DIE_NODE: the rank's tritonserver is killed (SIGKILL) when it serves its first
+  request; with `@<seconds>` (rank1@2) that long after loading instead.
 """
 
 import configparser
+import io
 import json
 import os
+import signal
 import socket
+import sys
+import threading
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ctmpi  # noqa: E402  (what FT's linked libmpi is to the real backend)
+
+_FT_MULTI_INSTANCE = ("1. Number of visible GPUs must be evenly divisble by TP * PP \n"
+                      "2. Number of visible GPUs must be <= instance count * TP * PP \n"
+                      "3. Multi-Node Inference only support one model instance \n")
 
 
 def _param(cfg, key, default=None):
@@ -29,34 +56,135 @@ def _param(cfg, key, default=None):
     return default if value in (None, "") else value
 
 
+def _launcher_rank():
+    """The rank the launcher gave this process, before MPI is initialised."""
+    for key in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "FTC_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+def _fault(var, rank):
+    """None, or the seconds part (0.0 when absent) of the first entry naming this host or rank."""
+    for item in os.environ.get(var, "").split(","):
+        target, _, when = item.strip().partition("@")
+        if target and target in (socket.gethostname(), f"rank{rank}"):
+            return float(when) if when else 0.0
+    return None
+
+
+def _die():
+    """Like a crashing FT rank: the whole tritonserver goes, not just this stub."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    os._exit(137)
+
+
+def _visible_gpus():
+    forced = os.environ.get("FTCLUSTER_TEST_GPUS")
+    if forced:
+        return int(forced)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return len([d for d in visible.split(",") if d.strip()])
+    return 1
+
+
+def _pack(arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _unpack(data):
+    with np.load(io.BytesIO(data)) as z:
+        return {k: z[k] for k in z.files}
+
+
 class TritonPythonModel:
     def initialize(self, args):
-        broken = os.environ.get("FTCLUSTER_TEST_BREAK_NODE")
-        if broken and broken == socket.gethostname():
-            raise RuntimeError(f"FTCLUSTER_TEST_BREAK_NODE={broken}: test model refuses to load here")
+        rank_hint = _launcher_rank()
+        if _fault("FTCLUSTER_TEST_HANG_NODE", rank_hint) is not None:
+            while True:          # never joins the world: every other rank waits for it
+                time.sleep(3600)
+        self.world = ctmpi.World()
+        rank, nodes = self.world.rank, self.world.size
+        if _fault("FTCLUSTER_TEST_BREAK_NODE", rank) is not None:
+            raise RuntimeError(f"FTCLUSTER_TEST_BREAK_NODE: test model refuses to load on rank {rank} "
+                               f"({socket.gethostname()})")
         delay = os.environ.get("FTCLUSTER_TEST_LOAD_DELAY")
         if delay:
             time.sleep(float(delay))
 
         cfg = json.loads(args["model_config"])
+        self._refuse_like_ft(cfg, nodes)
         self.model_type = _param(cfg, "model_type", "GPT")
+        tp = int(_param(cfg, "tensor_para_size", "1"))
         ckpt = _param(cfg, "model_checkpoint_path")
-        if ckpt is None:
-            raise RuntimeError("parameter model_checkpoint_path is not set")
-        if not os.path.isabs(ckpt):
+        if ckpt is None:   # FT: <repository>/<version>/<default_model_filename or tp-gpu>
+            ckpt = os.path.join(args["model_repository"], args["model_version"],
+                                cfg.get("default_model_filename") or f"{tp}-gpu")
+        elif not os.path.isabs(ckpt):
             # The real backend resolves against its cwd; the shipped demo must work in place.
             ckpt = os.path.join(args["model_repository"], ckpt)
         ini_path = os.path.join(ckpt, "config.ini")
-        if not os.path.isfile(ini_path):
-            raise RuntimeError(f"model_checkpoint_path {ckpt}: no config.ini there")
         ini = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
-        ini.read(ini_path)
+        if not ini.read(ini_path):
+            raise RuntimeError(f"[FT][ERROR] Can't load '{ini_path}'")
         section = "decoder" if self.model_type == "T5" and ini.has_section("decoder") else ini.sections()[0]
         self.vocab_size = ini.getint(section, "vocab_size", fallback=50257)
         self.end_id = ini.getint(section, "end_id", fallback=self.vocab_size - 1)
         declared = {o["name"]: o["data_type"] for o in cfg["output"]}
         self.ids_dtype = pb_utils.triton_string_to_numpy(declared["output_ids"])
         self.len_dtype = pb_utils.triton_string_to_numpy(declared["sequence_length"])
+
+        self.die_at_request = False
+        die = _fault("FTCLUSTER_TEST_DIE_NODE", rank)
+        if die:
+            threading.Timer(die, _die).start()
+        elif die is not None:
+            self.die_at_request = True
+        count = cfg.get("instance_group", [{}])[0].get("count", 1)
+        pb_utils.Logger.log_info(f"TRITONBACKEND_ModelInstanceInitialize: {args['model_instance_name']} "
+                                 f"(count {count}) (instance_id 0)")
+        if rank != 0:
+            while True:          # FT: `if (node_id) { while (true) { instance_state->Execute(...); } }`
+                self._serve_broadcast(None)
+
+    def _refuse_like_ft(self, cfg, nodes):
+        groups = cfg.get("instance_group", [])
+        if len(groups) != 1:
+            raise RuntimeError("Only supports one instance group !")
+        if groups[0].get("kind", "KIND_CPU") != "KIND_CPU":
+            raise RuntimeError("Instance Group: only KIND_CPU supports!")
+        count = int(groups[0].get("count", 1))
+        tp_pp = int(_param(cfg, "tensor_para_size", "0")) * int(_param(cfg, "pipeline_para_size", "0"))
+        gpus = _visible_gpus()
+        if nodes > 1:
+            valid = tp_pp == gpus * nodes and count == 1
+        else:
+            valid = tp_pp > 0 and gpus % tp_pp == 0 and tp_pp * count >= gpus
+        if not valid:
+            raise RuntimeError(_FT_MULTI_INSTANCE)
+        mbs = int(cfg.get("max_batch_size", 0))
+        if "sequence_batching" in cfg and mbs != 1:
+            raise RuntimeError("Sequence Batching for interactive text generation: only supports max batch "
+                               "size = 1 currently !")
+        if "sequence_batching" in cfg and "dynamic_batching" in cfg:
+            raise RuntimeError("Sequence Batching cannot work with dynamic batching at the same time !")
+
+    def _serve_broadcast(self, request):
+        """One step of the world: rank 0 broadcasts a request, every rank adds its share."""
+        if self.die_at_request:
+            _die()
+        req = _unpack(self.world.bcast_bytes(_pack(request) if request is not None else None))
+        last, out_lens = req["last"], req["out_lens"]
+        positions = np.arange(int(out_lens.max()) if out_lens.size else 0)
+        mine = (positions % self.world.size == self.world.rank) & (positions < out_lens[:, None])
+        part = np.where(mine, (last[:, None] + positions + 1) % self.vocab_size, 0).astype(np.int64)
+        parts = self.world.gather_bytes(part.tobytes())
+        if parts is None:
+            return None
+        return sum(np.frombuffer(p, np.int64).reshape(part.shape) for p in parts)
 
     def _input(self, request, name):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -78,14 +206,16 @@ class TritonPythonModel:
         if np.any(in_lens > ids.shape[1]) or np.any(in_lens < 1):
             raise ValueError(f"input lengths {in_lens.tolist()} do not fit input_ids of width {ids.shape[1]}")
 
+        last = ids[np.arange(batch), in_lens - 1].astype(np.int64)
+        generated = self._serve_broadcast({"last": last, "out_lens": out_lens.astype(np.int64)})
         seq_lens = (in_lens + out_lens) if keep_prompt else out_lens.copy()
         width = int(seq_lens.max())
         out = np.full((batch, beam_width, width), self.end_id, dtype=np.int64)
         for b in range(batch):
             n_in, n_out = int(in_lens[b]), int(out_lens[b])
-            prompt = ids[b, :n_in].astype(np.int64)
-            generated = (prompt[-1] + np.arange(1, n_out + 1)) % self.vocab_size
-            row = np.concatenate([prompt, generated]) if keep_prompt else generated
+            row = generated[b, :n_out]
+            if keep_prompt:
+                row = np.concatenate([ids[b, :n_in].astype(np.int64), row])
             out[b, :, : row.size] = row
         seq = np.repeat(seq_lens.reshape(batch, 1), beam_width, axis=1)
         return [
