@@ -100,9 +100,15 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
 def render_run(
     cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions, build: bool = True
 ) -> RenderedScripts:
+    mpi: dict[str, Any] = {}
+    if launch_style(cluster) == "local" and build:
+        from ftcluster.local_mpi import find_local_mpi
+
+        local = find_local_mpi()
+        mpi = {"mpirun": local.mpirun, "extra_env": {"FTC_LIBMPI": local.libmpi} if local.libmpi else {}}
     ropts = RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
                           servers=opts.servers,
-                          tritonserver=resolve_tritonserver(cluster, build=build))
+                          tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
     return render(cluster, model, plan, paths, ropts)
 
 

@@ -178,6 +178,7 @@ class RenderOptions:
     tritonserver: str | None = None      # resolved binary; default: cluster.server.binary
     python: str | None = None            # default: cluster.python or this interpreter
     local_python: str | None = None      # runs the ssh fan-out here; default: this interpreter
+    mpirun: str = "mpirun"               # local style: the resolved Open MPI launcher
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -240,7 +241,7 @@ def context(
         "client": client,
         "run_client": opts.client,
         "keep_serving": opts.keep_serving,
-        # The local style starts independent processes, not an MPI world.
+        # The local style's world is this machine's own mpirun; there is nothing to check.
         "mpi_check": opts.mpi_check and style != "local",
         "mpi_check_timeout": opts.mpi_check_timeout,
         "servers": opts.servers,
@@ -257,6 +258,7 @@ def context(
         # ssh scheduler: the plan's hosts, rank 0 first, and the python running ftcluster here
         "run_hosts": list(cluster.hosts[: plan.nodes]),
         "local_python": opts.local_python or sys.executable,
+        "mpirun": opts.mpirun,
     }
 
 
@@ -275,6 +277,10 @@ def render(
         paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(ctx),
         "rank_server.sh": env.get_template("rank_server.sh.j2").render(ctx),
     }
+    if ctx["mpi_check"]:
+        # Runs inside the user's image with its python3 and its MPI: plain files, stdlib only.
+        for name in ("mpicheck.py", "ctmpi.py"):
+            files[name] = (Path(__file__).parent / "rank" / name).read_text()
     if style in DOCKER_STYLES:
         files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(ctx)
     if style == "ssh_docker":

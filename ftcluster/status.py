@@ -18,21 +18,40 @@ def paths_of(rec: RunRecord) -> RunPaths:
     return RunPaths(rec.run_id, Path(rec.run_dir))
 
 
-def _rank_states(paths: RunPaths, nodes: int, job_running: bool) -> list[dict[str, Any]]:
+def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bool) -> list[dict[str, Any]]:
+    """Each rank's state from the files its wrapper writes: never an HTTP probe (FT's ranks != 0
+    never answer; only rank 0's readiness, which the job script saw, is known)."""
     ranks = []
     for r in range(nodes):
-        host_file, exit_file = paths.state / f"rank{r}.host", paths.state / f"rank{r}.exit"
+        host_file = paths.state / f"rank{r}.host"
         node = host_file.read_text().strip() if host_file.is_file() else None
-        if exit_file.is_file():
-            state = f"exited {exit_file.read_text().strip()}"
+        exit_info = _rank_exit(paths, r)
+        if exit_info is not None:
+            code, how = exit_info
+            state = f"{how} (exit {code})"
         elif node and job_running:
-            state = "running"
+            if r == 0:
+                state = "ready" if rank0_ready else "loading"
+            else:
+                state = ("loaded, waiting for rank 0 (FT)" if (paths.state / f"rank{r}.loaded").exists()
+                         else "loading")
         elif node:
             state = "ended"
         else:
             state = "not started"
         ranks.append({"rank": r, "node": node, "state": state})
     return ranks
+
+
+def _rank_exit(paths: RunPaths, rank: int) -> tuple[str, str] | None:
+    """(exit code, 'died' | 'stopped') from state/rank<R>.exit ("CODE EPOCH HOW"), or None."""
+    try:
+        parts = (paths.state / f"rank{rank}.exit").read_text().split()
+    except OSError:
+        return None
+    if not parts:
+        return None
+    return parts[0], parts[2] if len(parts) > 2 else "exited"
 
 
 def run_status(rec: RunRecord) -> dict[str, Any]:
@@ -53,7 +72,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     else:
         st.update(state=rec.status, source="store")
         running = False
-    st["ranks"] = _rank_states(paths, rec.nodes, running)
+    st["ranks"] = _rank_states(paths, rec.nodes, running, bool(ready))
     return st
 
 

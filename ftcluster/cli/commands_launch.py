@@ -216,7 +216,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
         echo_json(st)
         return
     table = Table(title=f"run {st['run_id']}", show_header=False)
-    for key in ("job_id", "state", "phase", "endpoint", "source", "reason", "run_dir"):
+    for key in ("job_id", "state", "phase", "failure", "endpoint", "source", "reason", "run_dir"):
         if st.get(key):
             table.add_row(key, str(st[key]))
     for r in st["ranks"]:

@@ -1,11 +1,13 @@
 """MPI world check, run on every rank through the same srun/mpirun path as the servers.
 
-    python -m ftcluster.rank.mpicheck --nodes N [--tritonserver PATH] [--rank0-host HOST] [--out JSON]
+    python3 scripts/mpicheck.py --nodes N [--tritonserver PATH] [--rank0-host HOST] [--out JSON]
 
 Each rank reports who and where it is and what it would run; rank 0 gathers the reports,
 checks them (world size, one rank per node, rank 0's node, identical binaries and MPI
-library), then a ring send/recv and an allreduce must finish within a timeout. Exit 0 when
-every check passed. Runs on compute nodes: imports nothing from the CLI.
+library), then a broadcast and a gather must finish within a timeout. Exit 0 when every check
+passed. It runs inside the user's image, which has neither ftcluster nor mpi4py: the launch
+copies this file and ctmpi.py (ctypes on the image's own libmpi) into the run folder, and both
+need only Python >= 3.8's standard library.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+try:
+    from ftcluster.rank import ctmpi
+except ImportError:  # inside the user's image: ctmpi.py lies beside this file
+    import ctmpi  # type: ignore[no-redef]
 
 RANK_VARS = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_RANK",
              "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "CUDA_VISIBLE_DEVICES")
@@ -46,8 +53,8 @@ class CheckResult:
     problems: list[str] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
-    ring_ms: float | None = None
-    allreduce_ms: float | None = None
+    bcast_ms: float | None = None
+    gather_ms: float | None = None
 
 
 def _sha256(path: str | None) -> str | None:
@@ -127,18 +134,16 @@ def check_reports(reports: list[RankReport], nodes: int, rank0_host: str | None,
     return problems
 
 
-def _with_timeout(fn: Any, timeout: float, what: str) -> float:
+def _with_timeout(world: Any, fn: Any, timeout: float, what: str) -> float:
     """Run an MPI collective; abort the whole world when it hangs (a broken fabric)."""
-    from mpi4py import MPI
-
     done = threading.Event()
 
     def watchdog() -> None:
         if not done.wait(timeout):
-            sys.stderr.write(f"ftcluster mpicheck: {what} did not finish within {timeout}s on "
+            sys.stderr.write(f"PROBLEM: {what} did not finish within {timeout}s on "
                              f"{socket.gethostname()}; aborting\n")
             sys.stderr.flush()
-            MPI.COMM_WORLD.Abort(3)
+            world.abort(3)
 
     threading.Thread(target=watchdog, daemon=True).start()
     t = time.perf_counter()
@@ -147,8 +152,18 @@ def _with_timeout(fn: Any, timeout: float, what: str) -> float:
     return (time.perf_counter() - t) * 1000
 
 
+def _gather_json(world: Any, obj: Any) -> list[Any] | None:
+    """Every rank's JSON-able object at rank 0 (blocks padded to the longest)."""
+    mine = json.dumps(obj).encode()
+    sizes = world.gather_bytes(len(mine).to_bytes(8, "little"))
+    longest = max(int.from_bytes(b, "little") for b in sizes) if sizes else 0
+    longest = int.from_bytes(world.bcast_bytes(longest.to_bytes(8, "little")), "little")
+    blocks = world.gather_bytes(mine.ljust(longest, b" "))
+    return None if blocks is None else [json.loads(b) for b in blocks]
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ftcluster.rank.mpicheck", description=__doc__.split("\n")[1])
+    ap = argparse.ArgumentParser(prog="mpicheck.py", description=(__doc__ or "").split("\n")[1])
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--tritonserver", default=None)
     ap.add_argument("--rank0-host", default=None)
@@ -157,40 +172,34 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        from mpi4py import MPI
-    except ImportError:
-        print("ftcluster mpicheck: mpi4py is not installed where the ranks run "
-              "(pip install mpi4py, or skip with --no-mpi-check)", file=sys.stderr)
+        world = ctmpi.World()
+    except ctmpi.MPIError as exc:
+        print(f"PROBLEM: cannot start MPI on {socket.gethostname()}: {exc}", file=sys.stderr)
         return 2
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    report = local_report(rank, size, MPI.Get_library_version(), args.tritonserver)
-    reports = comm.gather(asdict(report), root=0)
-
-    def ring() -> None:
-        # Each rank passes a token to the next; proves point-to-point between neighbours.
-        token = comm.sendrecv(rank, dest=(rank + 1) % size, source=(rank - 1) % size)
-        assert token == (rank - 1) % size
-
-    ring_ms = _with_timeout(ring, args.timeout, "the ring send/recv")
-    box: dict[str, int] = {}
-    allreduce_ms = _with_timeout(lambda: box.update(total=comm.allreduce(1, op=MPI.SUM)), args.timeout,
-                                 "the allreduce")
-    total = box["total"]
+    rank, size = world.rank, world.size
+    report = local_report(rank, size, world.library_version(), args.tritonserver)
+    box: dict[str, Any] = {}
+    bcast_ms = _with_timeout(world, lambda: box.update(token=world.bcast_bytes(b"ftcluster" if rank == 0 else None)),
+                             args.timeout, "the broadcast")
+    gather_ms = _with_timeout(world, lambda: box.update(reports=_gather_json(world, asdict(report))),
+                              args.timeout, "the gather")
     if rank != 0:
+        world.finalize()
         return 0
+    reports = box["reports"]
     assert reports is not None
     parsed = [RankReport(**r) for r in reports]
     problems = check_reports(parsed, args.nodes, args.rank0_host, args.tritonserver)
-    if total != size:
-        problems.append(f"allreduce returned {total}, expected {size}")
+    if box["token"] != b"ftcluster":
+        problems.append(f"the broadcast delivered {box['token']!r}")
     result = CheckResult(ok=not problems, problems=problems, ranks=[asdict(r) for r in parsed],
-                         seconds=round(time.perf_counter() - t0, 3), ring_ms=round(ring_ms, 3),
-                         allreduce_ms=round(allreduce_ms, 3))
+                         seconds=round(time.perf_counter() - t0, 3), bcast_ms=round(bcast_ms, 3),
+                         gather_ms=round(gather_ms, 3))
     _print_table(result)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(asdict(result), fh, indent=2)
+    world.finalize()
     return 0 if result.ok else 1
 
 
@@ -199,7 +208,7 @@ def _print_table(result: CheckResult) -> None:
     for r in result.ranks:
         sha = (r["tritonserver_sha256"] or "-")[:12]
         print(f"{r['rank']:>4}  {r['host']:<16} {sha:<14} {r['mpi_library'][:30]:<30}")
-    print(f"ring {result.ring_ms} ms, allreduce {result.allreduce_ms} ms, check took {result.seconds} s")
+    print(f"broadcast {result.bcast_ms} ms, gather {result.gather_ms} ms, check took {result.seconds} s")
     for p in result.problems:
         print(f"PROBLEM: {p}")
     print("MPI check " + ("passed" if result.ok else "FAILED"))
