@@ -84,18 +84,26 @@ def render_style(style: str, run_dir: Path = RUN_DIR, nodes: int = 2, **spec: ob
 
 # --------------------------------------------------------------------------- golden files
 
+# The rank side's Python files are copied verbatim from ftcluster/rank/: compared with their
+# source, not kept twice under tests/golden.
+SHIPPED = {"mpicheck.py", "ctmpi.py"}
+
+
 @pytest.mark.parametrize("style", STYLES)
 def test_golden(style: str) -> None:
     scripts = render_style(style)
+    rendered = {n: t for n, t in scripts.files.items() if n not in SHIPPED}
+    for name in SHIPPED & set(scripts.files):
+        assert scripts.files[name] == (REPO_ROOT / "ftcluster" / "rank" / name).read_text()
     folder = GOLDEN / style
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        for name, text in scripts.files.items():
+        for name, text in rendered.items():
             (folder / name).write_text(text)
     assert folder.is_dir(), f"no golden files for {style}; run with FTC_UPDATE_GOLDEN=1"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(scripts.files)
-    for name, text in scripts.files.items():
+    assert sorted(p.name for p in folder.iterdir()) == sorted(rendered)
+    for name, text in rendered.items():
         assert (folder / name).read_text() == text, (
             f"{style}/{name} differs from tests/golden; if intended, regenerate with FTC_UPDATE_GOLDEN=1")
 
@@ -198,24 +206,28 @@ def test_hostile_rank_server_runs_a_fake_tritonserver(weird_tmp_path: Path) -> N
     fake.parent.mkdir()
     argv_file = weird_tmp_path / "argv"
     cwd_file = weird_tmp_path / "cwd"
+    # It prints FT's instance-initialisation line, then ends by itself (a rank that died).
     fake.write_text(f"#!/bin/bash\nprintf '%s\\0' \"$@\" > {shlex_quote(str(argv_file))}\n"
-                    f"pwd > {shlex_quote(str(cwd_file))}\n")
+                    f"pwd > {shlex_quote(str(cwd_file))}\n"
+                    "echo 'I1123 model.py:1] \"TRITONBACKEND_ModelInstanceInitialize: m_0 (count 1) (instance_id 0)\"'\n")
     fake.chmod(0o755)
     sd = run_dir / "scripts"
     scripts.materialize(sd)
     env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1"}
     r = subprocess.run(["bash", str(sd / "rank_server.sh")], cwd=weird_tmp_path, env=env,
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr   # a server that ends unasked fails its rank
     argv = argv_file.read_bytes().decode().split("\0")[:-1]
     # The repository is given relative to the run folder, the server's working directory.
     repo_arg = next(a for a in argv if a.startswith("--model-repository="))
     assert Path(cwd_file.read_text().rstrip("\n"), repo_arg.split("=", 1)[1]) == run_dir / "model_repository"
     assert "--id=ftc-gpt-2n-rank1" in argv
-    assert f"--log-file={run_dir / 'logs' / 'server-rank1.log'}" in argv
+    assert "TRITONBACKEND_ModelInstanceInitialize" in (run_dir / "logs" / "server-rank1.log").read_text()
+    assert (run_dir / "state" / "rank1.loaded").exists()
     assert f"--http-port={18000 + 10}" in argv            # local ranks get distinct ports
     assert argv[-2:] == ["--model-control-mode=none", HOSTILE]
-    assert (run_dir / "state" / "rank1.exit").read_text().strip() == "0"
+    code, _, how = (run_dir / "state" / "rank1.exit").read_text().split()
+    assert (code, how) == ("1", "died")
     assert (run_dir / "state" / "rank1.host").read_text().strip() == "127.0.0.1"
     _no_pwned(weird_tmp_path.parent)
 

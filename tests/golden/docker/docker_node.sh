@@ -1,8 +1,8 @@
 #!/bin/bash
 # Node-side Docker steps of ftcluster run gpt-2n (generated). The job script runs:
-#   on every node, through srun:  docker_node.sh up | guard | stop-ranks | down
+#   on every node, through srun:  docker_node.sh up | guard | down
 #   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container)
-# and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | mpirun-stop | rank
+# and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | rank
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
@@ -140,23 +140,10 @@ run_mpirun() {
   if [ -n "$MPI_IF" ]; then
     mca_if=(--mca btl_tcp_if_include "$MPI_IF" --mca oob_tcp_if_include "$MPI_IF")
   fi
-  printf '%s\n' "$$" >"$IN_SSH/mpirun.pid"
   # sigkill_timeout: a SIGTERM'd rank gets the server's exit grace before SIGKILL.
   exec mpirun --allow-run-as-root -np "$NODES" -H "$hosts" \
     --mca plm_rsh_args "-p $SSH_PORT -i $IN_SSH/id_ed25519 -o UserKnownHostsFile=$IN_SSH/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes -o LogLevel=ERROR" \
     --mca odls_base_sigkill_timeout "$EXIT_GRACE" "${mca_if[@]}" "$@"
-}
-
-# SIGTERM to the ranks that run on this node (pids as their container sees them).
-stop_ranks() {
-  local f rank pid
-  for f in "$STATE"/rank*.host; do
-    if [ ! -e "$f" ] || [ "$(cat "$f")" != "$NODE" ]; then continue; fi
-    rank=${f##*/rank}
-    rank=${rank%.host}
-    pid=$(cat "$STATE/rank$rank.pid" 2>/dev/null) || continue
-    docker exec "$CNAME" kill -TERM "$pid" 2>/dev/null || true
-  done
 }
 
 down() {
@@ -198,11 +185,9 @@ case "${1:-}" in
   up) up ;;
   guard) guard ;;
   down) down ;;
-  stop-ranks) stop_ranks ;;
   exec) shift; exec docker exec -e FTC_NODE="$NODE" "$CNAME" "$@" ;;
   sshd) sshd_start ;;
   mpirun) shift; run_mpirun "$@" ;;
-  mpirun-stop) kill -TERM "$(cat "$IN_SSH/mpirun.pid" 2>/dev/null)" 2>/dev/null ;;
   rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
-  *) echo "usage: $0 up|guard|stop-ranks|down|exec CMD...|sshd|mpirun HOSTS CMD...|mpirun-stop|rank" >&2; exit 2 ;;
+  *) echo "usage: $0 up|guard|down|exec CMD...|sshd|mpirun HOSTS CMD...|rank" >&2; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/bin/bash
-# ftcluster run gpt-2n: 2 rank(s) as process groups on this machine
-# (generated; run it directly: bash job.sh). Rank r serves HTTP on 18000 + r*10.
+# ftcluster run gpt-2n: 2 rank(s) of one MPI world on this machine, started by
+# mpirun (generated; run it directly: bash job.sh). Rank r serves HTTP on 18000 + r*10.
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
@@ -29,26 +29,42 @@ mkdir -p "$LOGS" "$STATE" "$RESULTS"
 # One line per milestone; `ftcluster launch/status` follow this file.
 event() { printf '%s %s\n' "$(date +%s.%N)" "$*" >>"$STATE/events"; }
 
-# The first rank that exited (before the client was done), or nothing.
+FAILING=0
+PHASE="during start-up"   # where the run is, for failure messages
+
+# The rank that died first (state/rank<R>.exit: "CODE EPOCH died|stopped", written by
+# rank_server.sh), or nothing. Ranks that were asked to stop are not a cause.
 first_exited_rank() {
-  local f
+  local f r code t how best='' best_t=''
   for f in "$STATE"/rank*.exit; do
     [ -e "$f" ] || continue
-    f=${f##*/rank}
-    printf '%s\n' "${f%.exit}"
-    return 0
+    read -r code t how <"$f" || true
+    [ "${how:-died}" = died ] || continue
+    r=${f##*/rank}
+    r=${r%.exit}
+    t=${t:-0}
+    t=${t/./}
+    if [ -z "$best" ] || (( t < best_t )); then best=$r best_t=$t; fi
   done
-  return 1
+  [ -n "$best" ] || return 1
+  printf '%s\n' "$best"
 }
 
+rank_node() { cat "$STATE/rank$1.host" 2>/dev/null || echo '?'; }
+
+# Any failure stops every rank at once (stop_servers sees FAILING=1): the MPI world is broken,
+# so a graceful shutdown buys nothing -- rank 0's requests would hang in a broadcast.
 fail() {
-  local rank node why="$*"
+  local rank node code why="$*"
+  FAILING=1
   if rank=$(first_exited_rank); then
-    node=$(cat "$STATE/rank$rank.host" 2>/dev/null || echo '?')
-    event "rank_failed $rank $node $(cat "$STATE/rank$rank.exit")"
+    node=$(rank_node "$rank")
+    read -r code _ <"$STATE/rank$rank.exit"
+    event "rank_failed $rank $node $code"
+    why="rank $rank on $node exited (code $code) $PHASE"
     # A cause the rank named itself (a port in use) says more than its exit.
     if [ -s "$STATE/rank$rank.problem" ]; then why="$(cat "$STATE/rank$rank.problem") (rank $rank)"; fi
-    echo "ftcluster: rank $rank on $node exited during start-up; last lines of its log:" >&2
+    echo "ftcluster: rank $rank on $node exited; last lines of its log:" >&2
     tail -n 20 "$LOGS/server-rank$rank.log" "$LOGS/rank$rank.stdout" >&2 2>/dev/null || true
   fi
   event "failed $why"
@@ -59,7 +75,7 @@ fail() {
 check_servers() {
   if first_exited_rank >/dev/null; then fail "a server rank exited"; fi
   servers_alive || fail "the server step ended"
-  if (( SECONDS >= READY_DEADLINE )); then fail "rank 0 not ready after ${READY_TIMEOUT}s (server.ready_timeout)"; fi
+  if (( SECONDS >= READY_DEADLINE )); then fail "$(not_ready_why) after ${READY_TIMEOUT}s (server.ready_timeout)"; fi
 }
 
 # GET http://HOST:PORT/PATH through bash's /dev/tcp: no process per poll, so readiness is seen
@@ -79,45 +95,93 @@ http_get() {
   return 0
 }
 
-# A rank's server is up when it answers /v2/health/ready and /v2 names OUR --id (not a stale
-# server on the port).
-rank_up() {
-  local host=$1 port=$2 id=$3
-  http_get "$host" "$port" /v2/health/ready 2>/dev/null \
-    && http_get "$host" "$port" /v2 2>/dev/null \
-    && [[ $HTTP_BODY == *"\"name\":\"$id\""* ]]
+# Rank 0 is ours and serving: /v2 names OUR --id (not a stale server on the port), and every
+# model, the served one included, is ready.
+rank0_ready() {
+  http_get "$RANK0_HOST" "$HTTP_PORT" /v2/health/ready 2>/dev/null \
+    && http_get "$RANK0_HOST" "$HTTP_PORT" /v2 2>/dev/null \
+    && [[ $HTTP_BODY == *"\"name\":\"$ID_PREFIX-rank0\""* ]] \
+    && http_get "$RANK0_HOST" "$HTTP_PORT" "/v2/models/$SERVED_MODEL/ready" 2>/dev/null
 }
 
-# Ready = rank 0 is up with the served model ready, then every other rank is up too; every
-# rank must stay alive meanwhile.
+# The ranks != 0 whose server has not reached FT's model-instance initialisation yet.
+ranks_not_loaded() {
+  local r waiting=()
+  for ((r = 1; r < NODES; r++)); do [ -e "$STATE/rank$r.loaded" ] || waiting+=("$r"); done
+  printf '%s' "${waiting[*]:-}"
+}
+
+# Which rank is not ready, and why, for the time-out message.
+not_ready_why() {
+  local r
+  local why=()
+  rank0_ready || why+=("rank 0 not ready (no answer on ${RANK0_URL:-its HTTP port} with our id and model $SERVED_MODEL)")
+  for r in $(ranks_not_loaded); do
+    if [ ! -s "$STATE/rank$r.host" ]; then
+      why+=("rank $r never started")
+    else
+      why+=("rank $r on $(rank_node "$r") never reached model load (no FT TRITONBACKEND_ModelInstanceInitialize line in logs/server-rank$r.log)")
+    fi
+  done
+  local joined
+  joined=$(printf '%s; ' "${why[@]}")
+  printf '%s' "${joined%; }"
+}
+
+# A sleep without a process per call: read times out on a pipe nobody writes to.
+exec {NAP_FD}<> <(:)
+nap() { read -rt "$1" -u "$NAP_FD" || :; }
+
+# Ready = rank 0 answers with our id and its models ready, AND every other rank's server is
+# alive and inside model load. FT's ranks != 0 never leave model load, so they never answer
+# HTTP and are never asked: rank_server.sh marks them loaded from their log. Every 10 ms rank 0
+# is asked (a refused connect until it listens) and the server step's liveness checked (a
+# signal 0): no file access. The run folder is read with a back-off to every 250 ms during a
+# long load, and every 10 ms again once rank 0's model is loaded.
 wait_ready() {
+  local polls=0 every=1
   READY_DEADLINE=$((SECONDS + READY_TIMEOUT))
-  while [ ! -s "$STATE/rank0.host" ]; do check_servers; sleep 0.05; done
+  while [ ! -s "$STATE/rank0.host" ]; do check_servers; nap 0.05; done
   RANK0_HOST=$(cat "$STATE/rank0.host")
   RANK0_URL="$RANK0_HOST:$HTTP_PORT"
   event "servers_starting $RANK0_HOST"
-  until rank_up "$RANK0_HOST" "$HTTP_PORT" "$ID_PREFIX-rank0" \
-    && http_get "$RANK0_HOST" "$HTTP_PORT" "/v2/models/$SERVED_MODEL/ready" 2>/dev/null; do
-    check_servers
-    sleep 0.01
-  done
-  local r host
-  for ((r = 1; r < NODES; r++)); do
-    until [ -s "$STATE/rank$r.host" ] && host=$(cat "$STATE/rank$r.host") \
-      && rank_up "$host" "$((HTTP_PORT + r * PORT_STRIDE))" "$ID_PREFIX-rank$r"; do
+  until rank0_ready && [ -z "$(ranks_not_loaded)" ]; do
+    if (( ++polls >= every )); then
+      polls=0
       check_servers
-      sleep 0.01
-    done
+      if [ -e "$STATE/rank0.loaded" ]; then every=1; elif (( every < 25 )); then every=$((every + 1)); fi
+    else
+      servers_alive || fail "the server step ended"
+    fi
+    nap 0.01
   done
   check_servers
   event "ready $RANK0_URL"
 }
 
+# The client runs beside the servers' watch: a rank that dies mid-request leaves rank 0 waiting
+# in a broadcast, so the run fails (every rank stopped) instead of hanging.
+CLIENT_PID=
 run_client() {
+  PHASE="during the client run"
   event "client_started"
   local rc=0
   on_rank0 "$PY" -m ftcluster.client identity --url "$RANK0_URL" --model "$SERVED_MODEL" \
-    "${CLIENT_ARGS[@]}" --result-file "$RESULTS/client.json" >"$LOGS/client.log" 2>&1 || rc=$?
+    "${CLIENT_ARGS[@]}" --result-file "$RESULTS/client.json" >"$LOGS/client.log" 2>&1 &
+  CLIENT_PID=$!
+  while kill -0 "$CLIENT_PID" 2>/dev/null; do
+    servers_alive || fail "the server step ended during the client run"
+    nap 0.05
+  done
+  wait "$CLIENT_PID" || rc=$?
+  CLIENT_PID=
+  # A client that failed because a rank died (rank 0 itself, say) names that rank: give the
+  # servers' exit a moment to show.
+  local i
+  for ((i = 0; rc && i < 20; i++)); do
+    if first_exited_rank >/dev/null || ! servers_alive; then fail "the client failed"; fi
+    nap 0.05
+  done
   event "client_done $rc"
   return "$rc"
 }
@@ -125,42 +189,61 @@ run_client() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
   stop_servers
   event "done $rc"
   exit "$rc"
 }
 
-RANK_PIDS=()
-servers_alive() {
-  local pid
-  for pid in "${RANK_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null || return 1; done
+MPIRUN=mpirun
+SERVER_PID=
+servers_alive() { [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; }
+# mpirun makes each rank the leader of its own process group (its server and the server's
+# stub inside): a signal to the group reaches all of them. Ranks: numbers, or all.
+signal_ranks() {
+  local sig=$1 f pid
+  shift
+  for f in "$@"; do
+    f="$STATE/rank$f.pid"
+    [ -e "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null) && [ -n "$pid" ] && kill "-$sig" -- "-$pid" 2>/dev/null
+  done
+  return 0
 }
+all_ranks() { seq 0 $((NODES - 1)); }
+rank_alive() { local pid; pid=$(cat "$STATE/rank$1.pid" 2>/dev/null) && [ -n "$pid" ] && kill -0 -- "-$pid" 2>/dev/null; }
+# Normal end: rank 0 first (FT's other ranks must live while its last requests finish), SIGTERM
+# then SIGKILL after the exit grace; then the other ranks, which sit in model load for good.
+# A failure (FAILING=1): SIGKILL to every rank at once.
 stop_servers() {
-  local pid waited=0
-  for pid in "${RANK_PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
-  while servers_alive_any && (( waited < EXIT_GRACE * 10 )); do sleep 0.1; waited=$((waited + 1)); done
-  for pid in "${RANK_PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
+  [ -n "$SERVER_PID" ] || return 0
+  local waited=0
+  if (( ! FAILING )); then
+    signal_ranks TERM 0
+    while rank_alive 0 && (( waited < EXIT_GRACE * 10 )); do nap 0.1; waited=$((waited + 1)); done
+  fi
+  # shellcheck disable=SC2046  # one rank number per word
+  signal_ranks KILL $(all_ranks)
+  kill -KILL "$SERVER_PID" 2>/dev/null
+  wait "$SERVER_PID" 2>/dev/null
   event "servers_stopped"
-}
-servers_alive_any() {
-  local pid
-  for pid in "${RANK_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
-  return 1
 }
 on_rank0() { "$@"; }
 
 trap cleanup EXIT
 trap 'event "interrupted"; exit 130' INT TERM
 event "job_started $(hostname) $$"
-for ((r = 0; r < NODES; r++)); do
-  FTC_RANK=$r FTC_WORLD_SIZE=$NODES FTC_LOCAL_RANK=0 FTC_RANK_HOST=127.0.0.1 \
-    setsid bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank$r.stdout" 2>&1 &
-  RANK_PIDS+=("$!")
-done
+# Every rank on this machine: they share its address and take ports rank*PORT_STRIDE apart.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FTC_RANK_HOST=127.0.0.1 \
+  "$MPIRUN" -np "$NODES" --oversubscribe --bind-to none \
+  bash -c 'exec bash "$1" >"$2/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1' rank "$SCRIPTS/rank_server.sh" "$LOGS" \
+  >"$LOGS/mpirun.log" 2>&1 &
+SERVER_PID=$!
 wait_ready
 if (( RUN_CLIENT )); then run_client || exit $?; fi
 if (( KEEP_SERVING )); then
+  PHASE="while serving"
   event "serving $RANK0_URL"
-  while servers_alive; do sleep 1; done
+  wait "$SERVER_PID"
   fail "a server rank exited while serving"
 fi

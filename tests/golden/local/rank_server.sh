@@ -31,6 +31,9 @@ EXTRA_ARGS=()
 RANK=${FTC_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}}
 OFF=$((RANK * PORT_STRIDE))
 mkdir -p "$LOGS" "$STATE"
+# state/rank<R>.exit: "CODE EPOCH died|stopped" -- stopped when this wrapper was asked to stop
+# (SIGTERM/SIGINT) before its server ended; the job script treats a rank that died as the cause.
+record_exit() { printf '%s %s %s\n' "$1" "$(date +%s.%N)" "$2" >"$STATE/rank$RANK.exit"; }
 printf '%s\n' "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.host"
 printf '%s\n' "$$" >"$STATE/rank$RANK.pid"
 
@@ -39,26 +42,49 @@ for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((
   if (exec 3<>"/dev/tcp/127.0.0.1/${spec#* }") 2>/dev/null; then
     printf 'ports.%s: port %s is in use on %s (choose other ports in the cluster spec)\n' \
       "${spec%% *}" "${spec#* }" "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.problem"
-    printf '%s\n' 98 >"$STATE/rank$RANK.exit"
+    record_exit 98 died
     exit 98
   fi
 done
+
+# FT logs this line when a rank's model instance is loaded (TRITONBACKEND_ModelInstanceInitialize
+# in src/libfastertransformer.cc); every rank != 0 then blocks in model load for good and never
+# opens its ports. The server's output reaches its log through this filter, which marks the
+# rank as loaded (state/rank<R>.loaded) the moment the line passes: nobody polls the log.
+MARKER='TRITONBACKEND_ModelInstanceInitialize: .* \(count [0-9]+\) \(instance_id [0-9]+\)'
+mark_loaded() {
+  local line
+  while IFS= read -r line; do
+    printf '%s\n' "$line"
+    if [[ $line =~ $MARKER ]]; then
+      : >"$STATE/rank$RANK.loaded"
+      exec cat
+    fi
+  done
+}
 
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
 "$TRITON" --model-repository=model_repository --id="$ID_PREFIX-rank$RANK" \
-  --log-file="$LOGS/server-rank$RANK.log" --log-verbose=0 \
+  --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
-  "${EXTRA_ARGS[@]}" &
+  "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+stopping=0
+trap 'stopping=1; kill -TERM "$child" 2>/dev/null' TERM INT
 rc=0
 # `wait` returns early when a trapped signal arrives; keep waiting for the server itself.
 while kill -0 "$child" 2>/dev/null; do
   wait "$child"
   rc=$?
 done
-printf '%s\n' "$rc" >"$STATE/rank$RANK.exit"
+if (( stopping )); then
+  record_exit "$rc" stopped
+else
+  # A server that ends unasked is a failure whatever its code: srun/mpirun then end the rest.
+  (( rc )) || rc=1
+  record_exit "$rc" died
+fi
 exit "$rc"

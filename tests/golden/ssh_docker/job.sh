@@ -39,26 +39,42 @@ mkdir -p "$LOGS" "$STATE" "$RESULTS"
 # One line per milestone; `ftcluster launch/status` follow this file.
 event() { printf '%s %s\n' "$(date +%s.%N)" "$*" >>"$STATE/events"; }
 
-# The first rank that exited (before the client was done), or nothing.
+FAILING=0
+PHASE="during start-up"   # where the run is, for failure messages
+
+# The rank that died first (state/rank<R>.exit: "CODE EPOCH died|stopped", written by
+# rank_server.sh), or nothing. Ranks that were asked to stop are not a cause.
 first_exited_rank() {
-  local f
+  local f r code t how best='' best_t=''
   for f in "$STATE"/rank*.exit; do
     [ -e "$f" ] || continue
-    f=${f##*/rank}
-    printf '%s\n' "${f%.exit}"
-    return 0
+    read -r code t how <"$f" || true
+    [ "${how:-died}" = died ] || continue
+    r=${f##*/rank}
+    r=${r%.exit}
+    t=${t:-0}
+    t=${t/./}
+    if [ -z "$best" ] || (( t < best_t )); then best=$r best_t=$t; fi
   done
-  return 1
+  [ -n "$best" ] || return 1
+  printf '%s\n' "$best"
 }
 
+rank_node() { cat "$STATE/rank$1.host" 2>/dev/null || echo '?'; }
+
+# Any failure stops every rank at once (stop_servers sees FAILING=1): the MPI world is broken,
+# so a graceful shutdown buys nothing -- rank 0's requests would hang in a broadcast.
 fail() {
-  local rank node why="$*"
+  local rank node code why="$*"
+  FAILING=1
   if rank=$(first_exited_rank); then
-    node=$(cat "$STATE/rank$rank.host" 2>/dev/null || echo '?')
-    event "rank_failed $rank $node $(cat "$STATE/rank$rank.exit")"
+    node=$(rank_node "$rank")
+    read -r code _ <"$STATE/rank$rank.exit"
+    event "rank_failed $rank $node $code"
+    why="rank $rank on $node exited (code $code) $PHASE"
     # A cause the rank named itself (a port in use) says more than its exit.
     if [ -s "$STATE/rank$rank.problem" ]; then why="$(cat "$STATE/rank$rank.problem") (rank $rank)"; fi
-    echo "ftcluster: rank $rank on $node exited during start-up; last lines of its log:" >&2
+    echo "ftcluster: rank $rank on $node exited; last lines of its log:" >&2
     tail -n 20 "$LOGS/server-rank$rank.log" "$LOGS/rank$rank.stdout" >&2 2>/dev/null || true
   fi
   event "failed $why"
@@ -69,7 +85,7 @@ fail() {
 check_servers() {
   if first_exited_rank >/dev/null; then fail "a server rank exited"; fi
   servers_alive || fail "the server step ended"
-  if (( SECONDS >= READY_DEADLINE )); then fail "rank 0 not ready after ${READY_TIMEOUT}s (server.ready_timeout)"; fi
+  if (( SECONDS >= READY_DEADLINE )); then fail "$(not_ready_why) after ${READY_TIMEOUT}s (server.ready_timeout)"; fi
 }
 
 # GET http://HOST:PORT/PATH through bash's /dev/tcp: no process per poll, so readiness is seen
@@ -89,45 +105,93 @@ http_get() {
   return 0
 }
 
-# A rank's server is up when it answers /v2/health/ready and /v2 names OUR --id (not a stale
-# server on the port).
-rank_up() {
-  local host=$1 port=$2 id=$3
-  http_get "$host" "$port" /v2/health/ready 2>/dev/null \
-    && http_get "$host" "$port" /v2 2>/dev/null \
-    && [[ $HTTP_BODY == *"\"name\":\"$id\""* ]]
+# Rank 0 is ours and serving: /v2 names OUR --id (not a stale server on the port), and every
+# model, the served one included, is ready.
+rank0_ready() {
+  http_get "$RANK0_HOST" "$HTTP_PORT" /v2/health/ready 2>/dev/null \
+    && http_get "$RANK0_HOST" "$HTTP_PORT" /v2 2>/dev/null \
+    && [[ $HTTP_BODY == *"\"name\":\"$ID_PREFIX-rank0\""* ]] \
+    && http_get "$RANK0_HOST" "$HTTP_PORT" "/v2/models/$SERVED_MODEL/ready" 2>/dev/null
 }
 
-# Ready = rank 0 is up with the served model ready, then every other rank is up too; every
-# rank must stay alive meanwhile.
+# The ranks != 0 whose server has not reached FT's model-instance initialisation yet.
+ranks_not_loaded() {
+  local r waiting=()
+  for ((r = 1; r < NODES; r++)); do [ -e "$STATE/rank$r.loaded" ] || waiting+=("$r"); done
+  printf '%s' "${waiting[*]:-}"
+}
+
+# Which rank is not ready, and why, for the time-out message.
+not_ready_why() {
+  local r
+  local why=()
+  rank0_ready || why+=("rank 0 not ready (no answer on ${RANK0_URL:-its HTTP port} with our id and model $SERVED_MODEL)")
+  for r in $(ranks_not_loaded); do
+    if [ ! -s "$STATE/rank$r.host" ]; then
+      why+=("rank $r never started")
+    else
+      why+=("rank $r on $(rank_node "$r") never reached model load (no FT TRITONBACKEND_ModelInstanceInitialize line in logs/server-rank$r.log)")
+    fi
+  done
+  local joined
+  joined=$(printf '%s; ' "${why[@]}")
+  printf '%s' "${joined%; }"
+}
+
+# A sleep without a process per call: read times out on a pipe nobody writes to.
+exec {NAP_FD}<> <(:)
+nap() { read -rt "$1" -u "$NAP_FD" || :; }
+
+# Ready = rank 0 answers with our id and its models ready, AND every other rank's server is
+# alive and inside model load. FT's ranks != 0 never leave model load, so they never answer
+# HTTP and are never asked: rank_server.sh marks them loaded from their log. Every 10 ms rank 0
+# is asked (a refused connect until it listens) and the server step's liveness checked (a
+# signal 0): no file access. The run folder is read with a back-off to every 250 ms during a
+# long load, and every 10 ms again once rank 0's model is loaded.
 wait_ready() {
+  local polls=0 every=1
   READY_DEADLINE=$((SECONDS + READY_TIMEOUT))
-  while [ ! -s "$STATE/rank0.host" ]; do check_servers; sleep 0.05; done
+  while [ ! -s "$STATE/rank0.host" ]; do check_servers; nap 0.05; done
   RANK0_HOST=$(cat "$STATE/rank0.host")
   RANK0_URL="$RANK0_HOST:$HTTP_PORT"
   event "servers_starting $RANK0_HOST"
-  until rank_up "$RANK0_HOST" "$HTTP_PORT" "$ID_PREFIX-rank0" \
-    && http_get "$RANK0_HOST" "$HTTP_PORT" "/v2/models/$SERVED_MODEL/ready" 2>/dev/null; do
-    check_servers
-    sleep 0.01
-  done
-  local r host
-  for ((r = 1; r < NODES; r++)); do
-    until [ -s "$STATE/rank$r.host" ] && host=$(cat "$STATE/rank$r.host") \
-      && rank_up "$host" "$((HTTP_PORT + r * PORT_STRIDE))" "$ID_PREFIX-rank$r"; do
+  until rank0_ready && [ -z "$(ranks_not_loaded)" ]; do
+    if (( ++polls >= every )); then
+      polls=0
       check_servers
-      sleep 0.01
-    done
+      if [ -e "$STATE/rank0.loaded" ]; then every=1; elif (( every < 25 )); then every=$((every + 1)); fi
+    else
+      servers_alive || fail "the server step ended"
+    fi
+    nap 0.01
   done
   check_servers
   event "ready $RANK0_URL"
 }
 
+# The client runs beside the servers' watch: a rank that dies mid-request leaves rank 0 waiting
+# in a broadcast, so the run fails (every rank stopped) instead of hanging.
+CLIENT_PID=
 run_client() {
+  PHASE="during the client run"
   event "client_started"
   local rc=0
   on_rank0 "$PY" -m ftcluster.client identity --url "$RANK0_URL" --model "$SERVED_MODEL" \
-    "${CLIENT_ARGS[@]}" --result-file "$RESULTS/client.json" >"$LOGS/client.log" 2>&1 || rc=$?
+    "${CLIENT_ARGS[@]}" --result-file "$RESULTS/client.json" >"$LOGS/client.log" 2>&1 &
+  CLIENT_PID=$!
+  while kill -0 "$CLIENT_PID" 2>/dev/null; do
+    servers_alive || fail "the server step ended during the client run"
+    nap 0.05
+  done
+  wait "$CLIENT_PID" || rc=$?
+  CLIENT_PID=
+  # A client that failed because a rank died (rank 0 itself, say) names that rank: give the
+  # servers' exit a moment to show.
+  local i
+  for ((i = 0; rc && i < 20; i++)); do
+    if first_exited_rank >/dev/null || ! servers_alive; then fail "the client failed"; fi
+    nap 0.05
+  done
   event "client_done $rc"
   return "$rc"
 }
@@ -135,6 +199,7 @@ run_client() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
   stop_servers
   event "done $rc"
   exit "$rc"
@@ -171,14 +236,22 @@ servers_alive() { [ -n "$MPIRUN_PID" ] && kill -0 "$MPIRUN_PID" 2>/dev/null; }
 stop_servers() {
   servers_alive || return 0
   local waited=0
-  # SIGTERM to each rank in its own container (mpirun's own forwarding does not reach the
-  # remote ranks); mpirun ends when they have. The container removal below is the SIGKILL.
-  timeout --kill-after=5 60 "${NODE_STEP[@]}" --output="$LOGS/docker-stop-%N.log" \
-    bash "$NODE_SCRIPT" stop-ranks
-  while servers_alive && (( waited < EXIT_GRACE * 10 + 30 )); do sleep 0.1; waited=$((waited + 1)); done
-  if servers_alive; then
-    "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NODE_SCRIPT" mpirun-stop
-    sleep 1
+  if (( FAILING )); then
+    # A broken world: no graceful stop. Removing the containers (the teardown) kills every rank.
+    kill -KILL "$MPIRUN_PID" 2>/dev/null
+    wait "$MPIRUN_PID" 2>/dev/null
+    event "servers_stopped"
+    return 0
+  fi
+  # SIGTERM to rank 0's server in its container first (FT's other ranks must live while its
+  # last requests finish); the container removal below is the SIGKILL for every rank.
+  local pid
+  if pid=$(cat "$STATE/rank0.pid" 2>/dev/null); then
+    timeout --kill-after=5 30 "${NODE0[@]}" bash "$NODE_SCRIPT" exec kill -TERM "$pid" 2>/dev/null
+    while servers_alive && [ ! -e "$STATE/rank0.exit" ] && (( waited < EXIT_GRACE * 10 )); do
+      nap 0.1
+      waited=$((waited + 1))
+    done
   fi
   kill -KILL "$MPIRUN_PID" 2>/dev/null
   wait "$MPIRUN_PID" 2>/dev/null
@@ -230,6 +303,7 @@ stop_guards() {
 docker_cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
   if [ -n "$FG_PID" ]; then
     # An interrupted node step first ends, so no container appears after the teardown.
     kill -TERM "$FG_PID" 2>/dev/null
@@ -282,7 +356,7 @@ event "containers_ready $MPI_HOSTS"
 # MPI world check over the same ssh path and containers as the servers.
 event "mpicheck_started"
 if ! timeout --kill-after=5 120 "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NODE_SCRIPT" \
-  mpirun "$MPI_HOSTS" "$PY" -m ftcluster.rank.mpicheck --nodes "$NODES" --tritonserver "$TRITON" \
+  mpirun "$MPI_HOSTS" python3 "$SCRIPTS/mpicheck.py" --nodes "$NODES" --tritonserver "$TRITON" \
   --rank0-host "$RANK0_NODE" --out "$RESULTS/mpicheck.json" >"$LOGS/mpicheck.log" 2>&1; then
   cat "$LOGS/mpicheck.log" >&2
   problem=$(grep -m1 -E '^PROBLEM: |error|ERROR|denied|failed' "$LOGS/mpicheck.log" | tr -s '[:space:]' ' ')
@@ -295,6 +369,7 @@ MPIRUN_PID=$!
 wait_ready
 if (( RUN_CLIENT )); then run_client || exit $?; fi
 if (( KEEP_SERVING )); then
+  PHASE="while serving"
   event "serving $RANK0_URL"
   wait "$MPIRUN_PID"
   fail "mpirun ended while serving"
