@@ -92,3 +92,25 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def rank_exit(run_dir: Path, rank: int) -> tuple[str, str] | None:
+    """(exit code, 'died' | 'stopped') from a rank's state/rank<R>.exit; None when the rank was
+    killed outright (its wrapper too) and wrote none."""
+    path = run_dir / "state" / f"rank{rank}.exit"
+    if not path.is_file():
+        return None
+    code, _, how = path.read_text().split()
+    return code, how
+
+
+def assert_served_like_ft(run_dir: Path, run_id: str, nodes: int) -> None:
+    """Rank 0 served and stopped cleanly; every other rank reached FT's model-instance line,
+    never opened its ports (it blocks in model load, as FT's ranks do) and did not die."""
+    assert rank_exit(run_dir, 0) == ("0", "stopped")
+    assert f"ftc-{run_id}-rank0" in (run_dir / "logs" / "server-rank0.log").read_text()
+    for r in range(1, nodes):
+        log = (run_dir / "logs" / f"server-rank{r}.log").read_text()
+        assert "(count 1) (instance_id 0)" in log and (run_dir / "state" / f"rank{r}.loaded").exists()
+        assert "Started HTTPService" not in log, f"rank {r} opened its HTTP port"
+        assert rank_exit(run_dir, r) in (None, ("143", "stopped"), ("137", "stopped")), rank_exit(run_dir, r)

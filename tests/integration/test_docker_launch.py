@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.launch_helpers import assert_served_like_ft
+
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
 from tests.docker.launching import (
@@ -47,9 +49,7 @@ def test_two_nodes_mpirun_over_ssh_serves_and_cleans_up(tmp_path: Path, docker_n
     # Both ranks served from their own node's container, under this run's server ids.
     hosts = {(run_dir / "state" / f"rank{r}.host").read_text().strip() for r in (0, 1)}
     assert len(hosts) == 2 and hosts <= set(dn.nodes), hosts
-    for r in (0, 1):
-        assert f"ftc-{out['run_id']}-rank{r}" in (run_dir / "logs" / f"server-rank{r}.log").read_text()
-        assert (run_dir / "state" / f"rank{r}.exit").read_text().strip() == "0"
+    assert_served_like_ft(run_dir, out["run_id"], 2)
     assert_nothing_left(dn, run_dir)
 
 

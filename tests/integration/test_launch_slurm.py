@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for
+from tests.launch_helpers import assert_served_like_ft, ftcluster, launch_json, processes_matching, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -77,8 +77,7 @@ def test_launch_end_to_end(spec_dir: Path, nodes: int) -> None:
     assert out["endpoint"] == f"{hosts[0]}:8000"         # the client asked rank 0
     assert out["mpicheck"]["ok"] and len(out["mpicheck"]["ranks"]) == nodes
     assert sorted(r["host"] for r in out["mpicheck"]["ranks"]) == sorted(hosts)
-    for r in range(nodes):
-        assert (run_dir / "state" / f"rank{r}.exit").read_text().strip() == "0"
+    assert_served_like_ft(run_dir, out["run_id"], nodes)
     _assert_clean(out)
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.launch_helpers import assert_served_like_ft
+
 from tests.cluster.sshd import SSH_PORT as NODE_SSHD_PORT
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
@@ -65,7 +67,7 @@ def test_two_hosts_over_ssh_serve_and_clean_up(tmp_path: Path, ssh_nodes: Docker
     assert {r["host"] for r in out["mpicheck"]["ranks"]} == set(dn.nodes[:2])
     for r in (0, 1):
         assert (run_dir / "state" / f"rank{r}.host").read_text().strip() == dn.nodes[r]
-        assert (run_dir / "state" / f"rank{r}.exit").read_text().strip() == "0"
+    assert_served_like_ft(run_dir, out["run_id"], 2)
     # The node steps ran on the hosts through ssh, one output file per host.
     for h in dn.nodes[:2]:
         assert (run_dir / "logs" / f"docker-up-{h}.log").is_file()

@@ -75,7 +75,7 @@ fail() {
 check_servers() {
   if first_exited_rank >/dev/null; then fail "a server rank exited"; fi
   servers_alive || fail "the server step ended"
-  if (( SECONDS >= READY_DEADLINE )); then fail "$(not_ready_why) after ${READY_TIMEOUT}s (server.ready_timeout)"; fi
+  if (( SECONDS >= READY_DEADLINE )); then fail "not ready after ${READY_TIMEOUT}s (server.ready_timeout): $(not_ready_why)"; fi
 }
 
 # GET http://HOST:PORT/PATH through bash's /dev/tcp: no process per poll, so readiness is seen
@@ -115,7 +115,7 @@ ranks_not_loaded() {
 not_ready_why() {
   local r
   local why=()
-  rank0_ready || why+=("rank 0 not ready (no answer on ${RANK0_URL:-its HTTP port} with our id and model $SERVED_MODEL)")
+  rank0_ready || why+=("rank 0 gives no answer on ${RANK0_URL:-its HTTP port} with our id and model $SERVED_MODEL ready")
   for r in $(ranks_not_loaded); do
     if [ ! -s "$STATE/rank$r.host" ]; then
       why+=("rank $r never started")

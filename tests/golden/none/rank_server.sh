@@ -30,6 +30,7 @@ METRICS_PORT=8002
 EXTRA_ARGS=()
 
 RANK=${FTC_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}}
+export FTC_RANK=$RANK   # the server and its backend see the rank whatever started them
 OFF=$((RANK * PORT_STRIDE))
 mkdir -p "$LOGS" "$STATE"
 # state/rank<R>.exit: "CODE EPOCH died|stopped" -- stopped when this wrapper was asked to stop

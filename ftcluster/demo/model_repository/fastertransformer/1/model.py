@@ -174,9 +174,9 @@ class TritonPythonModel:
 
     def _serve_broadcast(self, request):
         """One step of the world: rank 0 broadcasts a request, every rank adds its share."""
+        req = _unpack(self.world.bcast_bytes(_pack(request) if request is not None else None))
         if self.die_at_request:
             _die()
-        req = _unpack(self.world.bcast_bytes(_pack(request) if request is not None else None))
         last, out_lens = req["last"], req["out_lens"]
         positions = np.arange(int(out_lens.max()) if out_lens.size else 0)
         mine = (positions % self.world.size == self.world.rank) & (positions < out_lens[:, None])
