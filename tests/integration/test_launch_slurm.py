@@ -175,7 +175,7 @@ def test_killed_launcher_leaves_job_that_status_logs_and_stop_reattach(spec_dir:
     status = json.loads(ftcluster("status", run_dir.name, "--json").stdout)
     assert status["state"] == "RUNNING" and status["source"] == "squeue"
     assert sorted(status["nodes"]) == ["node1", "node2"]
-    assert [r["state"] for r in status["ranks"]] == ["running", "running"]
+    assert [r["state"] for r in status["ranks"]] == ["ready", "loaded, waiting for rank 0 (FT)"]
     logs = ftcluster("logs", run_dir.name, "--server", "--tail", "5")
     assert "[rank0 node1]" in logs.stdout and "[rank1 node2]" in logs.stdout
     assert ftcluster("stop", run_dir.name).returncode == 0
@@ -225,11 +225,17 @@ def test_mpi_check_with_a_wrong_plugin_fails_and_lists_plugins(spec_dir: Path) -
     _assert_clean(out)
 
 
-def test_mpi_check_fails_when_a_rank_cannot_start(spec_dir: Path) -> None:
-    cluster = _write_spec(spec_dir, python="/nonexistent/python3")
+@pytest.mark.parametrize(("override", "named"), [
+    ({"env": {"FTC_LIBMPI": "/nonexistent/libmpi.so.40"}}, "FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file"),
+    ({"mpi": "none"}, "MPI check failed"),          # Debian's Open MPI needs PMIx from srun
+])
+def test_mpi_check_fails_cleanly_when_the_world_cannot_form(spec_dir: Path, override: dict[str, Any],
+                                                            named: str) -> None:
+    cluster = _write_spec(spec_dir, **override)
     rc, out, err = launch_json(cluster, "--nodes", "2")
     assert rc == 1
-    assert "MPI check failed" in out["failure"]
+    assert "MPI check failed" in out["failure"] and named in out["failure"], out["failure"]
+    assert "mpicheck_ok" not in out["phases"] and "servers_starting" not in out["phases"]
     _assert_clean(out)
 
 

@@ -52,6 +52,21 @@ first_exited_rank() {
 
 rank_node() { cat "$STATE/rank$1.host" 2>/dev/null || echo '?'; }
 
+# When the whole step was killed (Slurm's PMIx plugin aborts a step whose MPI process exits
+# without MPI_Finalize, wrappers included), no rank wrote an exit: the rank whose server log
+# holds the earliest error line (glog "E<MMDD> <time>") is the cause. Prints "RANK LINE".
+HARMLESS_ERRORS='CudaDriverHelper|NVML|DCGM|pinned'   # what a CPU-only server always logs
+first_rank_with_error() {
+  local r line best='' best_line=''
+  for ((r = 0; r < NODES; r++)); do
+    line=$(grep -E '^E[0-9]{4} [0-9:.]+ ' "$LOGS/server-rank$r.log" 2>/dev/null \
+      | grep -m1 -v -E "$HARMLESS_ERRORS") || continue
+    if [ -z "$best" ] || [[ ${line:1:20} < ${best_line:1:20} ]]; then best=$r best_line=$line; fi
+  done
+  [ -n "$best" ] || return 1
+  printf '%s %s\n' "$best" "$best_line"
+}
+
 # Any failure stops every rank at once (stop_servers sees FAILING=1): the MPI world is broken,
 # so a graceful shutdown buys nothing -- rank 0's requests would hang in a broadcast.
 fail() {
@@ -66,6 +81,12 @@ fail() {
     if [ -s "$STATE/rank$rank.problem" ]; then why="$(cat "$STATE/rank$rank.problem") (rank $rank)"; fi
     echo "ftcluster: rank $rank on $node exited; last lines of its log:" >&2
     tail -n 20 "$LOGS/server-rank$rank.log" "$LOGS/rank$rank.stdout" >&2 2>/dev/null || true
+  elif [[ $why == "the server step ended"* ]] && rank=$(first_rank_with_error); then
+    local line=${rank#* }
+    rank=${rank%% *}
+    node=$(rank_node "$rank")
+    event "rank_failed $rank $node ?"
+    why="rank $rank on $node failed $PHASE (the step was ended with it): ${line:0:300}"
   fi
   event "failed $why"
   echo "ftcluster: $why" >&2
