@@ -41,8 +41,9 @@ from ftcluster.triton_local import find_tritonserver  # noqa: E402
 
 
 class Poller(threading.Thread):
-    """Every 10 ms: is every rank up as ours (its --id) and rank 0's model ready? The same
-    condition ftcluster waits for, checked independently; records when it first holds."""
+    """Every 10 ms, independently of ftcluster, the readiness FT allows: rank 0 answers as ours
+    (its --id) with the model ready, and every other rank's server log holds FT's
+    model-instance line (those ranks never answer HTTP). Records when it first holds."""
 
     def __init__(self, ws: Path, model: str, nodes: int, port: int = 8000):
         super().__init__(daemon=True)
@@ -63,15 +64,18 @@ class Poller(threading.Thread):
         if not runs:
             return False
         state, run_id = runs[-1], runs[-1].parent.name
-        for r in range(self.nodes):
-            host_file = state / f"rank{r}.host"
-            if not host_file.is_file() or not host_file.read_text().strip():
-                return False
-            base = f"http://{host_file.read_text().strip()}:{self.port}"
-            meta = self._get(base + "/v2")
-            if not meta or f'"name":"ftc-{run_id}-rank{r}"'.encode() not in meta:
-                return False
-            if r == 0 and self._get(f"{base}/v2/models/{self.model}/ready") is None:
+        host_file = state / "rank0.host"
+        if not host_file.is_file() or not host_file.read_text().strip():
+            return False
+        base = f"http://{host_file.read_text().strip()}:{self.port}"
+        meta = self._get(base + "/v2")
+        if not meta or f'"name":"ftc-{run_id}-rank0"'.encode() not in meta:
+            return False
+        if self._get(f"{base}/v2/models/{self.model}/ready") is None:
+            return False
+        for r in range(1, self.nodes):
+            log = state.parent / "logs" / f"server-rank{r}.log"
+            if not log.is_file() or b") (instance_id " not in log.read_bytes():
                 return False
         return True
 

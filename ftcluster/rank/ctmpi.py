@@ -13,7 +13,6 @@ import ctypes
 import ctypes.util
 import glob
 import os
-from typing import List, Optional
 
 MPI_THREAD_MULTIPLE = 3      # the same value in Open MPI and MPICH; FT asks for it too
 _MPICH_COMM_WORLD = 0x44000000
@@ -43,7 +42,7 @@ def find_libmpi() -> str:
                    + ", ".join(_IMAGE_MPI_DIRS) + ")")
 
 
-def libmpi_beside(mpirun: str) -> Optional[str]:
+def libmpi_beside(mpirun: str) -> str | None:
     """The libmpi that belongs to an mpirun (<prefix>/bin/mpirun -> <prefix>/lib/libmpi.so*)."""
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
     for pattern in ("lib/libmpi.so.*", "lib/libmpi.so", "lib64/libmpi.so*"):
@@ -56,7 +55,7 @@ def libmpi_beside(mpirun: str) -> Optional[str]:
 class World:
     """MPI_COMM_WORLD of this process, initialised on construction (MPI_Init_thread)."""
 
-    def __init__(self, path: Optional[str] = None):
+    def __init__(self, path: str | None = None):
         self.path = path or find_libmpi()
         try:
             # RTLD_GLOBAL: Open MPI's plugins resolve libmpi's symbols through the global scope.
@@ -97,7 +96,7 @@ class World:
     def barrier(self) -> None:
         self._check("MPI_Barrier", self._comm)
 
-    def bcast_bytes(self, data: Optional[bytes], root: int = 0) -> bytes:
+    def bcast_bytes(self, data: bytes | None, root: int = 0) -> bytes:
         """Root's bytes on every rank (the length first, then the payload)."""
         mine = data if self.rank == root and data is not None else b""
         n = ctypes.c_longlong(len(mine))
@@ -107,7 +106,7 @@ class World:
             self._check("MPI_Bcast", buf, n.value, self._byte, root, self._comm)
         return buf.raw[: n.value]
 
-    def gather_bytes(self, block: bytes, root: int = 0) -> Optional[List[bytes]]:
+    def gather_bytes(self, block: bytes, root: int = 0) -> list[bytes] | None:
         """Every rank's block (all of one size) at root, in rank order; None elsewhere."""
         n = len(block)
         send = ctypes.create_string_buffer(block, n)

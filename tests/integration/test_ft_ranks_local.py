@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch_helpers import ftcluster, launch_json, processes_matching, rank_exit, wait_for, write_cluster
+from tests.launch_helpers import (
+    ftcluster,
+    launch_json,
+    processes_matching,
+    rank_exit,
+    wait_for,
+    write_cluster,
+)
 
 pytestmark = pytest.mark.triton
 

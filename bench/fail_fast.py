@@ -1,0 +1,117 @@
+"""How fast does a run end when one FT rank dies? (goal: <= 1 s on local and on Slurm)
+
+    python bench/fail_fast.py [--repeats 5] [--nodes 2]
+
+Per repeat and style (local: one mpirun world on this machine; Slurm: the real test cluster,
+bare srun --mpi=pmix), with the faithful test model: `ftcluster launch --keep-serving
+--no-client`, then SIGKILL rank 1's tritonserver (a crashing FT rank) and measure, polling every
+5 ms, the time until no process of the run is left and the scheduler says the job has ended.
+Prints medians; also the time to ready from the same runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml
+
+from ftcluster.launch import Launch, LaunchOptions
+from ftcluster.launchers import launcher_for
+from ftcluster.plan import make_plan
+from ftcluster.render import RunPaths
+from ftcluster.spec import default_model_path, load_cluster, load_model
+from ftcluster.triton_local import find_tritonserver
+from tests.launch_helpers import processes_matching
+
+
+def _server_of(wrapper_pid: int) -> int:
+    """The tritonserver child of a rank's wrapper (same process table on the test bed)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == wrapper_pid and b"--model-repository" in cmd:
+            return int(pid)
+    raise RuntimeError(f"no tritonserver under wrapper {wrapper_pid}")
+
+
+def once(cluster_path: Path, nodes: int) -> dict[str, float]:
+    cluster, model = load_cluster(cluster_path), load_model(default_model_path())
+    t0 = time.time()
+    outcome = Launch(cluster, model, make_plan(cluster, model, nodes),
+                     LaunchOptions(keep_serving=True, client=False)).run()
+    assert outcome.ok, outcome.failure
+    ready = time.time() - t0
+    rec = outcome.record
+    paths = RunPaths(rec.run_id, Path(rec.run_dir))
+    launcher = launcher_for(cluster)
+    victim = _server_of(int((paths.state / "rank1.pid").read_text()))
+    killed = time.time()
+    os.kill(victim, signal.SIGKILL)
+    while True:
+        gone = not processes_matching(rec.run_id)
+        ended = launcher.info(rec.job_id or "", paths).state.terminal if gone else False
+        if gone and ended:
+            break
+        if time.time() - killed > 60:
+            raise RuntimeError(f"run {rec.run_id} still alive 60 s after rank 1 died")
+        time.sleep(0.005)
+    return {"ready_s": ready, "fail_fast_s": time.time() - killed}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[1])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--nodes", type=int, default=2)
+    args = ap.parse_args()
+    from tests.cluster.testbed import DEFAULT_DIR, SlurmTestbed
+
+    tb = SlurmTestbed.from_state(os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR)))
+    started = not tb.is_up()
+    if started:
+        tb = SlurmTestbed(os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR)), 3).up()
+    tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
+    os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
+    server = {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}
+    specs = {
+        "local": {"name": "bench-local", "scheduler": "local", "gpus_per_node": 1, "workspace": str(tmp / "wl"),
+                  "ports": {"http": 28000, "grpc": 28001, "metrics": 28002}, "server": server},
+        "slurm": {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
+                  "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"), "server": server},
+    }
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in specs}
+    try:
+        for i in range(args.repeats):
+            for style, spec in specs.items():
+                path = tmp / f"{style}.yaml"
+                path.write_text(yaml.safe_dump(spec))
+                results[style].append(once(path, args.nodes))
+            print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
+    finally:
+        if started:
+            tb.down()
+    med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
+    print(f"{'style':8} {'ready s':>8} {'rank death -> all stopped, job ended (s)':>42}")
+    for k, m in med.items():
+        print(f"{k:8} {m['ready_s']:8.2f} {m['fail_fast_s']:42.2f}")
+    print(json.dumps({"medians": med, "repeats": args.repeats, "nodes": args.nodes,
+                      "all": results}, default=float))
+
+
+if __name__ == "__main__":
+    main()
