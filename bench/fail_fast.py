@@ -79,32 +79,25 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--nodes", type=int, default=2)
     args = ap.parse_args()
-    from tests.cluster.testbed import DEFAULT_DIR, SlurmTestbed
+    from tests.cluster.testbed import running_testbed
 
-    tb = SlurmTestbed.from_state(os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR)))
-    started = not tb.is_up()
-    if started:
-        tb = SlurmTestbed(os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR)), 3).up()
-    tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
-    os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
-    server = {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}
-    specs = {
-        "local": {"name": "bench-local", "scheduler": "local", "gpus_per_node": 1, "workspace": str(tmp / "wl"),
-                  "ports": {"http": 28000, "grpc": 28001, "metrics": 28002}, "server": server},
-        "slurm": {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
-                  "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"), "server": server},
-    }
-    results: dict[str, list[dict[str, float]]] = {k: [] for k in specs}
-    try:
+    with running_testbed():
+        tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
+        os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
+        server = {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}
+        specs = {
+            "local": {"name": "bench-local", "scheduler": "local", "gpus_per_node": 1, "workspace": str(tmp / "wl"),
+                      "ports": {"http": 28000, "grpc": 28001, "metrics": 28002}, "server": server},
+            "slurm": {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
+                      "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"), "server": server},
+        }
+        results: dict[str, list[dict[str, float]]] = {k: [] for k in specs}
         for i in range(args.repeats):
             for style, spec in specs.items():
                 path = tmp / f"{style}.yaml"
                 path.write_text(yaml.safe_dump(spec))
                 results[style].append(once(path, args.nodes))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
-    finally:
-        if started:
-            tb.down()
     med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
     print(f"{'style':8} {'ready s':>8} {'rank death -> all stopped, job ended (s)':>42}")
     for k, m in med.items():

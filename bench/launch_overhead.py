@@ -154,22 +154,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--nodes", type=int, default=2)
     args = ap.parse_args()
-    from tests.cluster.testbed import DEFAULT_DIR, SlurmTestbed
+    from tests.cluster.testbed import running_testbed
 
-    tb = SlurmTestbed.from_state(os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR)))
-    started = not tb.is_up()
-    if started:
-        tb = SlurmTestbed(os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR)), 3).up()
-    tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
-    os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
-    spec = {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
-            "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"),
-            "server": {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}}
-    cluster_path = tmp / "cluster.yaml"
-    cluster_path.write_text(yaml.safe_dump(spec))
-    model = load_model(default_model_path())
-    results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "ftcluster+mpicheck": [], "hand": []}
-    try:
+    with running_testbed():
+        tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
+        os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
+        spec = {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
+                "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"),
+                "server": {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}}
+        cluster_path = tmp / "cluster.yaml"
+        cluster_path.write_text(yaml.safe_dump(spec))
+        model = load_model(default_model_path())
+        results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "ftcluster+mpicheck": [], "hand": []}
         for i in range(args.repeats):
             results["ftcluster"].append(ftcluster_once(cluster_path, tmp / "ws", args.nodes, mpi_check=False))
             results["ftcluster+mpicheck"].append(ftcluster_once(cluster_path, tmp / "ws", args.nodes, mpi_check=True))
@@ -177,9 +173,6 @@ def main() -> None:
             repo = sorted((tmp / "ws").glob("*/model_repository"))[-1]
             results["hand"].append(hand_once(tmp, repo, args.nodes, model.name))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
-    finally:
-        if started:
-            tb.down()
     med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
     print(f"{'':22} {'wall s':>8} {'server s':>9} {'client s':>9} {'overhead s':>11} {'lag ms (script/launcher)':>26}")
     for k, m in med.items():

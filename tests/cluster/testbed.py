@@ -9,6 +9,7 @@ process (`python -m tests.cluster down`) can tear the cluster down.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -16,7 +17,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -329,3 +330,19 @@ class SlurmTestbed:
             tb.pids = dict(s.get("pids", {}))
             tb.timings = dict(s.get("timings", {}))
         return tb
+
+
+@contextlib.contextmanager
+def running_testbed(nodes: int = 3) -> Iterator[SlurmTestbed]:
+    """The test cluster at $FTC_TESTBED_DIR (default DEFAULT_DIR): the running one, else one
+    started here and stopped on exit (for benchmarks run by hand)."""
+    folder = os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR))
+    tb = SlurmTestbed.from_state(folder)
+    started = not tb.is_up()
+    if started:
+        tb = SlurmTestbed(folder, nodes).up()
+    try:
+        yield tb
+    finally:
+        if started:
+            tb.down()
