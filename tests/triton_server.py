@@ -184,6 +184,8 @@ output [
 instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "model_type" value: { string_value: "T5" } }
 parameters { key: "model_checkpoint_path" value: { string_value: "%(checkpoint)s" } }
+parameters { key: "tensor_para_size" value: { string_value: "1" } }
+parameters { key: "pipeline_para_size" value: { string_value: "1" } }
 """
 
 
@@ -236,3 +238,11 @@ def slow_demo_model(repository: Path, name: str, sleep_ms: float) -> Path:
     (repository / name / "1" / "model.py").write_text(_SLOW_PY.format(path=str(src / "1" / "model.py")))
     return repository
 
+
+
+def copy_test_model_code(version_dir: Path) -> None:
+    """The demo test model's code (model.py and the ctmpi.py it imports) into a model version folder."""
+    src = Path(__file__).resolve().parents[1] / "ftcluster" / "demo" / "model_repository" / "fastertransformer" / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("model.py", "ctmpi.py"):
+        (version_dir / name).write_text((src / name).read_text())

@@ -17,7 +17,7 @@ from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, parse_config
 from ftcluster.errors import UserError
 from tests.triton_server import (
-    TritonServer, require_tritonserver, running_tritonserver, start_tritonserver, t5_config,
+    TritonServer, copy_test_model_code, require_tritonserver, running_tritonserver, start_tritonserver, t5_config,
 )
 
 pytestmark = pytest.mark.triton
@@ -40,7 +40,7 @@ def gpt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServe
     model = tmp / "repo" / "t5"
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(t5_config("t5", 16, ckpt))
-    (model / "1" / "model.py").write_text(MODEL_PY.read_text())
+    copy_test_model_code(model / "1")
     with running_tritonserver([DEMO / "model_repository", tmp / "repo"], log_dir=tmp / "logs") as server:
         yield server
 

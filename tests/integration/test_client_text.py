@@ -23,7 +23,7 @@ import pytest
 from ftcluster.client import Endpoint
 from ftcluster.client.text import run_text
 from tests.helpers_specs import assert_one_line_error, run_cli
-from tests.triton_server import TritonServer, require_tritonserver, running_tritonserver, t5_config
+from tests.triton_server import copy_test_model_code, TritonServer, require_tritonserver, running_tritonserver, t5_config
 
 pytestmark = pytest.mark.triton
 
@@ -46,7 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         (tmp / "ckpt" / name).mkdir(parents=True)
         (tmp / "ckpt" / name / "config.ini").write_text(ini)
         (repo / f"{name}_small" / "1").mkdir(parents=True)
-        (repo / f"{name}_small" / "1" / "model.py").write_text(MODEL_PY.read_text())
+        copy_test_model_code(repo / f"{name}_small" / "1")
     gpt_cfg = (MODEL_PY.parents[1] / "config.pbtxt").read_text()
     gpt_cfg = gpt_cfg.replace('name: "fastertransformer"', 'name: "gpt_small"').replace(
         "../../checkpoint/1-gpu/", f"{tmp / 'ckpt' / 'gpt'}/")
