@@ -25,7 +25,7 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
     for r in range(nodes):
         host_file = paths.state / f"rank{r}.host"
         node = host_file.read_text().strip() if host_file.is_file() else None
-        exit_info = _rank_exit(paths, r)
+        exit_info = rank_exit(paths.state, r)
         if exit_info is not None:
             code, how = exit_info
             state = f"{how} (exit {code})"
@@ -43,10 +43,11 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
     return ranks
 
 
-def _rank_exit(paths: RunPaths, rank: int) -> tuple[str, str] | None:
-    """(exit code, 'died' | 'stopped') from state/rank<R>.exit ("CODE EPOCH HOW"), or None."""
+def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
+    """(exit code, 'died' | 'stopped') from state/rank<R>.exit ("CODE EPOCH HOW", written by
+    rank_server.sh); None when the rank was killed outright (its wrapper too) and wrote none."""
     try:
-        parts = (paths.state / f"rank{rank}.exit").read_text().split()
+        parts = (state / f"rank{rank}.exit").read_text().split()
     except OSError:
         return None
     if not parts:

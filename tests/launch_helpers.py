@@ -15,6 +15,7 @@ import yaml
 
 from ftcluster.launchers.local import port_free
 from ftcluster.spec import default_model_path
+from ftcluster.status import rank_exit as state_rank_exit
 
 
 
@@ -95,13 +96,7 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
 
 
 def rank_exit(run_dir: Path, rank: int) -> tuple[str, str] | None:
-    """(exit code, 'died' | 'stopped') from a rank's state/rank<R>.exit; None when the rank was
-    killed outright (its wrapper too) and wrote none."""
-    path = run_dir / "state" / f"rank{rank}.exit"
-    if not path.is_file():
-        return None
-    code, _, how = path.read_text().split()
-    return code, how
+    return state_rank_exit(run_dir / "state", rank)
 
 
 def assert_served_like_ft(run_dir: Path, run_id: str, nodes: int) -> None:

@@ -67,6 +67,19 @@ first_rank_with_error() {
   printf '%s %s\n' "$best" "$best_line"
 }
 
+# A normal end stops rank 0 first: FT's other ranks must live while its last requests finish.
+# The including template's term_rank0 sends it SIGTERM (false: nothing to signal); this waits
+# until its wrapper recorded its exit, the servers ended or the exit grace ran out. The caller
+# then SIGKILLs every rank: the others sit in model load for good.
+stop_rank0() {
+  local waited=0
+  servers_alive && term_rank0 || return 0
+  while servers_alive && [ ! -e "$STATE/rank0.exit" ] && (( waited < EXIT_GRACE * 10 )); do
+    nap 0.1
+    waited=$((waited + 1))
+  done
+}
+
 # Any failure stops every rank at once (stop_servers sees FAILING=1): the MPI world is broken,
 # so a graceful shutdown buys nothing -- rank 0's requests would hang in a broadcast.
 fail() {
@@ -134,8 +147,7 @@ ranks_not_loaded() {
 
 # Which rank is not ready, and why, for the time-out message.
 not_ready_why() {
-  local r
-  local why=()
+  local r why=()
   rank0_ready || why+=("rank 0 gives no answer on ${RANK0_URL:-its HTTP port} with our id and model $SERVED_MODEL ready")
   for r in $(ranks_not_loaded); do
     if [ ! -s "$STATE/rank$r.host" ]; then
@@ -231,20 +243,14 @@ signal_ranks() {
   done
   return 0
 }
-all_ranks() { seq 0 $((NODES - 1)); }
-rank_alive() { local pid; pid=$(cat "$STATE/rank$1.pid" 2>/dev/null) && [ -n "$pid" ] && kill -0 -- "-$pid" 2>/dev/null; }
-# Normal end: rank 0 first (FT's other ranks must live while its last requests finish), SIGTERM
-# then SIGKILL after the exit grace; then the other ranks, which sit in model load for good.
-# A failure (FAILING=1): SIGKILL to every rank at once.
+term_rank0() { [ -e "$STATE/rank0.pid" ] && signal_ranks TERM 0; }
+# Normal end: rank 0 first (stop_rank0), then SIGKILL to every rank. A failure (FAILING=1):
+# SIGKILL to every rank at once.
 stop_servers() {
   [ -n "$SERVER_PID" ] || return 0
-  local waited=0
-  if (( ! FAILING )); then
-    signal_ranks TERM 0
-    while rank_alive 0 && (( waited < EXIT_GRACE * 10 )); do nap 0.1; waited=$((waited + 1)); done
-  fi
+  (( FAILING )) || stop_rank0
   # shellcheck disable=SC2046  # one rank number per word
-  signal_ranks KILL $(all_ranks)
+  signal_ranks KILL $(seq 0 $((NODES - 1)))
   kill -KILL "$SERVER_PID" 2>/dev/null
   wait "$SERVER_PID" 2>/dev/null
   event "servers_stopped"

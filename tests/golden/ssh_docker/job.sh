@@ -77,6 +77,19 @@ first_rank_with_error() {
   printf '%s %s\n' "$best" "$best_line"
 }
 
+# A normal end stops rank 0 first: FT's other ranks must live while its last requests finish.
+# The including template's term_rank0 sends it SIGTERM (false: nothing to signal); this waits
+# until its wrapper recorded its exit, the servers ended or the exit grace ran out. The caller
+# then SIGKILLs every rank: the others sit in model load for good.
+stop_rank0() {
+  local waited=0
+  servers_alive && term_rank0 || return 0
+  while servers_alive && [ ! -e "$STATE/rank0.exit" ] && (( waited < EXIT_GRACE * 10 )); do
+    nap 0.1
+    waited=$((waited + 1))
+  done
+}
+
 # Any failure stops every rank at once (stop_servers sees FAILING=1): the MPI world is broken,
 # so a graceful shutdown buys nothing -- rank 0's requests would hang in a broadcast.
 fail() {
@@ -144,8 +157,7 @@ ranks_not_loaded() {
 
 # Which rank is not ready, and why, for the time-out message.
 not_ready_why() {
-  local r
-  local why=()
+  local r why=()
   rank0_ready || why+=("rank 0 gives no answer on ${RANK0_URL:-its HTTP port} with our id and model $SERVED_MODEL ready")
   for r in $(ranks_not_loaded); do
     if [ ! -s "$STATE/rank$r.host" ]; then
@@ -254,26 +266,17 @@ run_fg() {
 }
 
 servers_alive() { [ -n "$MPIRUN_PID" ] && kill -0 "$MPIRUN_PID" 2>/dev/null; }
+# SIGTERM to rank 0's wrapper in its container (pids as the container sees them).
+term_rank0() {
+  local pid
+  pid=$(cat "$STATE/rank0.pid" 2>/dev/null) || return 1
+  timeout --kill-after=5 30 "${NODE0[@]}" bash "$NODE_SCRIPT" exec kill -TERM "$pid" 2>/dev/null
+}
+# Normal end: rank 0 first (stop_rank0). A failure (FAILING=1): no graceful stop. Either way
+# the container removal (the teardown) is the SIGKILL for every rank.
 stop_servers() {
   servers_alive || return 0
-  local waited=0
-  if (( FAILING )); then
-    # A broken world: no graceful stop. Removing the containers (the teardown) kills every rank.
-    kill -KILL "$MPIRUN_PID" 2>/dev/null
-    wait "$MPIRUN_PID" 2>/dev/null
-    event "servers_stopped"
-    return 0
-  fi
-  # SIGTERM to rank 0's server in its container first (FT's other ranks must live while its
-  # last requests finish); the container removal below is the SIGKILL for every rank.
-  local pid
-  if pid=$(cat "$STATE/rank0.pid" 2>/dev/null); then
-    timeout --kill-after=5 30 "${NODE0[@]}" bash "$NODE_SCRIPT" exec kill -TERM "$pid" 2>/dev/null
-    while servers_alive && [ ! -e "$STATE/rank0.exit" ] && (( waited < EXIT_GRACE * 10 )); do
-      nap 0.1
-      waited=$((waited + 1))
-    done
-  fi
+  (( FAILING )) || stop_rank0
   kill -KILL "$MPIRUN_PID" 2>/dev/null
   wait "$MPIRUN_PID" 2>/dev/null
   event "servers_stopped"
