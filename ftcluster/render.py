@@ -1,4 +1,4 @@
-"""Launch scripts rendered from job_templates/ — pure functions of the plan and the specs.
+"""Launch scripts rendered from ftcluster/job_templates/ — pure functions of the plan and the specs.
 
 Every value reaches the shell through the `q` filter (shlex.quote) and is assigned once to a
 shell variable at the top of the script; the template bodies then only use "$VARS". Slurm's
@@ -43,11 +43,8 @@ LOCAL_PORT_STRIDE = 10
 
 
 def templates_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent / "job_templates", here / "job_templates"):
-        if cand.is_dir():
-            return cand
-    raise FileNotFoundError("job_templates/ not found next to the ftcluster package")
+    # Inside the package, so a wheel install renders the same scripts as a checkout.
+    return Path(__file__).resolve().parent / "job_templates"
 
 
 @lru_cache(maxsize=1)
