@@ -40,11 +40,10 @@ def spec(dir: Path, dn: DockerNodes, partition: str, nodelist: str | None,
     data: dict[str, object] = {
         "name": "bench-docker", "scheduler": "slurm", "partition": partition,
         "request_gpus": False, "exclusive": False, "time_limit": "10",
-        "workspace": str(dir / "runs"), "ssh_port": 11168, "python": "python3",
+        "workspace": str(dir / "runs"), "ssh_port": 11168,
         "sbatch_args": [f"--nodelist={nodelist}"] if nodelist else [],
         "container": {"runtime": "docker", "image": image.IMAGE, "docker_host": dn.docker_host_template,
-                      "shm_size": "256m", "mounts": [f"{REPO}:{REPO}:ro"]},
-        "env": {"PYTHONPATH": str(REPO)},
+                      "shm_size": "256m", "gpus": "none"},
         "server": {"binary": image.TRITON_BIN},
     }
     if ssh is not None:

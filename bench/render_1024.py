@@ -44,7 +44,7 @@ def once(style: str, nodes: int) -> float:
     t0 = time.perf_counter()
     plan = plan_for(cluster, model, facts, ckpt, nodes, 8)
     render(cluster, model, plan, RunPaths("bench", Path("/shared/runs/bench")),
-           RenderOptions(python="/py", local_python="/py"))
+           RenderOptions(python="/py"))
     return time.perf_counter() - t0
 
 

@@ -173,8 +173,8 @@ class RenderOptions:
     servers: bool = True                 # False: only the MPI check (`ftcluster check`)
     mpi_check_timeout: float = 120.0
     tritonserver: str | None = None      # resolved binary; default: cluster.server.binary
-    python: str | None = None            # default: cluster.python or this interpreter
-    local_python: str | None = None      # runs the ssh fan-out here; default: this interpreter
+    python: str | None = None            # default: this interpreter where the job script runs
+                                         # here, else cluster.python or this interpreter
     mpirun: str = "mpirun"               # local style: the resolved Open MPI launcher
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -233,7 +233,8 @@ def context(
         "pyxis_mounts": pyxis_mounts(cluster, paths.run_dir),
         "tritonserver": opts.tritonserver or cluster.server.binary,
         "server": cluster.server,
-        "python": opts.python or cluster.python or sys.executable,
+        # Runs the client (and the ssh fan-out) on the job's host, never inside a container.
+        "python": opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
         "served_model": model.name,
         "client": client,
         "run_client": opts.client,
@@ -252,9 +253,8 @@ def context(
         "docker_run_args": docker_run_args(cluster, paths.run_dir, list(env)) if style in DOCKER_STYLES else [],
         "docker_label": DOCKER_LABEL,
         "ssh_dir": str(paths.state / "ssh"),
-        # ssh scheduler: the plan's hosts, rank 0 first, and the python running ftcluster here
+        # ssh scheduler: the plan's hosts, rank 0 first
         "run_hosts": list(cluster.hosts[: plan.nodes]),
-        "local_python": opts.local_python or sys.executable,
         "mpirun": opts.mpirun,
     }
 

@@ -73,6 +73,10 @@ class Container(_Strict):
     docker_host: str | None = None
     # docker only: Open MPI btl/oob_tcp_if_include for mpirun over ssh (interface or CIDR).
     mpi_if_include: str | None = None
+    # docker only: how a container gets the node's GPUs (the plan's gpus_per_node of them, or
+    # the ones Slurm gave the step): "request" = `docker run --gpus` (NVIDIA Container Toolkit),
+    # "nvidia-runtime" = `--runtime nvidia` + NVIDIA_VISIBLE_DEVICES, "none" = CPU containers.
+    gpus: Literal["request", "nvidia-runtime", "none"] = "request"
 
     @field_validator("docker_host", "mpi_if_include")
     @classmethod
@@ -187,8 +191,8 @@ class ClusterSpec(_Strict):
     exclusive: bool = True
     server: Server = Server()
     image: ImageSpec = ImageSpec()
-    # Python with ftcluster installed, as compute nodes see it (runs the client and rank
-    # checks); default: this interpreter, which suits a shared filesystem.
+    # Python with ftcluster installed, as the nodes' hosts see it: runs the client on the job's
+    # host, outside any container. Default: this interpreter, which suits a shared filesystem.
     python: str | None = None
     # Where the spec came from; set by the loader, not by users.
     source: str | None = Field(None, exclude=True)

@@ -9,6 +9,8 @@ Open MPI (handles are addresses of exported objects) and MPICH-ABI libraries (in
 are both understood.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import glob

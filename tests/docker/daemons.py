@@ -25,7 +25,10 @@ from . import image
 
 SOCK_ROOT = Path("/run/ftc-docker")
 DAEMON_FLAGS = ("--iptables=false", "--ip-masq=false", "--ip-forward=false", "--bridge=none",
-                "--userland-proxy=false", "--storage-driver=overlay2", "--log-level=warn")
+                "--userland-proxy=false", "--storage-driver=overlay2", "--log-level=warn",
+                # No GPUs here: a runtime named "nvidia" that is plain runc, so a container
+                # started the way GPU nodes start them (--runtime nvidia) runs for real.
+                "--add-runtime=nvidia=runc")
 
 
 def unavailable() -> str | None:

@@ -1,10 +1,20 @@
-"""The TEST image for the Slurm + Docker path: Debian 12 + sshd + Open MPI + CPU tritonserver.
+"""The TEST image of the container paths, shaped like a user's Triton + FT image.
 
-Not a product image. No registry is reachable from the test machines, so the root filesystem
-is made with debootstrap from Debian's mirror, the python packages the rank/client code needs
-are installed with the host's pip (`--target`, cp311 wheels: the image's python3 is Debian's
-3.11), and the CPU tritonserver 2.51 bundle is copied from the host's nvidia-pytriton wheel.
-The result is a `docker import`-able tar, cached by a hash of this recipe:
+Not a product image. It imitates what the FT backend's docker/Dockerfile builds on NVIDIA's
+tritonserver image, inconvenient parts included: tritonserver under /opt/tritonserver/bin with
+the backends folder beside it, Open MPI under /usr/local/mpi and NOT on the PATH that ssh
+sessions get (the FT README adds it by hand), openssh-server, and the image's own python3 with
+numpy and tritonclient -- but no ftcluster, no mpi4py, no pydantic, and not the launching
+interpreter's path. Its python3 is Debian 12's 3.11: tritonserver 2.51 needs glibc >= 2.35, so
+no older Debian (with an older python3) can run it; tests/unit checks that what runs inside an
+image parses as Python 3.8. Torch and transformers are left out (large, and nothing of the
+container paths uses them). The faithful test model stands in for the FT backend and brings its
+own MPI binding (ctmpi.py beside its model.py, as FT's MPI lives inside its .so).
+
+No registry is reachable from the test machines, so the root filesystem is made with
+debootstrap from Debian's mirror, tritonclient is installed with the host's pip (`--target`,
+the image python's wheels), and the CPU tritonserver 2.51 bundle is copied from the host's
+nvidia-pytriton wheel. The result is a `docker import`-able tar, cached by a hash of this recipe:
 
     python -m tests.docker.image build      # prints the tar's path (about 2-3 min the first time)
 """
@@ -21,23 +31,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-IMAGE = "ftcluster-test/triton-cpu:2.51"
+IMAGE = "ftcluster-test/triton-ft-like:2.51"
 LABEL = "org.ftcluster.test-image=true"
 SUITE = "bookworm"
+PY_VERSION = "3.11"
 MIRROR = os.environ.get("FTC_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-# Debian packages: sshd, mpirun, bash, curl, python3 (+ libpython for the python backend stub).
+# Debian packages: sshd, Open MPI, bash, curl, python3 (+ libpython and numpy for the python
+# backend stub, which the real image has too).
 DEB_PACKAGES = (
     "bash", "openssh-server", "openssh-client", "openmpi-bin", "curl", "ca-certificates",
-    "python3", "libpython3.11", "python3-numpy", "python3-mpi4py", "procps", "iproute2",
+    "python3", f"libpython{PY_VERSION}", "python3-numpy", "procps", "iproute2",
 )
-# What ftcluster's rank and client code import inside the container (ftcluster itself is
-# mounted from the checkout by the tests, so code changes need no rebuild).
-PIP_PACKAGES = (
-    "tritonclient[http,grpc]==2.51.0", "pyyaml>=6", "pydantic>=2.6", "jinja2>=3.1",
-    "click>=8.1", "rich>=13", "protobuf>=4.21,<6",
-)
+# What the FT Dockerfile pip-installs and is cheap here.
+PIP_PACKAGES = ("tritonclient[http]==2.51.0",)
 TRITON_DIR = "/opt/tritonserver"
-TRITON_BIN = f"{TRITON_DIR}/bin/tritonserver-cpu"
+# The name a user's image has: a wrapper that adds the CPU bundle's library and backend paths.
+TRITON_BIN = f"{TRITON_DIR}/bin/tritonserver"
+MPI_DIR = "/usr/local/mpi"
 # docker import --change lines: what a Dockerfile would say.
 CHANGES = (
     f"LABEL {LABEL}",
@@ -80,7 +90,7 @@ def _wrapper() -> str:
         "#!/bin/bash",
         "# CPU tritonserver 2.51 from nvidia-pytriton (ftcluster TEST image)",
         f'export LD_LIBRARY_PATH={TRITON_DIR}/lib"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
-        f'exec {TRITON_DIR}/bin/tritonserver --backend-directory={TRITON_DIR}/backends "$@"',
+        f'exec {TRITON_DIR}/bin/tritonserver.bin --backend-directory={TRITON_DIR}/backends "$@"',
         "",
     ])
 
@@ -92,12 +102,47 @@ def _add_triton(root: Path) -> None:
         if (pyt / "tritonserver" / part).is_dir():
             shutil.copytree(pyt / "tritonserver" / part, dst / part)
     shutil.copytree(pyt.parent / "nvidia_pytriton.libs", dst / "lib")
-    stub = pyt / "tritonserver" / "python_backend_stubs" / "3.11" / "triton_python_backend_stub"
+    stub = pyt / "tritonserver" / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
     (dst / "backends" / "python").mkdir(parents=True, exist_ok=True)
     shutil.copy2(stub, dst / "backends" / "python" / "triton_python_backend_stub")
+    # The FT backend's folder, as the real image has it (the test model is a python model).
+    (dst / "backends" / "fastertransformer").mkdir(parents=True, exist_ok=True)
     wrapper = root / TRITON_BIN.lstrip("/")
+    os.replace(wrapper, dst / "bin" / "tritonserver.bin")
     wrapper.write_text(_wrapper())
     wrapper.chmod(0o755)
+
+
+def _move_mpi(root: Path) -> None:
+    """Open MPI's commands to /usr/local/mpi/bin, off the default PATH, as in NVIDIA's images
+    (its libraries stay where the dynamic linker finds them, and /usr/local/mpi/lib links them)."""
+    bindir = root / MPI_DIR.lstrip("/") / "bin"
+    libdir = root / MPI_DIR.lstrip("/") / "lib"
+    bindir.mkdir(parents=True)
+    libdir.mkdir(parents=True)
+    usr_bin = root / "usr/bin"
+    moved = [e for e in usr_bin.iterdir()
+             if e.name.startswith(("mpirun", "mpiexec", "orte", "ompi", "opal", "osh")) or e.name == "orted"]
+    names = {e.name for e in moved}
+    for entry in moved:
+        dest = bindir / entry.name
+        if not entry.is_symlink():
+            shutil.move(str(entry), dest)
+            continue
+        # Debian's alternatives and relative links, re-pointed from their new place.
+        target = os.readlink(entry)
+        if target.startswith("/etc/alternatives/"):
+            target = os.readlink(root / target.lstrip("/"))
+        if target.startswith("/usr/bin/") and Path(target).name in names:
+            target = Path(target).name
+        elif not target.startswith("/") and "/" in target:
+            target = os.path.normpath(os.path.join("/usr/bin", target))
+        dest.symlink_to(target)
+        entry.unlink()
+    for lib in (root / "usr/lib/x86_64-linux-gnu").glob("libmpi.so*"):
+        (libdir / lib.name).symlink_to(f"/usr/lib/x86_64-linux-gnu/{lib.name}")
+    if not (bindir / "mpirun").exists() and not (bindir / "mpirun").is_symlink():
+        raise RuntimeError(f"no mpirun moved to {MPI_DIR}/bin: {sorted(p.name for p in bindir.iterdir())}")
 
 
 def build(force: bool = False) -> Path:
@@ -111,16 +156,17 @@ def build(force: bool = False) -> Path:
     try:
         _run(["debootstrap", "--variant=minbase", f"--include={','.join(DEB_PACKAGES)}",
               SUITE, str(root), MIRROR], stdout=subprocess.DEVNULL)
-        # Host pip, cp311 manylinux wheels, straight into the image's site directory.
-        site = root / "usr/local/lib/python3.11/dist-packages"
+        # Host pip, the image python's manylinux wheels, straight into its site directory.
+        site = root / f"usr/local/lib/python{PY_VERSION}/dist-packages"
         _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-              "--no-compile", "--only-binary=:all:", "--python-version", "3.11",
+              "--no-compile", "--only-binary=:all:", "--python-version", PY_VERSION,
               "--implementation", "cp", "--platform", "manylinux2014_x86_64",
               "--platform", "manylinux_2_28_x86_64", "--target", str(site), *PIP_PACKAGES])
-        # numpy/mpi4py come from Debian (built for its Open MPI); drop pip's copies.
+        # numpy comes from Debian (the stub's); drop pip's copy.
         for extra in site.glob("numpy*"):
             shutil.rmtree(extra, ignore_errors=True)
         _add_triton(root)
+        _move_mpi(root)
         # No host keys or caches baked in: every run brings its own host key.
         for key in (root / "etc/ssh").glob("ssh_host_*"):
             key.unlink()

@@ -39,13 +39,13 @@ def write_spec(tmp_path: Path, dn: DockerNodes, *, top: dict[str, Any] | None = 
             "image": image.IMAGE,
             "docker_host": dn.docker_host_template,
             "shm_size": "256m",
-            # ftcluster's rank/client code from this checkout (the image has only its deps).
-            "mounts": [f"{REPO}:{REPO}:ro"],
+            # The bed's daemons run "nvidia" as plain runc: the GPU wiring is real, the GPUs not.
+            "gpus": "nvidia-runtime",
             **container,
         },
-        "env": {"PYTHONPATH": str(REPO)},
-        "python": "python3",
-        "server": {"binary": image.TRITON_BIN, "ready_timeout": 90, "exit_grace": 10},
+        # Nothing of ftcluster inside the image and no mount of this checkout: the rank side
+        # is what a stock Triton + FT image has (tritonserver on its PATH, bash, python3).
+        "server": {"ready_timeout": 90, "exit_grace": 10},
     }
     spec.update(top or {})
     spec = {k: v for k, v in spec.items() if v is not None}

@@ -193,13 +193,15 @@ wait_ready() {
 }
 
 # The client runs beside the servers' watch: a rank that dies mid-request leaves rank 0 waiting
-# in a broadcast, so the run fails (every rank stopped) instead of hanging.
+# in a broadcast, so the run fails (every rank stopped) instead of hanging. It runs here, on the
+# job's host with the launching Python, and reaches rank 0 over the network: nothing of
+# ftcluster needs to be inside the user's image.
 CLIENT_PID=
 run_client() {
   PHASE="during the client run"
   event "client_started"
   local rc=0
-  on_rank0 "$PY" -m ftcluster.client identity --url "$RANK0_URL" --model "$SERVED_MODEL" \
+  "$PY" -m ftcluster.client identity --url "$RANK0_URL" --model "$SERVED_MODEL" \
     "${CLIENT_ARGS[@]}" --result-file "$RESULTS/client.json" >"$LOGS/client.log" 2>&1 &
   CLIENT_PID=$!
   while kill -0 "$CLIENT_PID" 2>/dev/null; do
@@ -255,7 +257,6 @@ stop_servers() {
   wait "$SERVER_PID" 2>/dev/null
   event "servers_stopped"
 }
-on_rank0() { "$@"; }
 
 trap cleanup EXIT
 trap 'event "interrupted"; exit 130' INT TERM

@@ -36,6 +36,8 @@ SSH_PORT=11068
 SSH_DIR=/shared/runs/gpt-2n/state/ssh
 MPI_IF=10.0.0.0/16
 ENV_KEYS=()
+GPU_MODE=request
+GPUS=8
 # Inside a container: root-owned copies of the run's keys (sshd and ssh refuse loose modes).
 IN_SSH=/run/ftcluster-ssh
 
@@ -74,16 +76,37 @@ ensure_image() {
   fi
 }
 
+# The node's GPUs for its container: the ones Slurm gave the step (host indices), else the
+# plan's first GPUS; as a device request (--gpus) or through the NVIDIA runtime.
+gpu_args() {
+  local ids=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}
+  [ -n "$ids" ] || ids=$(seq -s, 0 $((GPUS - 1)))
+  case "$GPU_MODE" in
+    request) GPU_ARGS=(--gpus "\"device=$ids\"") ;;
+    nvidia-runtime) GPU_ARGS=(--runtime nvidia -e "NVIDIA_VISIBLE_DEVICES=$ids") ;;
+    *) GPU_ARGS=() ;;
+  esac
+}
+
 up() {
-  local t0=$EPOCHREALTIME out
+  local t0=$EPOCHREALTIME out GPU_ARGS=()
   rm -f "$STATE/docker/$NODE.up"
   command -v docker >/dev/null || node_fail "no docker CLI on $NODE"
   ensure_image
+  gpu_args
   # Kept alive by sleep (not the image's entrypoint); the work arrives through docker exec.
-  out=$(docker run -d --name "$CNAME" --label "$LABEL=$RUN_ID" "${RUN_ARGS[@]}" \
+  out=$(docker run -d --name "$CNAME" --label "$LABEL=$RUN_ID" "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" \
     --entrypoint sleep "$IMAGE" infinity 2>&1) || node_fail "docker run failed: $(lastline "$out")"
   out=$(docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" sshd 2>&1) || node_fail "$(lastline "$out")"
   record up "ok $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')"
+}
+
+# Inside a container: NVIDIA's images keep Open MPI under /usr/local/mpi, which the FT README
+# puts on PATH by hand; ssh sessions (mpirun's orted) get this PATH through sshd's SetEnv.
+mpi_on_path() {
+  if ! command -v mpirun >/dev/null && [ -x /usr/local/mpi/bin/mpirun ]; then
+    PATH="/usr/local/mpi/bin:$PATH"
+  fi
 }
 
 # Inside a container: this run's sshd on SSH_PORT with the run's host key, accepting only the
@@ -185,8 +208,8 @@ case "${1:-}" in
   guard) guard ;;
   down) down ;;
   exec) shift; exec docker exec -e FTC_NODE="$NODE" "$CNAME" "$@" ;;
-  sshd) sshd_start ;;
-  mpirun) shift; run_mpirun "$@" ;;
+  sshd) mpi_on_path; sshd_start ;;
+  mpirun) shift; mpi_on_path; run_mpirun "$@" ;;
   rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
   *) echo "usage: $0 up|guard|down|exec CMD...|sshd|mpirun HOSTS CMD...|rank" >&2; exit 2 ;;
 esac

@@ -32,7 +32,6 @@ SSH_PORT=11068
 SSH_DIR=/shared/runs/gpt-2n/state/ssh
 LABEL=org.ftcluster.run
 NODE_SCRIPT="$SCRIPTS/docker_node.sh"
-LOCAL_PY=/opt/ftcluster/venv/bin/python
 RUN_HOSTS=(dgx01 dgx02)
 mkdir -p "$LOGS" "$STATE" "$RESULTS"
 
@@ -203,13 +202,15 @@ wait_ready() {
 }
 
 # The client runs beside the servers' watch: a rank that dies mid-request leaves rank 0 waiting
-# in a broadcast, so the run fails (every rank stopped) instead of hanging.
+# in a broadcast, so the run fails (every rank stopped) instead of hanging. It runs here, on the
+# job's host with the launching Python, and reaches rank 0 over the network: nothing of
+# ftcluster needs to be inside the user's image.
 CLIENT_PID=
 run_client() {
   PHASE="during the client run"
   event "client_started"
   local rc=0
-  on_rank0 "$PY" -m ftcluster.client identity --url "$RANK0_URL" --model "$SERVED_MODEL" \
+  "$PY" -m ftcluster.client identity --url "$RANK0_URL" --model "$SERVED_MODEL" \
     "${CLIENT_ARGS[@]}" --result-file "$RESULTS/client.json" >"$LOGS/client.log" 2>&1 &
   CLIENT_PID=$!
   while kill -0 "$CLIENT_PID" 2>/dev/null; do
@@ -238,7 +239,7 @@ cleanup() {
   exit "$rc"
 }
 
-FANOUT=("$LOCAL_PY" -m ftcluster.fanout --config "$SCRIPTS/nodes.json")
+FANOUT=("$PY" -m ftcluster.fanout --config "$SCRIPTS/nodes.json")
 # Every node at once (bounded), one output file per node as with srun --output=%N.
 NODE_STEP=("${FANOUT[@]}" --hosts "$(IFS=,; echo "${RUN_HOSTS[*]}")")
 # Rank 0's node is the first host.
@@ -281,7 +282,6 @@ stop_servers() {
   wait "$MPIRUN_PID" 2>/dev/null
   event "servers_stopped"
 }
-on_rank0() { run_fg "${NODE0[@]}" bash "$NODE_SCRIPT" exec "$@"; }
 
 # Remove every container of the run on every node; a node that fails is reported, not skipped.
 teardown() {
