@@ -123,7 +123,9 @@ class DockerNodes:
         took: dict[str, float] = {}
         for node in self.nodes:
             t0 = time.monotonic()
-            if self.docker(node, ["image", "inspect", image.IMAGE]).returncode != 0:
+            have = self.docker(node, ["image", "inspect", "--format",
+                                      f'{{{{ index .Config.Labels "{image.RECIPE_LABEL}" }}}}', image.IMAGE])
+            if have.returncode != 0 or have.stdout.strip() != image.recipe_key():
                 p = subprocess.run(image.import_argv([which("docker")], tar), capture_output=True,
                                    text=True, env=self.env(node), timeout=600, check=False)
                 if p.returncode != 0:

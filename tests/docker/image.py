@@ -33,6 +33,9 @@ from pathlib import Path
 
 IMAGE = "ftcluster-test/triton-ft-like:2.51"
 LABEL = "org.ftcluster.test-image=true"
+# Which recipe an imported image came from: a daemon's older import under the same tag is
+# replaced, not reused.
+RECIPE_LABEL = "org.ftcluster.test-image-recipe"
 SUITE = "bookworm"
 PY_VERSION = "3.11"
 MIRROR = os.environ.get("FTC_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -187,7 +190,7 @@ def build(force: bool = False) -> Path:
 def import_argv(docker: list[str], tar: Path, tag: str = IMAGE) -> list[str]:
     """`docker import` with the recipe's metadata (for one daemon's CLI prefix)."""
     argv = [*docker, "import"]
-    for change in CHANGES:
+    for change in (*CHANGES, f"LABEL {RECIPE_LABEL}={recipe_key()}"):
         argv += ["--change", change]
     return [*argv, str(tar), tag]
 

@@ -18,6 +18,7 @@ from tests.docker import image
 from tests.docker.daemons import DockerNodes
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO_CHECKPOINT = REPO / "ftcluster" / "demo" / "checkpoint"
 # Not the test bed's own sshd port (11068): sshd may already listen there on every node.
 SSH_PORT = 11168
 
@@ -41,6 +42,8 @@ def write_spec(tmp_path: Path, dn: DockerNodes, *, top: dict[str, Any] | None = 
             "shm_size": "256m",
             # The bed's daemons run "nvidia" as plain runc: the GPU wiring is real, the GPUs not.
             "gpus": "nvidia-runtime",
+            # The demo model's checkpoint, mounted as a user mounts theirs.
+            "mounts": [f"{DEMO_CHECKPOINT}:{DEMO_CHECKPOINT}:ro"],
             **container,
         },
         # Nothing of ftcluster inside the image and no mount of this checkout: the rank side

@@ -140,10 +140,40 @@ def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> No
     run_dir = Path(out["run_dir"])
     assert (run_dir / "state" / "ssh" / "id_ed25519").is_file()  # kept while serving
     assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
+    for node in dn.nodes[:2]:
+        assert_stock_container(dn, node, run_dir.name)
     stop(dn, out["run_id"])
     kinds = [e[0] for e in events(run_dir)]
     assert "containers_stopped" in kinds, kinds
     assert_nothing_left(dn, run_dir)
+
+
+def assert_stock_container(dn: DockerNodes, node: str, run_id: str) -> None:
+    """The docker SDK's view of a serving container: the node's GPU (through the "nvidia"
+    runtime the spec asked for) and an image with nothing of ftcluster in it."""
+    import docker
+
+    client = docker.DockerClient(base_url=dn.env(node)["DOCKER_HOST"])
+    try:
+        (c,) = client.containers.list(filters={"label": f"org.ftcluster.run={run_id}"})
+        assert c.attrs["HostConfig"]["Runtime"] == "nvidia"
+        assert "NVIDIA_VISIBLE_DEVICES=0" in c.attrs["Config"]["Env"]  # gpus_per_node: 1
+        probe = c.exec_run(["bash", "-c", "python3 -c 'import ftcluster' 2>&1; python3 -c 'import mpi4py' 2>&1;"
+                            " python3 -c 'import pydantic' 2>&1; command -v mpirun || echo no-mpirun"])
+        text = probe.output.decode()
+        assert text.count("ModuleNotFoundError") == 3 and "no-mpirun" in text, text
+    finally:
+        client.close()
+
+
+def test_gpu_request_without_the_nvidia_toolkit_fails_cleanly(tmp_path: Path, docker_nodes: DockerNodes) -> None:
+    """`gpus: request` is `docker run --gpus "device=0"`: a daemon without the NVIDIA Container
+    Toolkit refuses it, the launch names docker's reason, and nothing is left."""
+    dn = docker_nodes
+    rc, out, err = launch(dn, write_spec(tmp_path, dn, gpus="request"), "--nodes", "2")
+    assert rc != 0 and out["ok"] is False
+    assert "docker run failed" in out["failure"] and "gpu" in out["failure"], out["failure"]
+    assert_nothing_left(dn, Path(out["run_dir"]))
 
 
 def test_plain_scancel_is_cleaned_up_by_the_guards(tmp_path: Path, docker_nodes: DockerNodes) -> None:
