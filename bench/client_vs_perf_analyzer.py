@@ -93,7 +93,7 @@ def compare(urls: dict[str, str], model: str, protocols: list[str], concurrencie
             url = urls[protocol]
             import asyncio
 
-            _, arrays, _ = asyncio.run(prepare_load(Endpoint.parse(url, protocol), model, 1, 8, 8, 0))
+            _, arrays, _, _ = asyncio.run(prepare_load(Endpoint.parse(url, protocol), model, 1, 8, 8, 0))
             input_json = work / "input.json"
             perf_analyzer_input(arrays, input_json)
             for c in concurrencies:

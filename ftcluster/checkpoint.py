@@ -13,16 +13,8 @@ from pathlib import Path
 
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
+from ftcluster.modeltypes import kind
 
-# model_type -> (section, head key, layer key); T5 has an encoder and a decoder.
-_LAYOUT: dict[str, list[tuple[str, str, str]]] = {
-    "GPT": [("gpt", "head_num", "num_layer")],
-    "GPT-J": [("gptj", "head_num", "num_layer")],
-    "GPT-NeoX": [("gptneox", "head_num", "num_layer")],
-    "BLOOM": [("gpt", "head_num", "num_layer")],
-    "bert": [("bert", "head_num", "num_layer")],
-    "T5": [("encoder", "num_heads", "num_layers"), ("decoder", "num_heads", "num_layers")],
-}
 _GPU_DIR = re.compile(r"^(\d+)-gpu$")
 
 
@@ -65,6 +57,28 @@ def _int(parser: configparser.ConfigParser, section: str, key: str, ini: Path) -
         raise PlanError(f"{ini}: [{section}] {key} is not an integer") from None
 
 
+def detect_model_type(parser: configparser.ConfigParser) -> str | None:
+    """The model_type a converter's config.ini belongs to, from its sections and variant fields."""
+    filled = {s for s in parser.sections() if parser.options(s)}
+    if "gpt" in filled:
+        bloom = (parser.get("gpt", "model_variant", fallback="").startswith("bloom")
+                 or parser.get("gpt", "use_attention_linear_bias", fallback="").lower() in ("true", "1"))
+        return "BLOOM" if bloom else "GPT"
+    for section, name in (("gptj", "GPT-J"), ("gptneox", "GPT-NeoX"), ("bert", "bert")):
+        if section in filled:
+            return name
+    if "encoder" in filled:
+        return "T5" if "decoder" in filled else "T5-Encoder"
+    return None
+
+
+def type_hint(parser: configparser.ConfigParser, model_type: str) -> str:
+    found = detect_model_type(parser)
+    if found is not None and found != model_type and not {found, model_type} <= {"GPT", "OPT"}:
+        return f"this config.ini was written by the {found} converter: set model_type: {found}"
+    return "check model_type in the model spec, or re-run the converter for it"
+
+
 def read_checkpoint(root: Path, model_type: str, tp: int) -> CheckpointFacts:
     """Read what the planner needs from `<root>/<tp>-gpu/config.ini` (pure reading, no checks)."""
     available = available_gpu_counts(root)
@@ -78,17 +92,19 @@ def read_checkpoint(root: Path, model_type: str, tp: int) -> CheckpointFacts:
     splits = []
     ini_tp: int | None = None
     wdt: str | None = None
-    for section, head_key, layer_key in _LAYOUT[model_type]:
-        if not parser.has_section(section):
-            raise PlanError(f"{ini}: no [{section}] section, expected for model_type {model_type}",
-                            hint="check model_type in the model spec")
-        splits.append(Split(section, _int(parser, section, head_key, ini), _int(parser, section, layer_key, ini)))
+    for stack in kind(model_type).stacks:
+        section = stack.section
+        if not parser.has_section(section) or not parser.options(section):
+            raise PlanError(f"{ini}: no [{section}] section (or an empty one), expected for model_type "
+                            f"{model_type}", field="model_type",
+                            hint=type_hint(parser, model_type))
+        layer_key = stack.layer_key
+        if not parser.has_option(section, layer_key) and layer_key == "num_decoder_layers":
+            layer_key = "num_layers"
+        splits.append(Split(section, _int(parser, section, stack.head_key, ini),
+                            _int(parser, section, layer_key, ini)))
         if parser.has_option(section, "tensor_para_size"):
             ini_tp = _int(parser, section, "tensor_para_size", ini)
         if parser.has_option(section, "weight_data_type"):
             wdt = parser.get(section, "weight_data_type")
-    if model_type == "T5" and parser.has_option("decoder", "num_decoder_layers"):
-        # T5 converters copy the HF config into both sections; the decoder's depth is
-        # num_decoder_layers there, num_layers being the encoder's.
-        splits[1] = Split("decoder", splits[1].head_num, _int(parser, "decoder", "num_decoder_layers", ini))
     return CheckpointFacts(root, available, gpu_dir, ini, tuple(splits), ini_tp, wdt)

@@ -10,7 +10,10 @@ surfaces only as garbage output or a crash minutes into a multi-node start. Here
     huggingface_gpt_convert.py (split_and_convert_process) and huggingface_bloom_convert.py
     (parameter_to_split): qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and
     mlp.dense_4h_to_h.weight are split per rank; layernorms and the other biases are written once.
-  - other model types: the shards of one tensor have equal sizes (np.split writes equal parts).
+  - other model types (ftcluster.modeltypes.KINDS): the files written once are there, every layer
+    of every stack has its files with a shard for every rank, and the shards of one tensor have
+    equal sizes (np.split writes equal parts).
+A folder without any weight file is never complete.
 """
 
 from __future__ import annotations
@@ -21,27 +24,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftcluster.checkpoint import available_gpu_counts
+from ftcluster.checkpoint import available_gpu_counts, type_hint
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
+from ftcluster.modeltypes import ModelKind, kind
 
-# model_type -> (section, keys the backend reads); T5 converters copy HF's config names.
-REQUIRED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "GPT": [("gpt", ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size",
-                     "max_pos_seq_len", "start_id", "end_id", "weight_data_type"))],
-    "BLOOM": [("gpt", ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size",
-                       "start_id", "end_id", "weight_data_type"))],
-    "GPT-J": [("gptj", ("head_num", "size_per_head", "inter_size", "num_layer", "rotary_embedding",
-                        "vocab_size", "start_id", "end_id", "weight_data_type"))],
-    "GPT-NeoX": [("gptneox", ("head_num", "size_per_head", "inter_size", "num_layer",
-                              "rotary_embedding", "vocab_size", "start_id", "end_id",
-                              "weight_data_type"))],
-    "T5": [("encoder", ("num_heads", "num_layers", "d_model", "d_kv", "d_ff", "vocab_size",
-                        "weight_data_type")),
-           ("decoder", ("num_heads", "num_layers", "d_model", "d_kv", "d_ff", "vocab_size",
-                        "weight_data_type"))],
-    "bert": [("bert", ("head_num", "size_per_head", "inter_size", "num_layer"))],
-}
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 _SHARD = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.bin$")
 
@@ -66,7 +53,7 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
     files = [Expected("model.wte.bin", int(s["vocab_size"]) * hidden * b),
              Expected("model.final_layernorm.weight.bin", hidden * b),
              Expected("model.final_layernorm.bias.bin", hidden * b)]
-    if model_type == "BLOOM":
+    if model_type == "BLOOM":  # OPT and Megatron GPT write GPT's layout
         # ALiBi instead of position embeddings; an extra layernorm after the embedding.
         files += [Expected("model.pre_decoder_layernorm.weight.bin", hidden * b),
                   Expected("model.pre_decoder_layernorm.bias.bin", hidden * b)]
@@ -93,18 +80,43 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
 
 def _config_problems(parser: configparser.ConfigParser, ini: Path, model_type: str, tp: int) -> list[str]:
     problems = []
-    for section, keys in REQUIRED.get(model_type, []):
-        if not parser.has_section(section):
-            problems.append(f"{ini}: no [{section}] section (needed for model_type {model_type})")
+    for section, keys in kind(model_type).required:
+        if not parser.has_section(section) or not parser.options(section):
+            problems.append(f"{ini}: no [{section}] section or an empty one (needed for model_type "
+                            f"{model_type}; {type_hint(parser, model_type)})")
             continue
         missing = [k for k in keys if not parser.has_option(section, k)]
         if missing:
-            problems.append(f"{ini}: [{section}] lacks {', '.join(missing)}")
+            problems.append(f"{ini}: [{section}] lacks {', '.join(missing)} "
+                            f"({type_hint(parser, model_type)})")
         if parser.has_option(section, "tensor_para_size"):
             ini_tp = parser.get(section, "tensor_para_size")
             if ini_tp != str(tp):
                 problems.append(f"{ini}: tensor_para_size={ini_tp}: converted for {ini_tp} GPU(s), "
                                 f"not {tp}")
+    return problems
+
+
+def _layer_problems(parser: configparser.ConfigParser, gpu_dir: Path, mk: ModelKind, tp: int) -> list[str]:
+    """Files written once, and every layer with a shard for every rank (non-GPT layouts)."""
+    names = {f.name for f in gpu_dir.glob("*.bin")}
+    problems = [f"missing file {n}" for n in mk.whole_files if n not in names]
+    for stack, pattern in mk.layer_res():
+        key = stack.layer_key if parser.has_option(stack.section, stack.layer_key) else "num_layers"
+        try:
+            layers = parser.getint(stack.section, key)
+        except (configparser.Error, ValueError):
+            continue  # reported by _config_problems
+        ranks: dict[int, set[int]] = defaultdict(set)
+        for n in names:
+            m, shard = pattern.match(n), _SHARD.match(n)
+            if m and shard:
+                ranks[int(m.group(1))].add(int(shard["rank"]))
+        for layer in range(layers):
+            missing = sorted(set(range(tp)) - ranks.get(layer, set()))
+            if missing:
+                what = "no weight shards" if len(missing) == tp else f"no shard for rank {missing[0]}"
+                problems.append(f"[{stack.section}] layer {layer}: {what} (pattern {pattern.pattern})")
     return problems
 
 
@@ -163,14 +175,16 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
         return [f"{ini} is missing"]
     parser = read_ini(ini)
     problems = _config_problems(parser, ini, model_type, tp)
+    if not any(gpu_dir.glob("*.bin")):
+        return problems + [f"no weight files (*.bin) in {gpu_dir}: not converted, or converted elsewhere"]
     shard = _shard_problems(gpu_dir, tp)
     if shard and "converted for" in shard[0]:
         return problems + shard[:1]
-    if model_type in ("GPT", "BLOOM") and not problems:
-        problems += _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
-    else:
-        problems += shard
-    return problems
+    if problems:
+        return problems + shard
+    if model_type in ("GPT", "BLOOM", "OPT"):
+        return _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
+    return _layer_problems(parser, gpu_dir, kind(model_type), tp) + shard
 
 
 def verify_checkpoint(root: Path, model_type: str, tp: int) -> None:

@@ -19,6 +19,7 @@ from ftcluster.ftconfig import model_config_pb2
 
 from ftcluster.errors import UserError
 from ftcluster.ftconfig import dump_model_config, read_model_config, scan_repository, set_param
+from ftcluster.modeltypes import backend_type
 from ftcluster.plan import Plan
 from ftcluster.spec import ModelSpec
 
@@ -43,18 +44,31 @@ def _precision(weight_data_type: str | None) -> str:
     return weight_data_type if weight_data_type in ("fp32", "fp16", "bf16") else "fp16"
 
 
-def ft_parameters(model: ModelSpec, plan: Plan) -> dict[str, str]:
-    """The FT backend parameters a run sets; pure."""
+def ft_parameters(model: ModelSpec, plan: Plan, source: dict[str, str] | None = None) -> dict[str, str]:
+    """The FT backend parameters a run sets; pure.
+
+    Only the plan's values and what the spec sets explicitly: every other parameter stays what
+    the source config.pbtxt (`source`, its parameters) says. data_type is added from the
+    checkpoint only when the source has none (the backend refuses a model without it).
+    """
+    source = source or {}
     params = {
         "tensor_para_size": str(plan.tensor_para_size),
         "pipeline_para_size": str(plan.pipeline_para_size),
         "model_checkpoint_path": checkpoint_path_for_server(model, plan),
-        "model_type": model.model_type,
-        # What users copy by hand from the converter's config.ini: the weights' precision.
-        "data_type": model.data_type or _precision(plan.weight_data_type),
-        "int8_mode": str(model.int8_mode),
-        "enable_custom_all_reduce": "1" if model.enable_custom_all_reduce else "0",
     }
+    wanted_type = backend_type(model.model_type)
+    # The backend defaults a missing model_type to GPT; only a different one is written.
+    if source.get("model_type", "GPT") != wanted_type:
+        params["model_type"] = wanted_type
+    if model.data_type is not None:
+        params["data_type"] = model.data_type
+    elif "data_type" not in source:
+        params["data_type"] = _precision(plan.weight_data_type)
+    if model.int8_mode is not None:
+        params["int8_mode"] = str(model.int8_mode)
+    if model.enable_custom_all_reduce is not None:
+        params["enable_custom_all_reduce"] = "1" if model.enable_custom_all_reduce else "0"
     params.update(model.parameters)
     return params
 
@@ -141,9 +155,9 @@ def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:
         out.rmdir()
     out.parent.mkdir(parents=True, exist_ok=True)
     _copy_tree(model.repository, out)
-    params = ft_parameters(model, plan)
     cfg_path = out / plan.ft_model / "config.pbtxt"
     cfg = read_model_config(cfg_path)
+    params = ft_parameters(model, plan, {k: v.string_value for k, v in cfg.parameters.items()})
     apply_plan(cfg, params, model.max_batch_size)
     _write_config(cfg_path, cfg)
     if model.max_batch_size is not None:

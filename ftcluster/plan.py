@@ -14,7 +14,8 @@ from typing import Any
 from ftcluster.checkpoint import CheckpointFacts, read_checkpoint
 from ftcluster.checkpoint_check import verify_checkpoint
 from ftcluster.errors import PlanError
-from ftcluster.ftconfig import find_ft_model, scan_repository
+from ftcluster.ftconfig import find_ft_model, get_param, scan_repository
+from ftcluster.modeltypes import BACKEND_TYPES, backend_type
 from ftcluster.spec import ClusterSpec, ModelSpec
 
 
@@ -27,6 +28,11 @@ class ModelFacts:
     dynamic_batching: bool
     sequence_batching: bool
     max_batch_size: int
+    # parameters.model_type as the source says it (None: unset, which the backend reads as GPT)
+    config_model_type: str | None = None
+    input_ranks: tuple[tuple[str, int], ...] = ()     # (input name, len(dims)) of the FT model
+    served: str = ""                                  # the model the client queries
+    served_max_batch_size: int | None = None          # None: the client queries the FT model
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ def plan_for(
         )
     _check_checkpoint(model, ckpt, tp, pp)
     _check_model_config(facts, nodes)
+    _check_model_type(model, facts)
+    _check_client(model, facts)
     names = node_names(cluster, nodes)
     ranks = tuple(RankSlot(rank=i, node_index=i, node=names[i], gpus=gpus_per_node) for i in range(nodes))
     assert ckpt.gpu_dir is not None
@@ -176,6 +184,40 @@ def _check_model_config(facts: ModelFacts, nodes: int) -> None:
         )
 
 
+def _check_model_type(model: ModelSpec, facts: ModelFacts) -> None:
+    wanted = backend_type(model.model_type)
+    said = facts.config_model_type
+    if said is not None and said != wanted:
+        known = said in BACKEND_TYPES
+        raise PlanError(
+            f"parameters.model_type is {said!r} but model_type {model.model_type} is served as {wanted!r}",
+            field=f"{facts.ft_model}/config.pbtxt model_type",
+            hint=(f"set model_type in the model spec to what the repository holds ({said})" if known else
+                  f"the FT backend knows only {', '.join(BACKEND_TYPES)}; fix the repository's model_type"),
+        )
+
+
+def _check_client(model: ModelSpec, facts: ModelFacts) -> None:
+    """The client's request must fit the model: refused here, not after the servers are up."""
+    where = f"{facts.ft_model}/config.pbtxt"
+    if facts.sequence_batching:
+        # FT's interactive GPT: a pseudo batch dimension of 1 in front of [batch, ...]
+        # (fastertransformer_backend docs/gpt_guide.md); the client sends [1, batch, ...].
+        ranks = dict(facts.input_ranks)
+        if ranks.get("input_ids", 2) < 2:
+            raise PlanError(
+                "sequence_batching needs input_ids dims [ -1, -1 ] (FT reads the second dimension "
+                "as the batch)", field=f"{where} input",
+                hint="start from all_models/gpt-interactive-text-generation, whose inputs carry it")
+        return
+    mbs = facts.max_batch_size if facts.served_max_batch_size is None else facts.served_max_batch_size
+    if mbs > 0 and model.client.batch_size > mbs:
+        served = facts.served or facts.ft_model
+        raise PlanError(
+            f"client.batch_size {model.client.batch_size} is above max_batch_size {mbs} of {served}",
+            field="client.batch_size", hint=f"set client.batch_size to at most {mbs}")
+
+
 def read_model_facts(model: ModelSpec) -> ModelFacts:
     models = scan_repository(model.repository)
     ft = find_ft_model(models, model.ft_model, model.name)
@@ -187,11 +229,21 @@ def read_model_facts(model: ModelSpec) -> ModelFacts:
         for g in cfg.instance_group
     )
     mbs = model.max_batch_size if model.max_batch_size is not None else int(cfg.max_batch_size)
+    served = models.get(model.name)
+    served_mbs: int | None = None
+    if served is not None and served.name != ft.name:
+        served_mbs = int(served.config.max_batch_size)
+        if any(s.model_name == ft.name for s in served.config.ensemble_scheduling.step):
+            served_mbs = min(served_mbs, mbs)  # prepare caps the ensemble to its FT model
     return ModelFacts(
         ft_model=ft.name, instance_groups=groups,
         dynamic_batching=cfg.HasField("dynamic_batching"),
         sequence_batching=cfg.HasField("sequence_batching"),
         max_batch_size=mbs,
+        config_model_type=get_param(cfg, "model_type"),
+        input_ranks=tuple((i.name, len(i.dims)) for i in cfg.input),
+        served=served.name if served is not None else ft.name,
+        served_max_batch_size=served_mbs,
     )
 
 

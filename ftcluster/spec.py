@@ -275,7 +275,9 @@ class ClusterSpec(_Strict):
         return self
 
 
-ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "bert", "BLOOM"]
+# What users call the model (ftcluster.modeltypes.KINDS); config.pbtxt gets the backend's name
+# for it (BLOOM and OPT are served as GPT).
+ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "T5-Encoder", "bert", "BLOOM", "OPT"]
 
 
 class ClientDefaults(_Strict):
@@ -296,10 +298,11 @@ class ModelSpec(_Strict):
     checkpoint_root: Path
     # The path of checkpoint_root as the server sees it (inside a container); default: same.
     checkpoint_mount: str | None = None
-    # Inference precision; default: the checkpoint's weight_data_type from its config.ini.
+    # Unset (None): config.pbtxt keeps what the source says (data_type, when the source has
+    # none, becomes the checkpoint's weight_data_type: the backend cannot start without it).
     data_type: Literal["fp32", "fp16", "bf16"] | None = None
-    int8_mode: int = Field(0, ge=0, le=2)
-    enable_custom_all_reduce: bool = False
+    int8_mode: int | None = Field(None, ge=0, le=2)
+    enable_custom_all_reduce: bool | None = None
     max_batch_size: int | None = Field(None, ge=0)
     parameters: dict[str, str] = Field(default_factory=dict)
     client: ClientDefaults = ClientDefaults()

@@ -53,6 +53,7 @@ class LoadSpec:
     warmup_s: float
     duration_s: float
     max_inflight: int = 1024        # open loop: arrivals beyond this many in flight are dropped
+    sequence: bool = False          # sequence batching: a correlation id per request
 
     @property
     def slot_s(self) -> float:
@@ -224,7 +225,7 @@ async def _run_share(spec: LoadSpec, shares: list[tuple[Step, float]], t0: float
     out = []
     conns = max(1, int(max((v for s, v in shares if s.mode == "concurrency"), default=1)))
     async with AsyncTriton(spec.endpoint, max_connections=max(conns, 100)) as client:
-        send = client.fast_sender(spec.model, spec.arrays, spec.output_names)
+        send = client.fast_sender(spec.model, spec.arrays, spec.output_names, spec.sequence)
         for i, (step, share) in enumerate(shares):
             start = t0 + i * spec.slot_s
             stop = start + spec.warmup_s + spec.duration_s
@@ -289,18 +290,19 @@ def parse_steps(concurrency: str | None, rate: str | None) -> list[Step]:
 
 
 async def prepare_load(endpoint: Endpoint, model: str, batch_size: int, input_len: int,
-                       output_len: int, seed: int) -> tuple[str, dict[str, np.ndarray], list[str]]:
-    """(style, request arrays, output names) for the model; one request is sent as a check."""
+                       output_len: int, seed: int) -> tuple[str, dict[str, np.ndarray], list[str], bool]:
+    """(style, request arrays, output names, sequence batching) for the model; one request is
+    sent as a check."""
     async with AsyncTriton(endpoint) as client:
         await client.check_model(model)
         io = parse_config(await client.model_config(model))
         req = build_request(io, batch_size, input_len, output_len, seed=seed)
         names = output_names(io)
         try:  # one request first: a model that rejects it should fail here, not in every step
-            await client.infer_arrays(model, req.arrays, names)
+            await client.infer_arrays(model, req.arrays, names, sequence=io.sequence_batching)
         except ClientError as exc:
             raise UserError(f"the first request failed: {exc}", field="--model") from None
-        return io.style, req.arrays, names
+        return io.style, req.arrays, names, io.sequence_batching
 
 
 def run_bench(endpoint: Endpoint, model: str, steps: list[Step], *, batch_size: int = 1,
@@ -309,8 +311,9 @@ def run_bench(endpoint: Endpoint, model: str, steps: list[Step], *, batch_size: 
               max_inflight: int = 1024) -> BenchResult:
     if duration_s <= 0 or warmup_s < 0 or windows < 1 or processes < 1:
         raise UserError("duration must be > 0, warm-up >= 0, windows and processes >= 1")
-    style, arrays, names = asyncio.run(prepare_load(endpoint, model, batch_size, input_len, output_len, seed))
-    spec = LoadSpec(endpoint, model, arrays, names, warmup_s, duration_s, max_inflight)
+    style, arrays, names, sequence = asyncio.run(
+        prepare_load(endpoint, model, batch_size, input_len, output_len, seed))
+    spec = LoadSpec(endpoint, model, arrays, names, warmup_s, duration_s, max_inflight, sequence)
     shares = [[(s, _split(s, processes)[p]) for s in steps] for p in range(processes)]
     if processes == 1:
         t0 = time.perf_counter() + 0.05

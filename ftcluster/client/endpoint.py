@@ -8,6 +8,9 @@ event loop keeps many requests in flight for the load test without Python thread
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import random
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +41,15 @@ class Endpoint:
         if not m or not 0 < int(m.group(2)) < 65536:
             raise UserError(f"{url!r} is not HOST:PORT", field="--url", hint="e.g. localhost:8000")
         return Endpoint(bare, protocol, timeout_s)  # type: ignore[arg-type]
+
+
+# Correlation ids: unique per process (pid in the high bits) so that several load processes
+# and clients never share a sequence slot; 0 means "no sequence" to Triton.
+_SEQUENCE_IDS = itertools.count((os.getpid() << 32) + random.randrange(1, 1 << 31))
+
+
+def next_sequence_id() -> int:
+    return next(_SEQUENCE_IDS)
 
 
 class ClientError(Exception):
@@ -146,13 +158,17 @@ class AsyncTriton:
             return [self._mod.InferRequestedOutput(n, binary_data=True) for n in names]
         return [self._mod.InferRequestedOutput(n) for n in names]
 
-    async def infer(self, model: str, inputs: list[Any], outputs: list[Any] | None = None) -> Any:
+    async def infer(self, model: str, inputs: list[Any], outputs: list[Any] | None = None,
+                    sequence_id: int = 0) -> Any:
         # The hot path of the load test: native timeouts, no wait_for task per request.
+        # sequence_id: a one-request sequence (start and end) under that correlation id.
+        seq: dict[str, Any] = ({"sequence_id": sequence_id, "sequence_start": True, "sequence_end": True}
+                               if sequence_id else {})
         try:
             if self.protocol == "grpc":
                 return await self._client.infer(model, inputs, outputs=outputs,
-                                                client_timeout=self.endpoint.timeout_s)
-            return await self._client.infer(model, inputs, outputs=outputs)
+                                                client_timeout=self.endpoint.timeout_s, **seq)
+            return await self._client.infer(model, inputs, outputs=outputs, **seq)
         except (TimeoutError, InferenceServerException, OSError) as exc:
             raise ClientError(f"infer {model}: {_message(exc)}") from exc
         except Exception as exc:
@@ -161,23 +177,35 @@ class AsyncTriton:
             raise
 
     async def infer_arrays(self, model: str, arrays: dict[str, np.ndarray],
-                           output_names: list[str]) -> dict[str, np.ndarray]:
-        result = await self.infer(model, self.make_inputs(arrays), self.make_outputs(output_names))
+                           output_names: list[str], sequence: bool = False) -> dict[str, np.ndarray]:
+        """Output arrays by name. `sequence`: the model batches sequences (FT's interactive GPT):
+        the request is a sequence of its own with a fresh correlation id, and the pseudo batch
+        dimension (1) in front of every output is taken off."""
+        result = await self.infer(model, self.make_inputs(arrays), self.make_outputs(output_names),
+                                  sequence_id=next_sequence_id() if sequence else 0)
         out: dict[str, np.ndarray] = {}
         for name in output_names:
             arr = result.as_numpy(name)
             if arr is not None:
-                out[name] = arr
+                out[name] = arr[0] if sequence and arr.ndim >= 1 and arr.shape[0] == 1 else arr
         return out
 
     def fast_sender(self, model: str, arrays: dict[str, np.ndarray],
-                    output_names: list[str]) -> Callable[[], Awaitable[int]]:
+                    output_names: list[str], sequence: bool = False) -> Callable[[], Awaitable[int]]:
         """An async callable sending the same request again and again; returns response bytes.
 
         The request is encoded once (tritonclient's encoders) and the response is read but not
         decoded: per-request Python work is what limits a Python load generator, and the
         identity test, not the load test, checks content.
         """
+        if sequence:  # every request needs its own correlation id: no pre-encoded request
+            inputs, outputs = self.make_inputs(arrays), self.make_outputs(output_names)
+
+            async def send_sequence() -> int:
+                result = await self.infer(model, inputs, outputs, sequence_id=next_sequence_id())
+                return sum(result.as_numpy(n).nbytes for n in output_names if result.as_numpy(n) is not None)
+
+            return send_sequence
         if self.protocol == "http":
             return self._http_sender(model, arrays, output_names)
         return self._grpc_sender(model, arrays, output_names)

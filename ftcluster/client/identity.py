@@ -6,6 +6,9 @@ Checks (each reported by name, all must pass):
 - decoder-only (GPT-style): output_ids start with the prompt and
   input_len <= sequence_length <= input_len + output_len;
 - encoder-decoder (T5-style): 1 <= sequence_length <= output_len;
+- encoder (T5-Encoder): output_hidden_state is [batch, input_len, hidden], finite, declared dtype;
+- sequence batching (interactive GPT): each request is its own sequence (correlation id,
+  start and end) with FT's pseudo batch dimension, taken off before the checks;
 - text (ensemble with tokenizers): one non-empty text per batch row.
 """
 
@@ -115,6 +118,20 @@ def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> lis
                                 f"{seq[:, 0].tolist()}"))
         return checks
 
+    if io.style == "encoder":
+        hs = io.hidden_state
+        if hs is None or hs.name not in out:
+            return checks + [Check("output_hidden_state returned", False, "missing from the response")]
+        arr = out[hs.name]
+        # The backend declares FP32 and sets the real type from data_type at load (auto-complete):
+        # the config the server returns is what the output must match.
+        checks.append(_dtype_check(hs.name, arr, hs))
+        ok = arr.ndim == 3 and arr.shape[0] == b and arr.shape[1] == n_in and arr.shape[2] >= 1
+        checks.append(Check(f"{hs.name} shape", ok, f"{list(arr.shape)}, want [{b}, {n_in}, hidden]"))
+        if ok and arr.dtype.kind == "f":
+            checks.append(Check(f"{hs.name} finite", bool(np.isfinite(arr).all()), "NaN or inf in the output"))
+        return checks
+
     ids_spec = io.output_ids
     if ids_spec is None or ids_spec.name not in out:
         return checks + [Check("output_ids returned", False, "missing from the response")]
@@ -177,7 +194,7 @@ async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int 
         for i in range(max(1, repeats)):
             t0 = time.perf_counter()
             try:
-                out = await client.infer_arrays(model, req.arrays, names)
+                out = await client.infer_arrays(model, req.arrays, names, sequence=io.sequence_batching)
             except ClientError as exc:
                 result.error = str(exc)
                 return result

@@ -19,7 +19,7 @@ from tritonclient.utils import triton_to_np_dtype
 from ftcluster.errors import UserError
 
 Role = Literal["input_ids", "input_lengths", "output_len", "text", "words_list", "unknown"]
-Style = Literal["decoder", "encoder-decoder", "text"]
+Style = Literal["decoder", "encoder-decoder", "encoder", "text"]
 
 _ROLE_OF_KEY: dict[str, Role] = {
     "input_ids": "input_ids", "input_id": "input_ids",
@@ -28,6 +28,7 @@ _ROLE_OF_KEY: dict[str, Role] = {
     "request_output_len": "output_len", "max_output_len": "output_len", "output_len": "output_len",
 }
 _ENCODER_DECODER_TYPES = {"T5", "BART", "MBART"}
+_ENCODER_TYPES = {"T5-ENCODER", "BERT"}   # return hidden states, not tokens
 # Filler words for text prompts: common English words are about one token each in GPT-2's BPE,
 # so N words give roughly N tokens with a real tokenizer.
 _WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "small", "birds", "sing", "in", "green", "trees", "near", "old", "river", "banks", "under", "blue", "summer", "sky"]
@@ -55,6 +56,9 @@ class ModelIO:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     roles: dict[str, Role] = field(default_factory=dict)   # input name -> role
+    # FT's interactive GPT: sequence batching, max_batch_size 1 and a pseudo batch dimension
+    # (always 1) in front of [batch, ...]; requests carry a correlation id, start and end.
+    sequence_batching: bool = False
 
     def output_named(self, key: str) -> TensorSpec | None:
         return next((o for o in self.outputs if o.key == key), None)
@@ -68,6 +72,10 @@ class ModelIO:
         return self.output_named("sequence_length")
 
     @property
+    def hidden_state(self) -> TensorSpec | None:
+        return self.output_named("output_hidden_state")
+
+    @property
     def text_output(self) -> TensorSpec | None:
         return next((o for o in self.outputs if o.dtype == "BYTES"), None)
 
@@ -78,6 +86,10 @@ class ModelIO:
     def style(self) -> Style:
         if self.input_with("text") is not None:
             return "text"
+        if self.model_type and self.model_type.upper() in _ENCODER_TYPES:
+            return "encoder"
+        if self.output_ids is None and self.hidden_state is not None:
+            return "encoder"
         if self.model_type:  # FT's own parameter says it best
             return "encoder-decoder" if self.model_type.upper() in _ENCODER_DECODER_TYPES else "decoder"
         out_len = self.input_with("output_len")
@@ -86,6 +98,7 @@ class ModelIO:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "style": self.style, "ensemble": self.is_ensemble,
                 "max_batch_size": self.max_batch_size, "model_type": self.model_type,
+                "sequence_batching": self.sequence_batching,
                 "inputs": {i.name: self.roles.get(i.name, "unknown") for i in self.inputs}}
 
 
@@ -127,7 +140,8 @@ def parse_config(cfg: dict[str, Any]) -> ModelIO:
     outputs = specs(cfg.get("output", []), out_keys)
     model_type = cfg.get("parameters", {}).get("model_type", {}).get("string_value") or None
     return ModelIO(str(cfg.get("name", "")), is_ensemble, int(cfg.get("max_batch_size", 0)),
-                   model_type, inputs, outputs, {i.name: _role(i) for i in inputs})
+                   model_type, inputs, outputs, {i.name: _role(i) for i in inputs},
+                   sequence_batching=bool(cfg.get("sequence_batching")) or "sequence_batching" in cfg)
 
 
 @dataclass(frozen=True)
@@ -142,7 +156,9 @@ class Request:
     prompts: list[str] | None          # text prompts, None for token ids
 
 
-def _shape(spec: TensorSpec, batch: int, fill: int, batched: bool) -> list[int]:
+def _shape(spec: TensorSpec, batch: int, fill: int, batched: bool, pseudo: bool = False) -> list[int]:
+    if pseudo:  # [1, batch, ...]: the config's first dim is the real batch
+        return [1, batch] + [fill if d < 0 else d for d in spec.dims[1:]]
     if batched:
         return [batch] + [fill if d < 0 else d for d in spec.dims]
     dims = list(spec.dims) or [-1]
@@ -160,16 +176,18 @@ def build_request(io: ModelIO, batch_size: int, input_len: int, output_len: int,
     if batch_size < 1 or input_len < 1 or output_len < 1:
         raise UserError("batch size, input length and output length must be at least 1")
     batched = io.max_batch_size > 0
-    if batched and batch_size > io.max_batch_size:
+    pseudo = io.sequence_batching and batched
+    if batched and not pseudo and batch_size > io.max_batch_size:
         raise UserError(f"batch size {batch_size} is above the model's max_batch_size {io.max_batch_size}",
                         field="--batch-size")
     if not batched and batch_size != 1 and not any(d < 0 for i in io.inputs for d in i.dims):
         raise UserError("the model does not batch (max_batch_size 0)", field="--batch-size", hint="use 1")
     unknown = [i.name for i in io.inputs if not i.optional and io.roles.get(i.name) == "unknown"]
     if unknown:
-        raise UserError(f"model {io.name!r} requires inputs ftcluster cannot fill: {', '.join(unknown)}",
+        raise UserError(f"model {io.name!r} requires inputs the client cannot make up: {', '.join(unknown)}",
                         field="--model",
-                        hint="the client knows FT GPT/T5 inputs and FT-style ensembles with a text input")
+                        hint="the client fills token ids, lengths and text (FT GPT/GPT-J/GPT-NeoX/BLOOM, "
+                             "T5, T5-Encoder and their ensembles); query such a model with your own client")
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     prompt_ids: np.ndarray | None = None
@@ -179,20 +197,20 @@ def build_request(io: ModelIO, batch_size: int, input_len: int, output_len: int,
         if role == "unknown":
             continue  # optional and unknown: the model's default applies
         if role == "input_ids":
-            shape = _shape(spec, batch_size, input_len, batched)
+            shape = _shape(spec, batch_size, input_len, batched, pseudo)
             # Avoid 0 and the top id, which GPT checkpoints use as end_id.
             prompt_ids = rng.integers(1, vocab_size - 1, size=(batch_size, input_len))
             arrays[spec.name] = prompt_ids.reshape(shape).astype(spec.np_dtype)
         elif role == "input_lengths":
-            arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched), input_len)
+            arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched, pseudo), input_len)
         elif role == "output_len":
-            arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched), output_len)
+            arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched, pseudo), output_len)
         elif role == "text":
             prompts = [" ".join(rng.choice(_WORDS, size=input_len)) for _ in range(batch_size)]
-            shape = _shape(spec, batch_size, 1, batched)
+            shape = _shape(spec, batch_size, 1, batched, pseudo)
             arrays[spec.name] = np.array([p.encode() for p in prompts], dtype=np.object_).reshape(shape)
         elif role == "words_list":
-            arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched), b"")
+            arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched, pseudo), b"")
     if prompt_ids is None and prompts is None:
         raise UserError(f"model {io.name!r} has no input_ids or text input", field="--model")
     return Request(arrays, batch_size, input_len, output_len, prompt_ids, prompts)
@@ -200,10 +218,13 @@ def build_request(io: ModelIO, batch_size: int, input_len: int, output_len: int,
 
 def output_names(io: ModelIO) -> list[str]:
     """The outputs the client asks for (only these are serialized back)."""
+    if io.style == "encoder" and io.hidden_state is not None:
+        return [io.hidden_state.name]
     names = [o.name for o in (io.output_ids, io.sequence_length) if o is not None]
     if io.style == "text" and io.text_output is not None:
         names.insert(0, io.text_output.name)
     if not names:
-        raise UserError(f"model {io.name!r} has no output_ids, sequence_length or text output",
+        raise UserError(f"model {io.name!r} has no output_ids, sequence_length, output_hidden_state "
+                        "or text output",
                         field="--model")
     return names

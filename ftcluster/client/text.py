@@ -160,16 +160,16 @@ def build_arrays(io: ModelIO, prompts: list[str], output_len: int,
         ids = np.full((batch, max(lengths)), tok.pad_id, dtype=np.int64)
         for b, row in enumerate(rows):
             ids[b, : len(row)] = row
-        shape = _shape(ids_in, batch, ids.shape[1], batched)
+        shape = _shape(ids_in, batch, ids.shape[1], batched, io.sequence_batching)
         arrays[ids_in.name] = ids.reshape(shape).astype(ids_in.np_dtype)
     elif text_in is not None:
         arrays[text_in.name] = np.array([p.encode("utf-8") for p in prompts], dtype=np.object_).reshape(
-            _shape(text_in, batch, 1, batched))
+            _shape(text_in, batch, 1, batched, io.sequence_batching))
     else:
         raise UserError(f"model {io.name!r} has no input_ids or text input", field="--model")
     for spec in io.inputs:
         role = io.roles.get(spec.name)
-        shape = _shape(spec, batch, 1, batched)
+        shape = _shape(spec, batch, 1, batched, io.sequence_batching)
         if role == "input_lengths" and lengths is not None:
             arrays[spec.name] = np.array(lengths).reshape(shape).astype(spec.np_dtype)
         elif role == "output_len":
@@ -248,7 +248,7 @@ async def run_text_async(endpoint: Endpoint, model: str, prompts: list[str], *,
         batched = io.max_batch_size > 0
         if batch_size is None:
             batch_size = min(8, io.max_batch_size) if batched else 1
-        too_big = batch_size > io.max_batch_size if batched else batch_size != 1
+        too_big = (batch_size > io.max_batch_size and not io.sequence_batching) if batched else batch_size != 1
         if batch_size < 1 or too_big:
             raise UserError(f"batch size {batch_size} does not fit the model (max_batch_size "
                             f"{io.max_batch_size})", field="--batch-size")
@@ -265,7 +265,7 @@ async def run_text_async(endpoint: Endpoint, model: str, prompts: list[str], *,
             arrays, lengths = (first, first_lengths) if i == 0 else build_arrays(io, chunk, output_len, tok)
             t0 = time.perf_counter()
             try:
-                out = await client.infer_arrays(model, arrays, names)
+                out = await client.infer_arrays(model, arrays, names, sequence=io.sequence_batching)
                 decoded = decode_outputs(io, chunk, lengths, out, tok, echoes)
             except ClientError as exc:
                 result.error = str(exc)

@@ -84,7 +84,7 @@ def test_the_ensemble_runs_the_same_test_model() -> None:
 def test_unknown_required_input_is_named() -> None:
     cfg = load(DEMO / "model_repository" / "fastertransformer" / "config.pbtxt")
     cfg["input"].append({"name": "mystery", "data_type": "TYPE_FP32", "dims": ["1"]})
-    with pytest.raises(UserError, match="cannot fill: mystery"):
+    with pytest.raises(UserError, match="cannot make up: mystery"):
         build_request(parse_config(cfg), 1, 2, 2)
 
 

@@ -186,6 +186,8 @@ def test_other_model_types_check_shards_generically(tmp_path: Path) -> None:
     (d / "model.layers.0.mlp.dense_h_to_4h.weight.0.bin").write_bytes(b"x" * 64)
     (d / "model.layers.0.mlp.dense_h_to_4h.weight.1.bin").write_bytes(b"x" * 10)
     (d / "model.layers.0.mlp.dense_4h_to_h.weight.0.bin").write_bytes(b"x" * 64)
+    for name in ("wte", "final_layernorm.weight", "final_layernorm.bias", "lm_head.weight", "lm_head.bias"):
+        (d / f"model.{name}.bin").write_bytes(b"x" * 8)
     assert checkpoint_problems(tmp_path, "GPT-J", 2) == [
         "missing shard model.layers.0.mlp.dense_4h_to_h.weight.1.bin",
         "model.layers.0.mlp.dense_h_to_4h.weight.1.bin is 10 bytes but the other shards are 64 (truncated?)",

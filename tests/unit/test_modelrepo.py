@@ -28,19 +28,33 @@ def _plan(nodes: int = 2, gpn: int = 1):  # type: ignore[no-untyped-def]
 
 def test_ft_parameters_pure() -> None:
     m = model(data_type="bf16", int8_mode=1, enable_custom_all_reduce=True, parameters={"is_sparse": 1})
-    params = ft_parameters(m, _plan(nodes=2, gpn=2))
+    params = ft_parameters(m, _plan(nodes=2, gpn=2), {"model_type": "GPT", "data_type": "fp16"})
     assert params == {
         "tensor_para_size": "2", "pipeline_para_size": "2", "model_checkpoint_path": "/ckpt/2-gpu/",
-        "model_type": "GPT", "data_type": "bf16", "int8_mode": "1", "enable_custom_all_reduce": "1",
-        "is_sparse": "1",
+        "data_type": "bf16", "int8_mode": "1", "enable_custom_all_reduce": "1", "is_sparse": "1",
     }
+
+
+def test_unset_spec_values_leave_the_source_alone() -> None:
+    source = {"model_type": "GPT", "data_type": "fp16", "int8_mode": "1", "enable_custom_all_reduce": "1"}
+    params = ft_parameters(model(), _plan(nodes=2, gpn=2), source)
+    assert set(params) == {"tensor_para_size", "pipeline_para_size", "model_checkpoint_path"}
+
+
+def test_model_type_written_as_the_backend_names_it() -> None:
+    plan = _plan()
+    assert "model_type" not in ft_parameters(model(model_type="BLOOM"), plan, {"model_type": "GPT"})
+    # No model_type in the source: the backend reads GPT, so only other types are written.
+    assert "model_type" not in ft_parameters(model(model_type="OPT"), plan, {})
+    assert ft_parameters(model(model_type="T5-Encoder"), plan, {})["model_type"] == "T5-Encoder"
 
 
 def test_data_type_defaults_to_the_checkpoints_weight_type() -> None:
     import dataclasses
 
     plan = dataclasses.replace(_plan(), weight_data_type="fp32")
-    assert ft_parameters(model(data_type=None), plan)["data_type"] == "fp32"      # from config.ini
+    assert ft_parameters(model(data_type=None), plan)["data_type"] == "fp32"      # none in the source
+    assert "data_type" not in ft_parameters(model(data_type=None), plan, {"data_type": "fp16"})
     assert ft_parameters(model(data_type="fp16"), plan)["data_type"] == "fp16"    # the spec wins
     unknown = dataclasses.replace(plan, weight_data_type=None)
     assert ft_parameters(model(data_type=None), unknown)["data_type"] == "fp16"

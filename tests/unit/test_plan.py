@@ -131,7 +131,11 @@ def test_make_plan_reads_facts_from_disk() -> None:
     c = load_cluster(MODELS / "cluster_local.yaml")
     m = load_model(MODELS / "tiny.yaml")
     f = read_model_facts(m)
-    assert f == facts(groups=((1, "KIND_CPU"),), dynamic=True, sequence=False, mbs=8)
+    base = facts(groups=((1, "KIND_CPU"),), dynamic=True, sequence=False, mbs=8)
+    assert (f.ft_model, f.instance_groups, f.dynamic_batching, f.sequence_batching, f.max_batch_size) == (
+        base.ft_model, base.instance_groups, base.dynamic_batching, base.sequence_batching, base.max_batch_size)
+    assert f.config_model_type == "GPT" and dict(f.input_ranks)["input_ids"] == 1
+    assert f.served == m.name
     ck = read_checkpoint(m.checkpoint_root, "GPT", 2)
     assert ck.available_gpus == (1, 2, 3, 4, 8)
     assert ck.ini_tensor_para_size == 2 and ck.splits == (Split("gpt", 12, 6),)

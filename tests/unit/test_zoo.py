@@ -1,0 +1,214 @@
+"""Every model type the FT backend serves: plan, prepare and check-checkpoint per type.
+
+Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder) and, when
+present, the shared fixtures of the backend's all_models/ (GPT, GPT-J, T5, bert). Weights are
+written here with the file names and sizes of FT's converters (ftcluster.modeltypes).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ftcluster.checkpoint_check import checkpoint_problems, gpt_layout
+from ftcluster.client.modelio import build_request, parse_config
+from ftcluster.errors import PlanError, UserError
+from ftcluster.ftconfig import read_ini, read_model_config
+from ftcluster.modelrepo import prepare_repository
+from ftcluster.modeltypes import KINDS
+from ftcluster.plan import make_plan
+from ftcluster.spec import ModelSpec
+from tests.helpers_specs import DATA, FT_FIXTURES, cluster
+from tests.unit.test_fixtures_ft import check_prepared
+
+ZOO = DATA / "zoo"
+# repository folder -> spec model_type
+REPOS: dict[Path, str] = {ZOO / "bloom": "BLOOM", ZOO / "opt": "OPT", ZOO / "gptneox": "GPT-NeoX",
+                          ZOO / "gpt-interactive": "GPT", ZOO / "t5-encoder": "T5-Encoder"}
+if FT_FIXTURES.is_dir():
+    REPOS.update({FT_FIXTURES / "gpt": "GPT", FT_FIXTURES / "gptj": "GPT-J", FT_FIXTURES / "t5": "T5",
+                  FT_FIXTURES / "bert": "bert"})
+IDS = [f"{p.name}-{t}" for p, t in REPOS.items()]
+# One per-layer weight name per stack, as the converters name them ({layer}, {rank}).
+LAYER_FILE = {"gptj": "model.layers.{layer}.attention.dense.weight.{rank}.bin",
+              "gptneox": "model.layers.{layer}.attention.dense.weight.{rank}.bin",
+              "encoder": "encoder.block.{layer}.layer.0.SelfAttention.q.weight.{rank}.bin",
+              "decoder": "decoder.block.{layer}.layer.0.SelfAttention.qkv.weight.{rank}.bin",
+              "bert": "model.encoder.layer.{layer}.attention.self.query.weight.{rank}.bin"}
+
+
+def source_ini(repo: Path) -> Path:
+    version = repo / "fastertransformer" / "1"
+    found = [version / "config.ini", *sorted(version.glob("*-gpu/config.ini"))]
+    return next(p for p in found if p.is_file())
+
+
+def make_checkpoint(root: Path, repo: Path, model_type: str, tp: int, weights: bool = True) -> Path:
+    """<root>/<tp>-gpu with the repository's config.ini (tensor_para_size set to tp) and weights."""
+    d = root / f"{tp}-gpu"
+    d.mkdir(parents=True)
+    parser = read_ini(source_ini(repo))
+    for section in parser.sections():
+        if parser.has_option(section, "tensor_para_size"):
+            parser.set(section, "tensor_para_size", str(tp))
+    with open(d / "config.ini", "w") as fh:
+        parser.write(fh)
+    if not weights:
+        return d
+    if model_type in ("GPT", "BLOOM", "OPT"):
+        for e in gpt_layout(parser, model_type, tp):
+            (d / e.name).write_bytes(b"\0" * e.nbytes)
+        return d
+    kind = KINDS[model_type]
+    for name in kind.whole_files:
+        (d / name).write_bytes(b"\0" * 8)
+    for stack in kind.stacks:
+        key = stack.layer_key if parser.has_option(stack.section, stack.layer_key) else "num_layers"
+        for layer in range(parser.getint(stack.section, key)):
+            for rank in range(tp):
+                (d / LAYER_FILE[stack.section].format(layer=layer, rank=rank)).write_bytes(b"\0" * 16)
+    return d
+
+
+def spec_for(repo: Path, model_type: str, root: Path, **kw: object) -> ModelSpec:
+    return ModelSpec.model_validate({"name": "fastertransformer", "model_type": model_type,
+                                     "repository": str(repo), "checkpoint_root": str(root),
+                                     "client": {"batch_size": 1}, **kw})
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_check_checkpoint_per_type(repo: Path, model_type: str, tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "ok", repo, model_type, 2)
+    assert checkpoint_problems(d.parent, model_type, 2) == []
+    # incomplete: one rank-1 shard gone
+    victim = sorted(p for p in d.glob("*.1.bin"))[-1]
+    victim.unlink()
+    problems = checkpoint_problems(d.parent, model_type, 2)
+    assert problems and victim.name in " ".join(problems) or "rank 1" in " ".join(problems)
+    # wrong tp: converted for 2, asked for 1 (no 1-gpu folder) or the folder renamed
+    assert "converted for 2-gpu" in checkpoint_problems(d.parent, model_type, 1)[0]
+    wrong = make_checkpoint(tmp_path / "wrong", repo, model_type, 2)
+    wrong.rename(wrong.parent / "4-gpu")
+    assert any("converted for 2" in p or "for 2 GPU" in p
+               for p in checkpoint_problems(wrong.parent, model_type, 4)), model_type
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_empty_folder_is_never_complete(repo: Path, model_type: str, tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path, repo, model_type, 1, weights=False)
+    problems = checkpoint_problems(d.parent, model_type, 1)
+    assert any("no weight files" in p for p in problems)
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_plan_and_prepare_per_type(repo: Path, model_type: str, tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, repo, model_type, 2)
+    src = tmp_path / "src"
+    shutil.copytree(repo, src)
+    m = spec_for(src, model_type, root)
+    for nodes in (1, 2):
+        plan = make_plan(cluster(gpus_per_node=2), m, nodes)
+        out = tmp_path / f"out{nodes}"
+        prepared = prepare_repository(m, plan, out)
+        # Only tp, pp and the checkpoint path change; everything else stays what the source said.
+        assert set(prepared.parameters) == {"tensor_para_size", "pipeline_para_size", "model_checkpoint_path"}
+        check_prepared(src, out, plan.ft_model, prepared.parameters, None)
+        cfg = read_model_config(out / plan.ft_model / "config.pbtxt")
+        assert cfg.parameters["model_type"].string_value == KINDS[model_type].backend_type
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_plan_refuses_a_model_type_the_repository_does_not_hold(repo: Path, model_type: str,
+                                                                 tmp_path: Path) -> None:
+    other = "T5" if model_type != "T5" else "GPT-J"
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, repo, model_type, 1)
+    with pytest.raises(PlanError) as exc:
+        make_plan(cluster(), spec_for(repo, other, root), 1)
+    assert "model_type" in str(exc.value)
+
+
+def test_bloom_and_encoder_only_named_wrong_get_the_right_advice(tmp_path: Path) -> None:
+    root = tmp_path / "bloom"
+    make_checkpoint(root, ZOO / "bloom", "BLOOM", 1)
+    problems = checkpoint_problems(root, "GPT", 1)
+    assert "max_pos_seq_len" in problems[0] and "set model_type: BLOOM" in problems[0]
+    root = tmp_path / "t5e"
+    make_checkpoint(root, ZOO / "t5-encoder", "T5-Encoder", 1)
+    problems = checkpoint_problems(root, "T5", 1)
+    assert "[decoder]" in problems[0] and "set model_type: T5-Encoder" in problems[0]
+
+
+def test_prepare_keeps_unset_values_and_writes_set_ones(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, ZOO / "opt", "OPT", 1)
+    src = tmp_path / "src"
+    shutil.copytree(ZOO / "opt", src)
+    cfg_path = src / "fastertransformer" / "config.pbtxt"
+    cfg_path.write_text(cfg_path.read_text().replace('"int8_mode" value: { string_value: "0"',
+                                                     '"int8_mode" value: { string_value: "1"'))
+    plan = make_plan(cluster(), spec_for(src, "OPT", root), 1)
+    prepare_repository(spec_for(src, "OPT", root), plan, tmp_path / "a")
+    cfg = read_model_config(tmp_path / "a" / "fastertransformer" / "config.pbtxt")
+    assert (cfg.parameters["int8_mode"].string_value, cfg.parameters["data_type"].string_value) == ("1", "fp16")
+    m = spec_for(src, "OPT", root, int8_mode=0, data_type="fp32")
+    prepare_repository(m, plan, tmp_path / "b")
+    cfg = read_model_config(tmp_path / "b" / "fastertransformer" / "config.pbtxt")
+    assert (cfg.parameters["int8_mode"].string_value, cfg.parameters["data_type"].string_value) == ("0", "fp32")
+
+
+def test_plan_checks_the_client_batch_against_max_batch_size(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, ZOO / "gptneox", "GPT-NeoX", 1)
+    with pytest.raises(PlanError) as exc:
+        make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, max_batch_size=2,
+                                      client={"batch_size": 4}), 1)
+    assert exc.value.field == "client.batch_size" and "at most 2" in (exc.value.hint or "")
+    # Interactive GPT: max_batch_size 1, the batch travels inside FT's pseudo batch dimension.
+    root = tmp_path / "seq"
+    make_checkpoint(root, ZOO / "gpt-interactive", "GPT", 1)
+    make_plan(cluster(), spec_for(ZOO / "gpt-interactive", "GPT", root, client={"batch_size": 4}), 1)
+
+
+def test_plan_refuses_sequence_batching_without_the_pseudo_batch_dim(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(ZOO / "gpt-interactive", src)
+    cfg = src / "fastertransformer" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "input_ids" data_type: TYPE_UINT32 dims: [ -1, -1 ]',
+                                           'name: "input_ids" data_type: TYPE_UINT32 dims: [ -1 ]'))
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, ZOO / "gpt-interactive", "GPT", 1)
+    with pytest.raises(PlanError, match="pseudo|second dimension"):
+        make_plan(cluster(), spec_for(src, "GPT", root), 1)
+
+
+def _io(repo: Path) -> dict[str, object]:
+    """The config as Triton's HTTP endpoint returns it (JSON, snake_case)."""
+    from google.protobuf import json_format
+
+    cfg = read_model_config(repo / "fastertransformer" / "config.pbtxt")
+    return dict(json_format.MessageToDict(cfg, preserving_proto_field_name=True))
+
+
+def test_client_request_for_sequence_batching_has_the_pseudo_batch_dim() -> None:
+    io = parse_config(_io(ZOO / "gpt-interactive"))
+    assert io.sequence_batching and io.style == "decoder"
+    req = build_request(io, 3, 5, 4)
+    assert req.arrays["input_ids"].shape == (1, 3, 5)
+    assert req.arrays["input_lengths"].shape == (1, 3, 1)
+    assert req.arrays["request_output_len"].shape == (1, 3, 1)
+    assert np.array_equal(req.arrays["input_ids"][0], req.prompt_ids)
+
+
+def test_client_t5_encoder_and_bert() -> None:
+    io = parse_config(_io(ZOO / "t5-encoder"))
+    assert io.style == "encoder" and not io.sequence_batching
+    req = build_request(io, 2, 6, 1)
+    assert req.arrays["input_ids"].shape == (2, 6) and req.arrays["sequence_length"].shape == (2, 1)
+    if FT_FIXTURES.is_dir():
+        with pytest.raises(UserError, match="input_hidden_state"):
+            build_request(parse_config(_io(FT_FIXTURES / "bert")), 1, 4, 1)
