@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -113,11 +114,12 @@ def render_run(
 
 
 def submit_command(cluster: ClusterSpec, paths: RunPaths) -> str:
+    """What the launcher runs, quoted for pasting into a shell."""
     style = launch_style(cluster)
-    script = paths.job_script(style)
+    script = str(paths.job_script(style))
     if style in HERE_STYLES:
-        return f"bash {script}"
-    return f"cd {paths.run_dir} && sbatch --parsable {script}"
+        return shlex.join(["bash", script])
+    return f"cd {shlex.quote(str(paths.run_dir))} && {shlex.join(['sbatch', '--parsable', script])}"
 
 
 class Launch:
@@ -128,13 +130,20 @@ class Launch:
                  launcher: Launcher | None = None, run_id: str | None = None):
         self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
         self.progress = progress or (lambda phase, t, detail: None)
-        self.store = store or RunStore()
+        self._store = store
         self.launcher = launcher or launcher_for(cluster)
         run_id = run_id or new_run_id(model.name)
         self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
 
+    @property
+    def store(self) -> RunStore:
+        # Opened on first use: a dry run writes nothing, not even the run store.
+        if self._store is None:
+            self._store = RunStore()
+        return self._store
+
     def dry_run(self) -> str:
-        self.launcher.check(self.cluster, self.plan)
+        """The scripts and the submit command; no scheduler query, port probe or write."""
         scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
         return f"{scripts}\n# ===== would run =====\n{submit_command(self.cluster, self.paths)}\n"
 

@@ -7,5 +7,7 @@ if [ "$(id -u)" = 0 ]; then
   bash tests/cluster/install.sh
   bash tests/docker/install.sh
 fi
+# A fresh environment's pip (23.x) may not resolve the extras' pins: bring pip up to date first.
+python3 -m pip install -q --disable-pip-version-check --upgrade pip
 python3 -m pip install -q --disable-pip-version-check -e '.[cpu-triton,mpi,gateway,text,dev]'
 exec python3 -m pytest "$@"

@@ -1,0 +1,48 @@
+"""`launch --dry-run` changes nothing and asks nobody: no Slurm command, no run store, no run
+folder; what it prints is the submit command quoted for a shell."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SLURM_TOOLS = ("scontrol", "sinfo", "squeue", "sbatch", "srun", "sacct")
+
+
+def test_dry_run_is_pure_and_quoted(tmp_path: Path) -> None:
+    # Slurm's commands on PATH record any call (a dry run must make none).
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    calls = tmp_path / "calls"
+    for tool in SLURM_TOOLS:
+        shim = shims / tool
+        shim.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {shlex.quote(str(calls))}\nexit 1\n")
+        shim.chmod(0o755)
+    workspace = tmp_path / "runs with space $(touch PWNED)"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({
+        "name": "dry", "scheduler": "slurm", "partition": "batch", "gpus_per_node": 2,
+        "workspace": str(workspace),
+        "container": {"runtime": "pyxis", "image": "/images/triton.sqsh"},
+    }))
+    state = tmp_path / "state"
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "FTCLUSTER_STATE_DIR": str(state)}
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster),
+                        "--nodes", "2", "--dry-run"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    assert not calls.exists(), calls.read_text()
+    assert not state.exists() and not workspace.exists()
+    assert not (tmp_path / "PWNED").exists()
+    cmd = p.stdout.split("# ===== would run =====\n", 1)[1].strip()
+    # The printed line, run by a shell, cds into the run folder and submits its script.
+    words = shlex.split(cmd.replace(" && ", " ; "))
+    cd, sbatch = words[: words.index(";")], words[words.index(";") + 1:]
+    assert cd[0] == "cd" and Path(cd[1]).parent == workspace
+    assert sbatch[:2] == ["sbatch", "--parsable"] and Path(sbatch[2]).parent == Path(cd[1]) / "scripts"
