@@ -33,7 +33,7 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 
 def sh(argv: list[str], timeout: float = 600) -> tuple[int, str, str]:
     env = dict(os.environ, **SAFE_ENV, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -53,7 +53,7 @@ def write_cluster(folder: Path, tp: int, base_port: int) -> Path:
         "name": f"gpu-local-{tp}", "scheduler": "local", "gpus_per_node": tp, "max_nodes": 8,
         "workspace": str(folder / "runs"),
         "ports": {"http": base_port, "grpc": base_port + 1, "metrics": base_port + 2},
-        "server": {"binary": "auto", "ready_timeout": 300, "exit_grace": 10},
+        "server": {"binary": "auto", "ready_timeout": 120, "exit_grace": 10},
         "env": dict(SAFE_ENV),
     }))
     return path
@@ -92,7 +92,7 @@ def one_run(tp: int, pp: int, repeat: int, folder: Path, ref: Path, args: argpar
             res["p50_ms"] = {str(s["value"]): s["latency_ms"]["p50"] for s in bench.get("steps", [])}
     finally:
         if run_id:
-            src, _, serr = ftc("stop", run_id, timeout=120)
+            src, _, _ = ftc("stop", run_id, timeout=120)
             res["stop_rc"] = src
         time.sleep(1.0)   # the driver releases a killed process's context asynchronously
         res["gpu_apps_after"] = gpu_apps()
@@ -119,7 +119,7 @@ def main() -> int:
     os.environ.setdefault("FTCLUSTER_STATE_DIR", str(folder / "state"))
     report: dict[str, Any] = {"gpus": sh(["nvidia-smi", "-L"])[1].strip().splitlines(),
                               "gpu_apps_before": gpu_apps(), "preflight": {}, "runs": []}
-    rc, out, _ = sh([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.nccl.version())"])
+    _, out, _ = sh([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.nccl.version())"])
     report["torch"] = out.strip()
     if not args.no_preflight:
         for tp, nodes in ((2, 1), (1, 2)):
