@@ -63,21 +63,39 @@ def client_group() -> None:
 @click.option("--vocab-size", type=int, default=50257, show_default=True, help="Random ids stay below this.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False),
+              help="Write this run's request and tokens as a reference for --against.")
+@click.option("--against", "against_path", type=click.Path(dir_okay=False),
+              help="Also check that the tokens equal those of a reference written by --save.")
 def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None,
                  input_len: int, output_len: int, seed: int, repeats: int, vocab_size: int,
-                 as_json: bool, result_file: str | None) -> int:
+                 as_json: bool, result_file: str | None, save_path: str | None,
+                 against_path: str | None) -> int:
     """Send random token ids (or text, for an ensemble) with the inputs the model's config
     declares and check output_ids/sequence_length. Exits 1 when a check fails.
 
     \b
     Example:
       ftcluster client identity --url localhost:8000 --model fastertransformer --batch-size 4 --json
+      ftcluster client identity --url localhost:8000 --save tp1.json      # one plan...
+      ftcluster client identity --url localhost:8000 --against tp1.json   # ...then another
     """
-    from ftcluster.client.identity import format_identity, run_identity
+    from ftcluster.client.identity import (
+        check_against,
+        format_identity,
+        load_reference,
+        reference_of,
+        run_identity,
+    )
 
+    reference = load_reference(against_path) if against_path else None
     endpoint = Endpoint.parse(url, protocol, timeout)
     result = run_identity(endpoint, model, batch_size=batch_size or 2, input_len=input_len,
                           output_len=output_len, repeats=repeats, seed=seed, vocab_size=vocab_size)
+    if reference is not None and result.ok:
+        result.checks.append(check_against(result, reference, Path(against_path or "").name))
+    if save_path:
+        _write_result(save_path, reference_of(result))
     _write_result(result_file, result.to_dict())
     click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_identity(result))
     return 0 if result.ok else 1

@@ -10,14 +10,20 @@ Checks (each reported by name, all must pass):
 - sequence batching (interactive GPT): each request is its own sequence (correlation id,
   start and end) with FT's pseudo batch dimension, taken off before the checks;
 - text (ensemble with tokenizers): one non-empty text per batch row.
+
+Like FT's own identity test, a run can also be compared with a reference: `reference_of()`
+keeps the request and the tokens of a run (`--save FILE`), `check_against()` checks that another
+run (another parallel plan, say) gave the same tokens for the same request (`--against FILE`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +37,7 @@ from ftcluster.client.modelio import (
     output_names,
     parse_config,
 )
+from ftcluster.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,9 @@ class IdentityResult:
     latencies_ms: list[float] = field(default_factory=list)
     sample: dict[str, Any] = field(default_factory=dict)   # first row, for the report
     error: str | None = None
+    seed: int = 0
+    prompt_ids: list[list[int]] | None = None     # the request's ids (token-id models)
+    outputs: dict[str, Any] = field(default_factory=dict)  # the first response, every row
 
     @property
     def ok(self) -> bool:
@@ -190,7 +200,8 @@ async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int 
         req = build_request(io, batch_size, input_len, output_len, seed=seed, vocab_size=vocab_size)
         names = output_names(io)
         result = IdentityResult(endpoint.url, endpoint.protocol, model, io.style, batch_size, input_len,
-                                output_len, list(req.arrays))
+                                output_len, list(req.arrays), seed=seed,
+                                prompt_ids=None if req.prompt_ids is None else req.prompt_ids.tolist())
         for i in range(max(1, repeats)):
             t0 = time.perf_counter()
             try:
@@ -203,6 +214,8 @@ async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int 
             if i == 0 or not all(c.ok for c in checks):
                 result.checks = checks
                 result.sample = _sample(io, req, out)
+                result.outputs = {k: (np.ravel(v).astype(str).tolist() if v.dtype == np.object_ else v.tolist())
+                                  for k, v in out.items()}
             if not all(c.ok for c in checks):
                 break
         return result
@@ -210,6 +223,60 @@ async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int 
 
 def run_identity(endpoint: Endpoint, model: str, **kwargs: Any) -> IdentityResult:
     return asyncio.run(run_identity_async(endpoint, model, **kwargs))
+
+
+REFERENCE_KEYS = ("model", "style", "batch_size", "input_len", "output_len", "seed", "prompt_ids")
+
+
+def reference_of(result: IdentityResult) -> dict[str, Any]:
+    """What `--save` writes: the request that was sent and the tokens that came back."""
+    if not result.ok:
+        raise UserError("identity failed, so its outputs are no reference", field="--save",
+                        hint="fix the failing checks first")
+    ref = {key: getattr(result, key) for key in REFERENCE_KEYS}
+    ref["outputs"] = {k: v for k, v in result.outputs.items() if k in ("output_ids", "sequence_length", "OUTPUT_0")}
+    return ref
+
+
+def load_reference(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the reference {path}: {exc}", field="--against",
+                        hint="give a file written by `ftcluster client identity --save`") from None
+    if not isinstance(data, dict) or "outputs" not in data:
+        raise UserError(f"{path} is not an identity reference", field="--against",
+                        hint="give a file written by `ftcluster client identity --save`")
+    return data
+
+
+def _rows(outputs: dict[str, Any]) -> list[list[int]] | None:
+    """Per batch row, the first beam's tokens up to its sequence_length (T5: generated only)."""
+    ids, seq = outputs.get("output_ids"), outputs.get("sequence_length")
+    if ids is None or seq is None:
+        return None
+    arr, lens = np.asarray(ids), np.asarray(seq).reshape(len(ids), -1)[:, 0]
+    return [arr[b, 0, : int(lens[b])].astype(np.int64).tolist() for b in range(arr.shape[0])]
+
+
+def check_against(result: IdentityResult, ref: dict[str, Any], name: str = "the reference") -> Check:
+    """Pure: the same request as the reference, and the same tokens (or texts) back."""
+    differ = [key for key in REFERENCE_KEYS if key != "model" and ref.get(key) != getattr(result, key)]
+    if differ:
+        raise UserError(f"{name} was made with another request ({', '.join(differ)} differ)", field="--against",
+                        hint="run identity with the reference's --batch-size/--input-len/--output-len/--seed")
+    mine, theirs = _rows(result.outputs), _rows(ref["outputs"])
+    if mine is None or theirs is None:
+        same = result.outputs.get("OUTPUT_0") == ref["outputs"].get("OUTPUT_0")
+        return Check(f"same outputs as {name}", same, "" if same else "texts differ")
+    bad = []
+    for b, (a, r) in enumerate(zip(mine, theirs)):
+        if a != r:
+            pos = next((i for i, (x, y) in enumerate(zip(a, r)) if x != y), min(len(a), len(r)))
+            bad.append(f"row {b} from position {pos}: {a[pos:pos + 4]} vs {r[pos:pos + 4]}")
+    if len(mine) != len(theirs):
+        bad.append(f"{len(mine)} rows vs {len(theirs)}")
+    return Check(f"same tokens as {name}", not bad, "; ".join(bad))
 
 
 def format_identity(result: IdentityResult) -> str:

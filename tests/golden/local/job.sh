@@ -262,9 +262,16 @@ trap cleanup EXIT
 trap 'event "interrupted"; exit 130' INT TERM
 event "job_started $(hostname) $$"
 # Every rank on this machine: they share its address and take ports rank*PORT_STRIDE apart.
+# Each "node" sees only its own gpus_per_node GPUs, as on a real cluster (FT refuses a rank that
+# sees more or fewer): rank r gets slice r of CUDA_VISIBLE_DEVICES, or of 0..N-1 when unset.
+GPUS_PER_NODE=1
+GPU_POOL=${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $((NODES * GPUS_PER_NODE - 1)))}
+export GPUS_PER_NODE GPU_POOL
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FTC_RANK_HOST=127.0.0.1 \
-  "$MPIRUN" -np "$NODES" --oversubscribe --bind-to none \
-  bash -c 'exec bash "$1" >"$2/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1' rank "$SCRIPTS/rank_server.sh" "$LOGS" \
+  "$MPIRUN" -np "$NODES" --oversubscribe --bind-to none -x GPUS_PER_NODE -x GPU_POOL \
+  bash -c 'r=${OMPI_COMM_WORLD_RANK:-0}; IFS=, read -ra pool <<<"$GPU_POOL"
+    export CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${pool[*]:r*GPUS_PER_NODE:GPUS_PER_NODE}")
+    exec bash "$1" >"$2/rank$r.stdout" 2>&1' rank "$SCRIPTS/rank_server.sh" "$LOGS" \
   >"$LOGS/mpirun.log" 2>&1 &
 SERVER_PID=$!
 wait_ready

@@ -21,6 +21,13 @@ The outputs (GPT: output_ids = prompt + (last + i + 1) % vocab_size, padded with
 T5: only the generated tokens; sequence_length to match) are what ftcluster's client checks.
 "Visible GPUs" on CPU: FTCLUSTER_TEST_GPUS, else the entries of CUDA_VISIBLE_DEVICES, else 1.
 
+With torch and CUDA importable (and FTCLUSTER_TEST_DEVICE not `cpu`) the model computes for
+real instead: gpt_cuda.py beside this file, a small GPT-like decoder with the checkpoint's
+config.ini dimensions and seeded weights (FTCLUSTER_TEST_SEED, default 0), tensor parallelism
+over the node's GPUs and pipeline parallelism across ranks over NCCL; the visible GPUs are then
+what CUDA sees. Greedy tokens replace the CPU formula; everything else (the world, the
+refusals, the broadcast of each request, the outputs' layout) is the same.
+
 Fault hooks for ftcluster's tests; each names a host (its hostname) or a rank (`rank<R>`),
 several separated by commas:
 - FTCLUSTER_TEST_HANG_NODE: the rank hangs before joining the world (the others wait in it);
@@ -89,6 +96,20 @@ def _visible_gpus():
     return 1
 
 
+def _cuda_module():
+    """gpt_cuda when torch with CUDA is importable here, else None (the CPU test model)."""
+    if os.environ.get("FTCLUSTER_TEST_DEVICE", "").lower() == "cpu":
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    import gpt_cuda
+    return gpt_cuda
+
+
 def _pack(arrays):
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -116,6 +137,7 @@ class TritonPythonModel:
             time.sleep(float(delay))
 
         cfg = json.loads(args["model_config"])
+        self.cuda = _cuda_module()
         self._refuse_like_ft(cfg, nodes)
         self.model_type = _param(cfg, "model_type", "GPT")
         tp = int(_param(cfg, "tensor_para_size", "1"))
@@ -136,6 +158,13 @@ class TritonPythonModel:
         declared = {o["name"]: o["data_type"] for o in cfg["output"]}
         self.ids_dtype = pb_utils.triton_string_to_numpy(declared["output_ids"])
         self.len_dtype = pb_utils.triton_string_to_numpy(declared["sequence_length"])
+        self.engine = None
+        if self.cuda is not None:
+            self.engine = self.cuda.Engine(self.world, self.cuda.Dims(ini, section), tp,
+                                           int(_param(cfg, "pipeline_para_size", "1")),
+                                           _param(cfg, "data_type", "fp32"),
+                                           int(os.environ.get("FTCLUSTER_TEST_SEED", "0")))
+            pb_utils.Logger.log_info(self.engine.describe())
 
         self.die_at_request = False
         die = _fault("FTCLUSTER_TEST_DIE_NODE", rank)
@@ -158,7 +187,7 @@ class TritonPythonModel:
             raise RuntimeError("Instance Group: only KIND_CPU supports!")
         count = int(groups[0].get("count", 1))
         tp_pp = int(_param(cfg, "tensor_para_size", "0")) * int(_param(cfg, "pipeline_para_size", "0"))
-        gpus = _visible_gpus()
+        gpus = self.cuda.visible_gpus() if self.cuda is not None else _visible_gpus()
         if nodes > 1:
             valid = tp_pp == gpus * nodes and count == 1
         else:
@@ -177,6 +206,9 @@ class TritonPythonModel:
         req = _unpack(self.world.bcast_bytes(_pack(request) if request is not None else None))
         if self.die_at_request:
             _die()
+        if self.engine is not None:
+            generated = self.engine.generate(req)
+            return generated if self.world.rank == 0 else None
         last, out_lens = req["last"], req["out_lens"]
         positions = np.arange(int(out_lens.max()) if out_lens.size else 0)
         mine = (positions % self.world.size == self.world.rank) & (positions < out_lens[:, None])
@@ -206,8 +238,13 @@ class TritonPythonModel:
         if np.any(in_lens > ids.shape[1]) or np.any(in_lens < 1):
             raise ValueError(f"input lengths {in_lens.tolist()} do not fit input_ids of width {ids.shape[1]}")
 
-        last = ids[np.arange(batch), in_lens - 1].astype(np.int64)
-        generated = self._serve_broadcast({"last": last, "out_lens": out_lens.astype(np.int64)})
+        if self.engine is not None:
+            self.engine.check(in_lens, out_lens)
+            generated = self._serve_broadcast({"ids": ids.astype(np.int64), "in_lens": in_lens.astype(np.int64),
+                                               "out_lens": out_lens.astype(np.int64)})
+        else:
+            last = ids[np.arange(batch), in_lens - 1].astype(np.int64)
+            generated = self._serve_broadcast({"last": last, "out_lens": out_lens.astype(np.int64)})
         seq_lens = (in_lens + out_lens) if keep_prompt else out_lens.copy()
         width = int(seq_lens.max())
         out = np.full((batch, beam_width, width), self.end_id, dtype=np.int64)
