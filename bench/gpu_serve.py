@@ -100,7 +100,9 @@ def one_run(tp: int, pp: int, repeat: int, folder: Path, ref: Path, args: argpar
         res["engine"] = [ln.split("] ", 1)[-1] for p in rank_logs[:1]
                          for ln in p.read_text(errors="replace").splitlines() if "CUDA test decoder" in ln]
         if res.get("failure") and run_id:
-            res["log_tail"] = {p.name: p.read_text(errors="replace").splitlines()[-15:] for p in rank_logs}
+            client_log = sorted((folder / "runs").glob(f"{run_id}/logs/client.log"))
+            res["log_tail"] = {p.name: p.read_text(errors="replace").splitlines()[-15:]
+                               for p in [*client_log, *rank_logs]}
     return res
 
 
