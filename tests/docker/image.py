@@ -2,8 +2,8 @@
 
 Not a product image. It imitates what the FT backend's docker/Dockerfile builds on NVIDIA's
 tritonserver image, inconvenient parts included: tritonserver under /opt/tritonserver/bin with
-the backends folder beside it, Open MPI under /usr/local/mpi and NOT on the PATH that ssh
-sessions get (the FT README adds it by hand), openssh-server, and the image's own python3 with
+the backends folder beside it, Open MPI under /usr/local/mpi, on the image's PATH but NOT on
+the PATH that ssh sessions get (the FT README adds it by hand), openssh-server, and the image's own python3 with
 numpy and tritonclient -- but no ftcluster, no mpi4py, no pydantic, and not the launching
 interpreter's path. Its python3 is Debian 12's 3.11: tritonserver 2.51 needs glibc >= 2.35, so
 no older Debian (with an older python3) can run it; tests/unit checks that what runs inside an
@@ -54,7 +54,9 @@ MPI_DIR = "/usr/local/mpi"
 # docker import --change lines: what a Dockerfile would say.
 CHANGES = (
     f"LABEL {LABEL}",
-    "ENV PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    # As NVIDIA's images: the image's PATH has Open MPI (a singleton MPI_Init needs its orted),
+    # but sshd's sessions -- mpirun's remote orted -- get sshd's default PATH without it.
+    "ENV PATH=/opt/tritonserver/bin:/usr/local/mpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV PYTHONDONTWRITEBYTECODE=1",
     'CMD ["/bin/bash"]',
 )

@@ -159,9 +159,9 @@ def assert_stock_container(dn: DockerNodes, node: str, run_id: str) -> None:
         assert c.attrs["HostConfig"]["Runtime"] == "nvidia"
         assert "NVIDIA_VISIBLE_DEVICES=0" in c.attrs["Config"]["Env"]  # gpus_per_node: 1
         probe = c.exec_run(["bash", "-c", "python3 -c 'import ftcluster' 2>&1; python3 -c 'import mpi4py' 2>&1;"
-                            " python3 -c 'import pydantic' 2>&1; command -v mpirun || echo no-mpirun"])
+                            " python3 -c 'import pydantic' 2>&1; ls /usr/bin/mpirun 2>&1; ls /usr/local/mpi/bin/mpirun"])
         text = probe.output.decode()
-        assert text.count("ModuleNotFoundError") == 3 and "no-mpirun" in text, text
+        assert text.count("ModuleNotFoundError") == 3 and "/usr/bin/mpirun: No such file" in text, text
     finally:
         client.close()
 
