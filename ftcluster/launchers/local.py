@@ -12,14 +12,17 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
 from ftcluster.events import last, parse_events
 from ftcluster.launchers.base import Launcher
-from ftcluster.plan import Plan
-from ftcluster.render import RunPaths
 from ftcluster.slurm import JobInfo, JobState
-from ftcluster.spec import ClusterSpec
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.layout import RunPaths
+    from ftcluster.plan import Plan
+    from ftcluster.spec import ClusterSpec
 
 
 def _pid(job_id: str) -> int:
