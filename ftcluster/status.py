@@ -100,7 +100,8 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         st.update(state=rec.status, source="store")
         running = False
     st["nodes"] = hosts
-    st["ranks"] = _rank_states(paths, rec.nodes, running, bool(ready))
+    # A conversion job (`ftcluster convert`) has no server ranks.
+    st["ranks"] = [] if rec.style == "convert" else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)
 
 
