@@ -114,3 +114,13 @@ def test_stop_stops_the_job(live_run: tuple[Path, RunRecord]) -> None:
     p = ftc("stop", state=state)
     assert p.returncode == 0 and f"stopped run {rec.run_id}" in p.stdout
     assert json.loads(ftc("status", "--json", state=state).stdout)["state"] != "RUNNING"
+
+
+def test_status_and_logs_load_no_specs_or_templates(live_run: tuple[Path, RunRecord]) -> None:
+    from tests.unit.test_cli_lazy import _modules_after
+
+    state, rec = live_run
+    for args in (["status", rec.run_id], ["logs", "--tail", "100", rec.run_id]):
+        rc, mods, _ = _modules_after(args, env={"FTCLUSTER_STATE_DIR": str(state)})
+        assert rc == 0
+        assert not {"pydantic", "jinja2", "ftcluster.spec", "ftcluster.render", "numpy"} & mods, args
