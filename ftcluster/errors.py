@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+# Exit codes of the `ftcluster` command (documented in `ftcluster --help` and the README).
+EXIT_OK = 0
+EXIT_FAILED = 1        # a launch, job or client run failed
+EXIT_USAGE = 2         # click's usage errors
+EXIT_USER = 3          # UserError: a bad spec, a refused plan, a bad option value
+EXIT_INTERRUPTED = 130
+
 
 class UserError(Exception):
     """An error the user can fix; the CLI prints it as one line and exits non-zero.
@@ -9,7 +16,7 @@ class UserError(Exception):
     ``field`` names the spec field or option at fault, ``hint`` says how to fix it.
     """
 
-    exit_code = 2
+    exit_code = EXIT_USER
 
     def __init__(self, message: str, *, field: str | None = None, hint: str | None = None):
         self.message = message
@@ -35,4 +42,4 @@ class PlanError(UserError):
 class LaunchError(UserError):
     """A launch failed after submission (the job was cancelled)."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED

@@ -24,6 +24,7 @@ from ftcluster.launchers import launcher_for
 from ftcluster.launchers.base import Launcher
 from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
+from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
 from ftcluster.plan import Plan
 from ftcluster.render import (
     DOCKER_STYLES, HERE_STYLES, RenderedScripts, RenderOptions, RunPaths, launch_style, render,
@@ -31,20 +32,6 @@ from ftcluster.render import (
 from ftcluster.slurm import JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
-
-# Job milestones in order, as the job script names them, with the words shown to users.
-PHASES = {
-    "submitted": "queued",
-    "job_started": "job started",
-    "mpicheck_started": "MPI check",
-    "mpicheck_ok": "MPI check passed",
-    "servers_starting": "servers starting",
-    "ready": "rank 0 ready",
-    "client_started": "client running",
-    "client_done": "client done",
-    "serving": "serving",
-    "done": "done",
-}
 
 
 @dataclass

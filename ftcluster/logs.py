@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
-from ftcluster.render import RunPaths
+from ftcluster.layout import RunPaths
 from ftcluster.runner import LocalRunner, Runner
 
 _BLOCK = 64 * 1024

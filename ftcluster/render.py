@@ -20,16 +20,11 @@ import jinja2
 
 from ftcluster.errors import UserError
 from ftcluster.fanout import FanoutConfig
+
+# The run folder's layout lives in ftcluster.layout (light, for status/logs); re-exported here.
+from ftcluster.layout import EVENTS, HERE_STYLES, LOGS, REPO, RESULTS, SCRIPTS, STATE, RunPaths  # noqa: F401
 from ftcluster.plan import Plan
 from ftcluster.spec import ClusterSpec, ModelSpec
-
-# The run folder's layout; the launcher, logs and status commands use the same names.
-SCRIPTS = "scripts"
-LOGS = "logs"
-STATE = "state"
-RESULTS = "results"
-REPO = "model_repository"
-EVENTS = f"{STATE}/events"
 
 STYLE_TEMPLATE = {
     "pyxis": "sbatch.sh.j2",
@@ -62,8 +57,6 @@ def _env() -> jinja2.Environment:
     return env
 
 
-# Styles whose job script runs on this host (as a process group), not through sbatch.
-HERE_STYLES = ("local", "ssh_docker")
 DOCKER_STYLES = ("docker", "ssh_docker")
 
 
@@ -116,53 +109,6 @@ def docker_run_args(cluster: ClusterSpec, run_dir: Path, env_keys: list[str]) ->
     for key in env_keys:
         args += ["-e", key]
     return args
-
-
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    run_id: str
-    run_dir: Path
-
-    def __post_init__(self) -> None:
-        # The run id names jobs, containers and server ids; keep it plain.
-        if not _RUN_ID_RE.match(self.run_id):
-            raise ValueError(f"run id {self.run_id!r} must match {_RUN_ID_RE.pattern}")
-        if any(ord(c) < 32 for c in str(self.run_dir)):
-            raise ValueError("the run folder path may not contain control characters")
-
-    @classmethod
-    def for_folder(cls, run_dir: Path) -> "RunPaths":
-        return cls(re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.name).lstrip("._-") or "run", run_dir)
-
-    @property
-    def scripts(self) -> Path:
-        return self.run_dir / SCRIPTS
-
-    @property
-    def logs(self) -> Path:
-        return self.run_dir / LOGS
-
-    @property
-    def state(self) -> Path:
-        return self.run_dir / STATE
-
-    @property
-    def repo(self) -> Path:
-        return self.run_dir / REPO
-
-    @property
-    def events(self) -> Path:
-        return self.run_dir / EVENTS
-
-    @property
-    def results(self) -> Path:
-        return self.run_dir / RESULTS
-
-    def job_script(self, style: str) -> Path:
-        return self.scripts / ("job.sh" if style in HERE_STYLES else "job.sbatch")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Re-attach to a recorded run: its state from the scheduler and its run folder; stop it."""
+"""Re-attach to a recorded run: its state from the scheduler and its run folder; stop it.
+
+`run_status` returns the documented `status` object (README, "JSON output"): machine values in
+`phase`, `state` and each rank's `state`, display words only in the `*_label` keys.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,25 @@ from pathlib import Path
 from typing import Any
 
 from ftcluster import sshkeys
+from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import parse_events
-from ftcluster.launch import PHASES
 from ftcluster.launchers import launcher_for_scheduler
-from ftcluster.render import RunPaths
+from ftcluster.layout import RunPaths
+from ftcluster.phases import PHASES
 from ftcluster.store import RunRecord, RunStore
+
+# A rank's state (machine value) -> the words `ftcluster status` shows.
+RANK_STATES = {
+    "ready": "ready",
+    "loading": "loading",
+    "loaded": "loaded, waiting for rank 0 (FT)",
+    "died": "died",
+    "stopped": "stopped",
+    "exited": "exited",
+    "ended": "ended",
+    "not_started": "not started",
+}
 
 
 def paths_of(rec: RunRecord) -> RunPaths:
@@ -26,20 +43,21 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
         host_file = paths.state / f"rank{r}.host"
         node = host_file.read_text().strip() if host_file.is_file() else None
         exit_info = rank_exit(paths.state, r)
+        code: str | None = None
         if exit_info is not None:
-            code, how = exit_info
-            state = f"{how} (exit {code})"
+            code, state = exit_info
+            state = state if state in RANK_STATES else "exited"
         elif node and job_running:
             if r == 0:
                 state = "ready" if rank0_ready else "loading"
             else:
-                state = ("loaded, waiting for rank 0 (FT)" if (paths.state / f"rank{r}.loaded").exists()
-                         else "loading")
+                state = "loaded" if (paths.state / f"rank{r}.loaded").exists() else "loading"
         elif node:
             state = "ended"
         else:
-            state = "not started"
-        ranks.append({"rank": r, "node": node, "state": state})
+            state = "not_started"
+        label = RANK_STATES[state] + (f" (exit {code})" if code is not None else "")
+        ranks.append({"rank": r, "node": node, "state": state, "exit_code": code, "state_label": label})
     return ranks
 
 
@@ -56,25 +74,35 @@ def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
 
 
 def run_status(rec: RunRecord) -> dict[str, Any]:
+    """The `status` object of a run (schema in the README)."""
     paths = paths_of(rec)
     events = parse_events(paths.events.read_text()) if paths.events.is_file() else []
     phase_events = [e for e in events if e.kind in PHASES]
-    phase = PHASES[phase_events[-1].kind] if phase_events else ("queued" if rec.job_id else "created")
+    phase = phase_events[-1].kind if phase_events else ("submitted" if rec.job_id else "created")
     ready = [e for e in events if e.kind == "ready"]
     failed = [e for e in events if e.kind == "failed"]
-    st: dict[str, Any] = {"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir,
-                          "phase": phase, "endpoint": ready[-1].args[0] if ready and ready[-1].args else None,
-                          "failure": " ".join(failed[-1].args) if failed else None}
+    st: dict[str, Any] = {
+        "run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir, "scheduler": rec.scheduler,
+        "style": rec.style, "phase": phase, "phase_label": PHASES.get(phase, phase),
+        "endpoint": ready[-1].args[0] if ready and ready[-1].args else None,
+        "failure": " ".join(failed[-1].args) if failed else None,
+        "num_nodes": rec.nodes, "raw_state": None, "reason": None, "exit_code": None,
+    }
+    hosts = run_hosts(rec.run_dir, rec.nodes, rec.plan)
     if rec.job_id:
         info = launcher_for_scheduler(rec.scheduler, style=rec.style).info(rec.job_id, paths)
-        st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason,
-                  nodes=list(info.nodes), source=info.source, exit_code=info.exit_code)
+        st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
+                  source=info.source, exit_code=info.exit_code or None)
+        # The scheduler's node list where it has one (Slurm), else the ranks' own records.
+        hosts = list(dict.fromkeys(info.nodes)) or hosts
         running = info.state.value == "RUNNING"
     else:
         st.update(state=rec.status, source="store")
         running = False
-    st["ranks"] = _rank_states(paths, rec.nodes, running, bool(ready))
-    return st
+    st["nodes"] = hosts
+    # A conversion job (`ftcluster convert`) has no server ranks.
+    st["ranks"] = [] if rec.style == "convert" else _rank_states(paths, rec.nodes, running, bool(ready))
+    return document("status", st)
 
 
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:

@@ -1,41 +1,125 @@
 """The `ftcluster` command line: thin click commands over the library.
 
-Each command group lives in its own module and registers itself on `cli`.
-`main` turns `UserError` into one line on stderr and a non-zero exit.
+Commands live in their own modules and register themselves on `cli` when imported. The group
+imports a command's module only when that command runs (or its own --help is asked for): the
+listing in `ftcluster --help` and shell completion of command names come from the static table
+below, so `--help`, `--version`, `list`, `status` and `logs` start without loading specs
+(pydantic), templates (jinja2), the Triton client or numpy. tests/unit/test_cli_lazy.py checks
+that the table matches the real commands.
+
+`main` maps every outcome to one exit code (see EXIT_CODES) and prints user errors as one line.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import click
 
-from ftcluster.errors import UserError
+from ftcluster import __version__
+from ftcluster.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, EXIT_USER, UserError
+
+# name -> (module under ftcluster.cli, one-line help as the command's docstring starts).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("commands_plan", "Check and print the parallel plan for a cluster, a model and a node count."),
+    "prepare": ("commands_plan", "Write the per-run model repository (config.pbtxt set for the plan) to --out."),
+    "render": ("commands_plan", "Write launch scripts a person can read, edit and submit by hand."),
+    "launch": ("commands_launch", "Plan, prepare, submit, wait for rank 0, run the client, report and clean up."),
+    "status": ("commands_runs", "Queue state, per-rank state and endpoint of a run (default: the newest)."),
+    "stop": ("commands_runs", "Cancel a run's job and stop its servers (default: the newest run)."),
+    "list": ("commands_runs", "Runs recorded in the local store, newest last."),
+    "logs": ("commands_logs", "Server logs (per rank) and the client log of a run (default: the newest run)."),
+    "check": ("commands_check",
+              "Run only the MPI world check (ranks, hosts, binaries, ring, allreduce) on N nodes."),
+    "preflight": ("commands_preflight", "Check every node's GPUs and the NCCL all-reduce bandwidth between them."),
+    "client": ("commands_client", "Test, benchmark and run prompts through a running Triton + FT model."),
+    "compose": ("commands_serve",
+                "Write docker-compose.yml + .env serving one node (pp = 1) as a restartable service."),
+    "serve": ("commands_serve",
+              "Start one node as a container through the Docker SDK and wait until the model is ready."),
+    "down": ("commands_serve", "Stop and remove a service started by `ftcluster serve`."),
+    "gateway": ("commands_gateway", "Serve a JSON generation API (OpenAPI docs at /docs) in front of Triton."),
+    "image": ("commands_image", "Build the Triton + FasterTransformer image, push it, import it for Enroot/Pyxis."),
+    "convert": ("commands_convert",
+                "Convert weights with FT's converter for the model type, for tensor_para_size GPUs."),
+    "check-checkpoint": ("commands_convert",
+                         "Check <checkpoint_root>/<gpus>-gpu/: config.ini fields, every shard, every file size."),
+    "examples": ("commands_examples", "Write the example cluster and model specs into a folder (default: ./configs)."),
+}
+
+EXIT_CODES_HELP = f"""\b
+Exit codes:
+  0    ok
+  {EXIT_FAILED}    a launch, job or client run failed
+  {EXIT_USAGE}    usage error (unknown option, missing argument)
+  {EXIT_USER}    user error: a bad spec or a refused plan (one line naming the field)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="ftcluster")
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use, listed from COMMANDS until then."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            load(cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, _shorten(self._short_help(n), limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        # Command names from the table: a TAB after `ftcluster ` imports no command module.
+        from click.shell_completion import CompletionItem
+
+        items = [CompletionItem(n, help=self._short_help(n)) for n in self.list_commands(ctx)
+                 if n.startswith(incomplete)]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
+
+    def _short_help(self, name: str) -> str:
+        if name in COMMANDS:
+            return COMMANDS[name][1]
+        return self.commands[name].get_short_help_str(limit=200)
+
+
+def _shorten(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 3, 1)].rsplit(" ", 1)[0].rstrip(",;:") + "..."
+
+
+def load(name: str) -> None:
+    """Import the module that registers command `name` on `cli`."""
+    module = f"ftcluster.cli.{COMMANDS[name][0]}"
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:  # a command module left out of this build
+            return
+        raise
+
+
+@click.group(cls=LazyGroup, epilog=EXIT_CODES_HELP,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ftcluster")
 def cli() -> None:
     """Serve a model with Triton Inference Server + FasterTransformer across Slurm nodes.
 
+    The examples use the specs that `ftcluster examples` writes into ./configs.
+
     \b
     Example:
-      ftcluster launch --cluster configs/clusters/local.yaml --model configs/models/demo.yaml --nodes 2
+      ftcluster examples && ftcluster launch --cluster configs/clusters/local.yaml \\
+          --model configs/models/demo.yaml --nodes 2
     """
-
-
-def _register() -> None:
-    # Imported for their side effect of adding commands to `cli`.
-    from ftcluster.cli import commands_plan  # noqa: F401
-    import importlib
-
-    for name in ("commands_launch", "commands_client", "commands_preflight", "commands_logs", "commands_check",
-                 "commands_serve", "commands_gateway", "commands_image", "commands_convert"):
-        try:
-            importlib.import_module(f"ftcluster.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"ftcluster.cli.{name}":
-                raise
 
 
 # The arguments of this invocation, for commands that pass themselves on to a login node.
@@ -43,26 +127,30 @@ ARGV: list[str] = []
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit with one of the documented codes (EXIT_CODES_HELP)."""
     ARGV[:] = list(sys.argv[1:] if argv is None else argv)
-    _register()
     try:
         rv = cli.main(args=argv, prog_name="ftcluster", standalone_mode=False)
-        if isinstance(rv, int) and rv:
-            sys.exit(rv)
     except UserError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `ftcluster`: the help, as click does
+            click.echo(exc.format_message(), err=True)
+            sys.exit(EXIT_USAGE)
         # One line, like every other user error.
         cmd = exc.ctx.command_path if exc.ctx else "ftcluster"
         click.echo(f"error: {exc.format_message()} (see `{cmd} --help`)", err=True)
-        sys.exit(exc.exit_code)
+        sys.exit(EXIT_USAGE)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        # click's own non-usage errors (an unreadable file given to an option) are user errors.
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USER)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    if isinstance(rv, int) and rv:
+        sys.exit(rv)

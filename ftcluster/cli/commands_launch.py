@@ -1,4 +1,4 @@
-"""`launch`, `status`, `stop` and `list`."""
+"""`launch` (and what `check` shares with it: forwarding to a login node, the launch itself)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ftcluster.cli import ARGV, cli
-from ftcluster.cli.options import Planned, echo_json, load_and_plan, plan_options
-from ftcluster.errors import LaunchError
+from ftcluster.cli.commands_runs import forward_record  # noqa: F401  (re-exported)
+from ftcluster.cli.options import Planned, load_and_plan, plan_options
+from ftcluster.cli.output import cell, console, echo_json, table
+from ftcluster.documents import document, run_json
+from ftcluster.errors import LaunchError, UserError
 from ftcluster.launch import PHASES, Launch, LaunchOptions, LaunchOutcome
-from ftcluster.status import run_status, stop_run
 from ftcluster.remote import forward, needs_forwarding
-from ftcluster.errors import UserError
 from ftcluster.spec import default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
 
-err = Console(stderr=True, highlight=False)
+err = console(stderr=True)
 
 
 def _progress(phase: str, t: float, detail: str) -> None:
@@ -34,46 +33,56 @@ def _progress(phase: str, t: float, detail: str) -> None:
 
 
 def _report(outcome: LaunchOutcome) -> None:
-    out = Console()
+    out = console()
     rec = outcome.record
     if outcome.detached:
         out.print(f"submitted run {rec.run_id} (job {rec.job_id}); follow it with "
-                  f"`ftcluster status {rec.run_id}` and `ftcluster logs {rec.run_id} -f`")
+                  f"`ftcluster status {rec.run_id}` and `ftcluster logs {rec.run_id} -f`", markup=False)
         return
-    table = Table(title=f"run {rec.run_id}", show_header=False)
-    table.add_row("job", str(rec.job_id))
-    table.add_row("result", "[green]ok[/green]" if outcome.ok else f"[red]failed[/red]: {outcome.failure}")
+    t = table(f"run {rec.run_id}", show_header=False)
+    t.add_row("job", cell(rec.job_id))
+    t.add_row("result", "[green]ok[/green]" if outcome.ok else "[red]failed[/red]: " + escape(str(outcome.failure)))
     if outcome.endpoint:
-        table.add_row("endpoint", outcome.endpoint)
-    for phase, t in outcome.phases.items():
-        table.add_row(PHASES.get(phase, phase), f"{t:.2f}s")
+        t.add_row("endpoint", cell(outcome.endpoint))
+    for phase, secs in outcome.phases.items():
+        t.add_row(PHASES.get(phase, phase), f"{secs:.2f}s")
     client = outcome.client or {}
     for key in ("checks_passed", "batch_size", "input_len", "output_len"):
         if key in client:
-            table.add_row(f"client {key}", str(client[key]))
+            t.add_row(f"client {key}", cell(client[key]))
     latency = client.get("latency_ms")
     if isinstance(latency, dict):
-        table.add_row("client latency", " / ".join(f"{k} {v:.2f} ms" for k, v in latency.items()
-                                                   if isinstance(v, (int, float))))
+        t.add_row("client latency", " / ".join(f"{k} {v:.2f} ms" for k, v in latency.items()
+                                               if isinstance(v, (int, float))))
     mpi = outcome.mpicheck or {}
     if mpi:
-        table.add_row("MPI check", f"{'passed' if mpi.get('ok') else 'FAILED'} in {mpi.get('seconds')}s "
-                      f"({len(mpi.get('ranks', []))} ranks on "
-                      f"{', '.join(sorted({r['host'] for r in mpi.get('ranks', [])}))})")
+        t.add_row("MPI check", cell(f"{'passed' if mpi.get('ok') else 'FAILED'} in {mpi.get('seconds')}s "
+                                    f"({len(mpi.get('ranks', []))} ranks on "
+                                    f"{', '.join(sorted({r['host'] for r in mpi.get('ranks', [])}))})"))
         for problem in mpi.get("problems", []):
-            table.add_row("MPI problem", problem)
-    table.add_row("run folder", rec.run_dir)
-    out.print(table)
+            t.add_row("MPI problem", cell(problem))
+    t.add_row("run folder", cell(rec.run_dir))
+    out.print(t)
     if outcome.failed_rank:
         fr = outcome.failed_rank
-        err.print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:")
+        err.print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:",
+                  markup=False)
     if outcome.log_tail:
         if not outcome.failed_rank:
             err.print("last lines of the log:")
         for line in outcome.log_tail:
             err.print(f"  {line}", markup=False, soft_wrap=True)
     if outcome.ok and outcome.record.status == "SERVING":
-        out.print(f"serving at http://{outcome.endpoint}; stop it with `ftcluster stop {rec.run_id}`")
+        out.print(f"serving at http://{outcome.endpoint}; stop it with `ftcluster stop {rec.run_id}`", markup=False)
+
+
+def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
+    """The `launch` object: the outcome, with the run object under `run`."""
+    body = outcome.to_dict()
+    body["run"] = run_json(outcome.record)
+    body["num_nodes"] = outcome.record.nodes
+    body["nodes"] = body["run"]["nodes"]
+    return document("launch", body)
 
 
 @cli.command("launch")
@@ -155,16 +164,6 @@ def preflight_gate(kw: dict[str, Any]) -> int | None:
     return detected if cluster.gpus_per_node == "auto" else None
 
 
-def forward_record(rec: RunRecord, args: list[str]) -> bool:
-    """Pass a command about a run launched through a login node on to that node."""
-    if rec.scheduler != "remote":
-        return False
-    rc = forward(load_cluster(rec.cluster_source), args, {})
-    if rc:
-        sys.exit(rc)
-    return True
-
-
 def _without_options(args: list[str], names: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     skip = False
@@ -190,75 +189,9 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
         return None
     outcome = launch.run()
     if as_json:
-        echo_json(outcome.to_dict())
+        echo_json(launch_json(outcome))
     else:
         _report(outcome)
     if not outcome.ok:
         raise LaunchError(f"run {outcome.record.run_id} failed: {outcome.failure}")
     return outcome
-
-
-@cli.command("status")
-@click.argument("run", required=False)
-@click.option("--json", "as_json", is_flag=True)
-def status_cmd(run: str | None, as_json: bool) -> None:
-    """Queue state, per-rank state and endpoint of a run (default: the newest).
-
-    \b
-    Example:
-      ftcluster status gpt-20261121-101500-ab12
-    """
-    rec = RunStore().get(run)
-    if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
-        return
-    st = run_status(rec)
-    if as_json:
-        echo_json(st)
-        return
-    table = Table(title=f"run {st['run_id']}", show_header=False)
-    for key in ("job_id", "state", "phase", "failure", "endpoint", "source", "reason", "run_dir"):
-        if st.get(key):
-            table.add_row(key, str(st[key]))
-    for r in st["ranks"]:
-        table.add_row(f"rank {r['rank']}", f"{r['node'] or '?'}: {r['state']}")
-    Console().print(table)
-
-
-@cli.command("stop")
-@click.argument("run", required=False)
-def stop_cmd(run: str | None) -> None:
-    """Cancel a run's job and stop its servers (default: the newest run).
-
-    \b
-    Example:
-      ftcluster stop gpt-20261121-101500-ab12
-    """
-    rec = RunStore().get(run)
-    if forward_record(rec, ["stop", rec.run_id]):
-        return
-    rec = stop_run(rec)
-    click.echo(f"stopped run {rec.run_id} (job {rec.job_id})")
-
-
-@cli.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--limit", type=int, default=20, show_default=True)
-def list_cmd(as_json: bool, limit: int) -> None:
-    """Runs recorded in the local store, newest last.
-
-    \b
-    Example:
-      ftcluster list --limit 5
-    """
-    runs = list(RunStore().all())[-limit:]
-    if as_json:
-        echo_json([r.to_dict() for r in runs])
-        return
-    table = Table()
-    for col in ("run", "cluster", "nodes", "job", "status", "folder"):
-        table.add_column(col)
-    for r in runs:
-        table.add_row(r.run_id, r.cluster_name, str(r.nodes), str(r.job_id), r.status, r.run_dir)
-    Console().print(table)
-    if not runs:
-        print("no runs yet", file=sys.stderr)

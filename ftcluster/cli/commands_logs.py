@@ -7,8 +7,8 @@ import sys
 import click
 
 from ftcluster.cli import cli
-from ftcluster.cli.commands_launch import forward_record
-from ftcluster.errors import UserError
+from ftcluster.cli.commands_runs import forward_record
+from ftcluster.errors import EXIT_FAILED, UserError
 from ftcluster.launchers import launcher_for_scheduler
 from ftcluster.logs import Follower, LogSource, follow, sources, tail
 from ftcluster.slurm import JobState
@@ -80,4 +80,4 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         return False
 
     follow(follower, ended, emit)
-    sys.exit(0 if final and final[-1] is JobState.COMPLETED else 1)
+    sys.exit(0 if final and final[-1] is JobState.COMPLETED else EXIT_FAILED)

@@ -2,30 +2,54 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from ftcluster.cli import cli
-from ftcluster.cli.options import echo_json, load_and_plan, plan_options
+from ftcluster.cli.options import load_and_plan, plan_options
+from ftcluster.cli.output import cell, console, echo_json, table
+from ftcluster.documents import plan_json
+from ftcluster.errors import UserError
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
 from ftcluster.render import RenderOptions, RunPaths, render
 
 
 def plan_table(plan: Plan, title: str = "plan") -> Table:
-    table = Table(title=title, show_header=False)
+    t = table(title, show_header=False)
     for key in ("nodes", "gpus_per_node", "tensor_para_size", "pipeline_para_size", "world_size",
                 "mpi_ranks", "model_type", "ft_model", "checkpoint_dir"):
-        table.add_row(key, str(getattr(plan, key)))
+        t.add_row(key, cell(getattr(plan, key)))
     ranks = ", ".join(f"{r.rank}->{r.node or f'node[{r.node_index}]'}" for r in plan.ranks[:16])
     if len(plan.ranks) > 16:
         ranks += f", ... ({len(plan.ranks)} ranks)"
-    table.add_row("rank -> node", ranks)
-    return table
+    t.add_row("rank -> node", cell(ranks))
+    return t
+
+
+@contextmanager
+def new_folder(out: Path, option: str = "--out") -> Iterator[Path]:
+    """Yield `out`; if the body fails, remove every folder it created there (a retry then works),
+    and report an unwritable place as one line naming the option."""
+    created = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        yield out
+    except BaseException as exc:
+        for p in reversed(created):   # the outermost new folder holds everything made
+            if p.exists():
+                shutil.rmtree(p, ignore_errors=True)
+                break
+        if isinstance(exc, OSError):
+            where = exc.filename or out
+            raise UserError(f"cannot write {where}: {exc.strerror or exc}", field=option,
+                            hint="choose a folder you can write to") from None
+        raise
 
 
 @cli.command("plan")
@@ -40,9 +64,9 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     """
     planned = load_and_plan(**kw)
     if as_json:
-        echo_json(planned.plan.to_dict())
+        echo_json(plan_json(planned.plan))
     else:
-        Console().print(plan_table(planned.plan))
+        console().print(plan_table(planned.plan))
 
 
 @cli.command("prepare")
@@ -56,7 +80,8 @@ def prepare_cmd(out: str, **kw: Any) -> None:
       ftcluster prepare --model configs/models/gpt.yaml --nodes 2 --out /shared/run1/model_repository
     """
     planned = load_and_plan(**kw)
-    prepared = prepare_repository(planned.model, planned.plan, Path(out))
+    with new_folder(Path(out).expanduser()) as folder:
+        prepared = prepare_repository(planned.model, planned.plan, folder)
     click.echo(f"prepared {prepared.path} (FT model {prepared.ft_model!r}: "
                + ", ".join(f"{k}={v}" for k, v in prepared.parameters.items()) + ")")
 
@@ -77,9 +102,15 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None
     """
     planned = load_and_plan(**kw)
     run_dir = Path(out).expanduser().resolve()
-    paths = RunPaths.for_folder(run_dir)
-    prepare_repository(planned.model, planned.plan, paths.repo)
+    try:
+        paths = RunPaths.for_folder(run_dir)
+    except ValueError as exc:
+        raise UserError(str(exc), field="--out", hint="choose a plain folder name") from None
+    # Scripts first (pure; may refuse), then the folder: a refusal leaves nothing to clean up.
     scripts = render(planned.cluster, planned.model, planned.plan, paths,
                      RenderOptions(keep_serving=keep_serving, client=not no_client))
-    for path in scripts.materialize(paths.scripts):
+    with new_folder(run_dir):
+        prepare_repository(planned.model, planned.plan, paths.repo)
+        written = scripts.materialize(paths.scripts)
+    for path in written:
         click.echo(str(path))

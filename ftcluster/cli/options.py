@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import click
 
+from ftcluster.cli.output import echo_json  # noqa: F401  (re-exported for the command modules)
 from ftcluster.plan import Plan, make_plan
-from ftcluster.spec import ClusterSpec, ModelSpec, default_cluster_path, default_model_path, load_cluster, load_model
+from ftcluster.spec import (
+    ClusterSpec,
+    ModelSpec,
+    default_cluster_path,
+    default_model_path,
+    load_cluster,
+    load_model,
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,3 @@ def load_and_plan(
     model = load_model(model_path or default_model_path())
     plan = make_plan(cluster, model, nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp)
     return Planned(cluster, model, plan)
-
-
-def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))

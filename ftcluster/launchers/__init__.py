@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ftcluster.launchers.base import Launcher
 from ftcluster.runner import LocalRunner, Runner
-from ftcluster.spec import ClusterSpec
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.spec import ClusterSpec
 
 
 def launcher_for(cluster: ClusterSpec, runner: Runner | None = None) -> Launcher:

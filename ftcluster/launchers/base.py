@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ftcluster.plan import Plan
-from ftcluster.render import RunPaths
 from ftcluster.runner import Runner
 from ftcluster.slurm import JobInfo
-from ftcluster.spec import ClusterSpec
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.layout import RunPaths
+    from ftcluster.plan import Plan
+    from ftcluster.spec import ClusterSpec
 
 
 class Launcher(ABC):

@@ -9,10 +9,14 @@ run on every node, then the job ends by itself. Only after a grace period is it 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ftcluster.events import parse_events
 from ftcluster.launchers.slurm import SlurmLauncher
-from ftcluster.render import RunPaths
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.layout import RunPaths
+
 
 # The node-side teardown: docker rm -f on every node through one srun step.
 TEARDOWN_GRACE = 60.0

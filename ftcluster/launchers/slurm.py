@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
 from ftcluster.launchers.base import Launcher
-from ftcluster.plan import Plan
-from ftcluster.render import RunPaths
 from ftcluster.runner import Runner
 from ftcluster.slurm import JobInfo, Slurm
-from ftcluster.spec import ClusterSpec
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.layout import RunPaths
+    from ftcluster.plan import Plan
+    from ftcluster.spec import ClusterSpec
 
 
 class SlurmLauncher(Launcher):

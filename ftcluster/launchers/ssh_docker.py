@@ -6,12 +6,16 @@ rank's exit) before anything is killed.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ftcluster.errors import UserError
 from ftcluster.fanout import FanoutConfig
 from ftcluster.launchers.local import LocalLauncher
-from ftcluster.plan import Plan
-from ftcluster.render import RunPaths
-from ftcluster.spec import ClusterSpec
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.layout import RunPaths
+    from ftcluster.plan import Plan
+    from ftcluster.spec import ClusterSpec
 
 
 class SshDockerLauncher(LocalLauncher):

@@ -137,7 +137,7 @@ def test_cli_identity_result_file_and_exit_codes(gpt_server: TritonServer, tmp_p
     assert json.loads(out.read_text())["ok"] is True
     bad = subprocess.run([sys.executable, "-m", "ftcluster.client", "identity", "--url", gpt_server.http_url,
                           "--model", "missing"], capture_output=True, text=True, timeout=60, check=False)
-    assert bad.returncode == 2
+    assert bad.returncode == 3
     assert "error: --model: model 'missing' is not ready" in bad.stderr
 
 

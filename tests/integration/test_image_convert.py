@@ -64,12 +64,12 @@ def test_convert_as_slurm_job_through_submitit(slurm_cluster: Any, tmp_path: Pat
     d = tmp_path / "ckpt" / "2-gpu"
     (d.rename(tmp_path / "ckpt" / "4-gpu"))
     p = ftc(*plan, "--gpus-per-node", "4", env=env)
-    assert p.returncode == 2 and "converted for 2 GPU(s)" in p.stderr
+    assert p.returncode == 3 and "converted for 2 GPU(s)" in p.stderr
     (tmp_path / "ckpt" / "4-gpu").rename(d)
     with open(d / "model.layers.1.attention.query_key_value.weight.1.bin", "r+b") as fh:
         fh.truncate(7)
     p = ftc(*plan, env=env)
-    assert p.returncode == 2 and "query_key_value.weight.1.bin is 7 bytes" in p.stderr and "truncated" in p.stderr
+    assert p.returncode == 3 and "query_key_value.weight.1.bin is 7 bytes" in p.stderr and "truncated" in p.stderr
     (d / "model.layers.0.mlp.dense_4h_to_h.weight.0.bin").unlink()
     p = ftc(*plan, env=env)
     assert "missing shard model.layers.0.mlp.dense_4h_to_h.weight.0.bin" in p.stderr

@@ -113,7 +113,7 @@ def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
         assert wait_for(stale_ready, 30)
         p = ftcluster("launch", "--cluster", str(cluster), "--nodes", "2")
-        assert p.returncode == 2 and "Traceback" not in p.stderr
+        assert p.returncode == 3 and "Traceback" not in p.stderr
         assert p.stderr.strip().splitlines()[-1].startswith(
             f"error: ports.http: port {ports['http']} (rank 1) is in use on this machine"), p.stderr
         assert not (Path(spec["workspace"]).exists() and any(Path(spec["workspace"]).iterdir()))
@@ -172,7 +172,7 @@ def test_killed_launcher_leaves_run_that_status_and_stop_reattach(tmp_path: Path
     status = json.loads(ftcluster("status", "--json").stdout)
     assert status["run_id"] == run_dir.name
     assert status["state"] == "RUNNING"
-    assert [r["state"] for r in status["ranks"]] == ["ready", "loaded, waiting for rank 0 (FT)"]
+    assert [r["state"] for r in status["ranks"]] == ["ready", "loaded"]
     assert processes_matching(run_dir.name)
     stop = ftcluster("stop", run_dir.name)
     assert stop.returncode == 0, stop.stderr

@@ -59,7 +59,7 @@ def _assert_clean(out: dict[str, Any]) -> None:
 def test_submission_sbatch_refuses_leaves_nothing(spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, sbatch_args=["--constraint=nosuchfeature"])
     proc = ftcluster("launch", "--cluster", str(cluster), "--nodes", "1")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert "sbatch refused the job" in proc.stderr and "feature" in proc.stderr.lower(), proc.stderr
     assert not any((spec_dir / "ws").iterdir())   # no run folder
     assert json.loads(ftcluster("list", "--json").stdout) == []   # no record
@@ -175,7 +175,7 @@ def test_killed_launcher_leaves_job_that_status_logs_and_stop_reattach(spec_dir:
     status = json.loads(ftcluster("status", run_dir.name, "--json").stdout)
     assert status["state"] == "RUNNING" and status["source"] == "squeue"
     assert sorted(status["nodes"]) == ["node1", "node2"]
-    assert [r["state"] for r in status["ranks"]] == ["ready", "loaded, waiting for rank 0 (FT)"]
+    assert [r["state"] for r in status["ranks"]] == ["ready", "loaded"]
     logs = ftcluster("logs", run_dir.name, "--server", "--tail", "5")
     assert "[rank0 node1]" in logs.stdout and "[rank1 node2]" in logs.stdout
     assert ftcluster("stop", run_dir.name).returncode == 0
@@ -186,7 +186,7 @@ def test_killed_launcher_leaves_job_that_status_logs_and_stop_reattach(spec_dir:
 def test_more_nodes_than_the_partition_has_is_refused_before_submit(spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, partition="small")
     proc = ftcluster("launch", "--cluster", str(cluster), "--nodes", "2")
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert "partition 'small' has 1" in proc.stderr and "Traceback" not in proc.stderr
     assert not (spec_dir / "ws").exists()
 
@@ -194,7 +194,7 @@ def test_more_nodes_than_the_partition_has_is_refused_before_submit(spec_dir: Pa
 def test_unknown_partition_is_refused_before_submit(spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, partition="nosuchpart")
     proc = ftcluster("launch", "--cluster", str(cluster), "--nodes", "1")
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert "unknown partition 'nosuchpart'" in proc.stderr and "debug" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (spec_dir / "ws").exists()

@@ -71,7 +71,7 @@ def test_unknown_host_key_is_refused_not_added(remote_spec: Path) -> None:
     spec["login_known_hosts"] = str(empty)
     remote_spec.write_text(yaml.safe_dump(spec))
     proc = ftcluster("launch", "--cluster", str(remote_spec), "--nodes", "1", env={"HOME": str(remote_spec.parent)})
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert "login_host" in proc.stderr and "known_hosts" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert empty.read_text() == ""          # nothing was added silently

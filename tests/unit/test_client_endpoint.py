@@ -30,10 +30,10 @@ def test_bad_protocol() -> None:
         Endpoint.parse("h:1", "tcp")
 
 
-def test_cli_bad_options_exit_2() -> None:
+def test_cli_bad_options_exit_3() -> None:
     r = subprocess.run([sys.executable, "-m", "ftcluster.client", "bench", "--url", "nohostport",
                         "--concurrency", "1"], capture_output=True, text=True, timeout=60, check=False)
-    assert r.returncode == 2 and "error: --url" in r.stderr
+    assert r.returncode == 3 and "error: --url" in r.stderr
     r = subprocess.run([sys.executable, "-m", "ftcluster", "client", "bench", "--url", "h:1",
                         "--concurrency", "1,x"], capture_output=True, text=True, timeout=60, check=False)
-    assert r.returncode == 2 and "--concurrency" in r.stderr
+    assert r.returncode == 3 and "--concurrency" in r.stderr

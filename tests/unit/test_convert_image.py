@@ -209,7 +209,7 @@ def test_plan_checks_weights_only_when_there_are_any(tmp_path: Path) -> None:
         make_plan(cluster, load_model(model_path), 1)
     verify_checkpoint(tmp_path / "ckpt", "GPT", 1)   # no 1-gpu folder: nothing to check here
     p = ftc("plan", "--cluster", str(cluster_path), "--model", str(model_path))
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "missing shard" in p.stderr
+    assert p.returncode == 3 and p.stderr.count("\n") == 1 and "missing shard" in p.stderr
 
 
 # ---- convert through submitit's local executor -----------------------------------------------

@@ -183,7 +183,7 @@ def test_cli_plan_json() -> None:
     res = run_cli("plan", "--cluster", CL, "--model", str(MODELS / "tiny.yaml"), "--nodes", "2", "--json")
     assert res.rc == 0, res.stderr
     data = json.loads(res.stdout)
-    for key, value in {"tensor_para_size": 1, "pipeline_para_size": 2, "world_size": 2, "nodes": 2,
+    for key, value in {"tensor_para_size": 1, "pipeline_para_size": 2, "world_size": 2, "num_nodes": 2,
                        "gpus_per_node": 1}.items():
         assert data[key] == value
 

@@ -241,7 +241,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_reports_no_gpu_and_fails(tmp_path: Path) -> None:
     proc = _cli(tmp_path, "--no-bandwidth")
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert "no GPU" in proc.stdout
     assert proc.stderr.startswith("error: preflight failed: no GPU on rank 0")
 

@@ -1,0 +1,86 @@
+"""`examples`: write the example specs shipped inside the package into a folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.errors import UserError
+
+# Spec keys whose relative values are paths relative to the spec file.
+_PATH_KEY = re.compile(r"^(?P<key>\s*(?:repository|checkpoint_root|checkpoint_mount_src):\s*)"
+                       r"(?P<path>\.{1,2}/\S+)\s*$")
+
+
+def examples_root() -> Path:
+    # Inside the package, so a wheel install has them too (configs/ in a checkout links here).
+    return Path(__file__).resolve().parent.parent / "examples"
+
+
+def example_files() -> list[Path]:
+    """The example specs, relative to examples_root(): clusters/*.yaml and models/*.yaml."""
+    root = examples_root()
+    return sorted(p.relative_to(root) for p in root.glob("*/*.yaml"))
+
+
+def relocated(text: str, rel: Path) -> str:
+    """The spec text with relative paths made absolute: the copy lives elsewhere, and
+    `../../ftcluster/demo/...` must still find the test model inside the package. The examples
+    are written to be read as configs/<kind>/<file> beside the package (the checkout's configs/
+    link), so that is the folder their relative paths start from."""
+    base = examples_root().parent.parent / "configs" / rel.parent
+    out = []
+    for line in text.splitlines(keepends=True):
+        m = _PATH_KEY.match(line)
+        if m:
+            target = os.path.normpath(base / m["path"])
+            line = f"{m['key']}{json.dumps(target)}\n"
+        out.append(line)
+    return "".join(out)
+
+
+def write_examples(dest: Path, force: bool = False) -> list[Path]:
+    """Write every example into dest; refuse (before writing anything) to overwrite a file."""
+    files = example_files()
+    targets = [dest / rel for rel in files]
+    if not force:
+        for target in targets:
+            if target.exists() or target.is_symlink():
+                raise UserError(f"{target} already exists", field="DIR",
+                                hint="choose another folder or pass --force to overwrite")
+    written = []
+    for rel, target in zip(files, targets):
+        source = examples_root() / rel
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink():
+                target.unlink()  # --force replaces a link, never writes through it
+            target.write_text(relocated(source.read_text(), rel))
+        except OSError as exc:
+            raise UserError(f"cannot write {target}: {exc.strerror or exc}", field="DIR",
+                            hint="choose a folder you can write to") from None
+        written.append(target)
+    return written
+
+
+@cli.command("examples")
+@click.argument("dest", metavar="[DIR]", default="configs", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite example files that already exist in DIR.")
+def examples_cmd(dest: str, force: bool) -> None:
+    """Write the example cluster and model specs into a folder (default: ./configs).
+
+    The `--help` examples of every command use these files (configs/clusters/*.yaml,
+    configs/models/*.yaml). Edit them for your cluster and model.
+
+    \b
+    Example:
+      ftcluster examples && ftcluster plan --cluster configs/clusters/pyxis.yaml \\
+          --model configs/models/gpt.yaml --nodes 2
+    """
+    for path in write_examples(Path(dest), force):
+        click.echo(str(path))

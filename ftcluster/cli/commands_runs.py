@@ -1,0 +1,100 @@
+"""`status`, `stop` and `list`: re-attach to recorded runs.
+
+Light imports only (store, layout, the launcher of the run's kind): these start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.cli.output import cell, console, echo_json, table
+from ftcluster.documents import run_json
+from ftcluster.store import RunRecord, RunStore
+
+
+def forward_record(rec: RunRecord, args: list[str]) -> bool:
+    """Pass a command about a run launched through a login node on to that node."""
+    if rec.scheduler != "remote":
+        return False
+    from ftcluster.remote import forward
+    from ftcluster.spec import load_cluster
+
+    rc = forward(load_cluster(rec.cluster_source), args, {})
+    if rc:
+        sys.exit(rc)
+    return True
+
+
+@cli.command("status")
+@click.argument("run", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the status object as JSON (see the README).")
+def status_cmd(run: str | None, as_json: bool) -> None:
+    """Queue state, per-rank state and endpoint of a run (default: the newest).
+
+    \b
+    Example:
+      ftcluster status gpt-20261121-101500-ab12
+    """
+    from ftcluster.status import run_status
+
+    rec = RunStore().get(run)
+    if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
+        return
+    st = run_status(rec)
+    if as_json:
+        echo_json(st)
+        return
+    t = table(f"run {st['run_id']}", show_header=False)
+    rows = {"job_id": st["job_id"], "state": st.get("state"), "phase": st["phase_label"],
+            "failure": st["failure"], "endpoint": st["endpoint"], "source": st.get("source"),
+            "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"]}
+    for key, value in rows.items():
+        if value:
+            t.add_row(key, cell(value))
+    for r in st["ranks"]:
+        t.add_row(f"rank {r['rank']}", cell(f"{r['node'] or '?'}: {r['state_label']}"))
+    console().print(t)
+
+
+@cli.command("stop")
+@click.argument("run", required=False)
+def stop_cmd(run: str | None) -> None:
+    """Cancel a run's job and stop its servers (default: the newest run).
+
+    \b
+    Example:
+      ftcluster stop gpt-20261121-101500-ab12
+    """
+    from ftcluster.status import stop_run
+
+    rec = RunStore().get(run)
+    if forward_record(rec, ["stop", rec.run_id]):
+        return
+    rec = stop_run(rec)
+    click.echo(f"stopped run {rec.run_id} (job {rec.job_id})")
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see the README).")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+def list_cmd(as_json: bool, limit: int) -> None:
+    """Runs recorded in the local store, newest last.
+
+    \b
+    Example:
+      ftcluster list --limit 5
+    """
+    runs = list(RunStore().all())[-limit:]
+    if as_json:
+        echo_json([run_json(r) for r in runs])
+        return
+    if not runs:
+        click.echo("no runs yet", err=True)
+        return
+    t = table(columns=("run", "cluster", "nodes", "job", "status", "folder"))
+    for r in runs:
+        t.add_row(*(cell(v) for v in (r.run_id, r.cluster_name, r.nodes, r.job_id, r.status, r.run_dir)))
+    console().print(t)

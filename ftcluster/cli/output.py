@@ -1,0 +1,47 @@
+"""Printing for the CLI: JSON (shapes in ftcluster.documents), tables that never cut values.
+
+Light on purpose (no rich at import): `list`, `status` and `logs` import it at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich Console; off a terminal (piped, redirected) lines are as long as their values."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, width=100_000, soft_wrap=False)
+
+
+def table(title: str | None = None, columns: tuple[str, ...] = (), show_header: bool = True) -> Table:
+    """A table whose cells are never wrapped or cut where the console is wide enough."""
+    from rich.table import Table
+
+    t = Table(title=title, show_header=show_header and bool(columns))
+    for col in columns or ("key", "value"):
+        t.add_column(col, overflow="fold")
+    return t
+
+
+def cell(value: Any) -> Any:
+    """A table cell shown as is (no rich markup: paths may hold '[')."""
+    from rich.text import Text
+
+    return Text("" if value is None else str(value))

@@ -1,0 +1,60 @@
+"""The documented JSON objects of the CLI (`--json`): run, plan, status, launch.
+
+Every object carries `schema_version` and `kind`; `nodes` is always a list of host names (as far
+as known) and `num_nodes` the count. The README ("JSON output") documents each key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ftcluster.plan import Plan
+    from ftcluster.store import RunRecord
+
+# Bumped when a documented key changes meaning or goes away (adding keys keeps it).
+SCHEMA_VERSION = 1
+
+
+def document(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One JSON object of the documented shape `kind` (run, plan, status, launch)."""
+    return {"schema_version": SCHEMA_VERSION, "kind": kind, **body}
+
+
+def run_hosts(run_dir: str, num_nodes: int, plan: dict[str, Any] | None = None) -> list[str]:
+    """Host names by rank, as far as known: the ranks' own state/rank<R>.host files (written
+    when each rank started), else the plan's fixed nodes (local and ssh clusters)."""
+    hosts: list[str] = []
+    ranks = {r.get("rank"): r.get("node") for r in (plan or {}).get("ranks", []) if isinstance(r, dict)}
+    for r in range(num_nodes):
+        host_file = Path(run_dir) / "state" / f"rank{r}.host" if run_dir else None
+        try:
+            host = host_file.read_text().strip() if host_file else ""
+        except OSError:
+            host = ""
+        host = host or ranks.get(r) or ""
+        if host and host not in hosts:
+            hosts.append(host)
+    return hosts
+
+
+def run_json(rec: RunRecord) -> dict[str, Any]:
+    """The `run` object: a run as the store records it."""
+    return document("run", {
+        "run_id": rec.run_id, "created": rec.created, "cluster": rec.cluster_name,
+        "cluster_source": rec.cluster_source, "scheduler": rec.scheduler, "style": rec.style,
+        "run_dir": rec.run_dir, "model": rec.model, "job_id": rec.job_id, "status": rec.status,
+        "endpoint": rec.endpoint, "num_nodes": rec.nodes, "nodes": run_hosts(rec.run_dir, rec.nodes, rec.plan),
+    })
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The `plan` object: Plan.to_dict() with `nodes` as host names and `num_nodes` the count."""
+    body = plan.to_dict()
+    body["num_nodes"] = plan.nodes
+    # Hosts are known up front on local and ssh clusters; Slurm picks them at allocation.
+    body["nodes"] = list(dict.fromkeys(r.node for r in plan.ranks if r.node))
+    return document("plan", body)
+
+

@@ -1,0 +1,66 @@
+"""The run folder's layout, shared by rendering, launchers, logs and status.
+
+Kept free of heavy imports (no specs, no templates) so that `status`, `logs` and `stop` start fast.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SCRIPTS = "scripts"
+LOGS = "logs"
+STATE = "state"
+RESULTS = "results"
+REPO = "model_repository"
+EVENTS = f"{STATE}/events"
+
+# Styles whose job script runs on this host (as a process group), not through sbatch.
+HERE_STYLES = ("local", "ssh_docker")
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    run_id: str
+    run_dir: Path
+
+    def __post_init__(self) -> None:
+        # The run id names jobs, containers and server ids; keep it plain.
+        if not _RUN_ID_RE.match(self.run_id):
+            raise ValueError(f"run id {self.run_id!r} must match {_RUN_ID_RE.pattern}")
+        if any(ord(c) < 32 for c in str(self.run_dir)):
+            raise ValueError("the run folder path may not contain control characters")
+
+    @classmethod
+    def for_folder(cls, run_dir: Path) -> RunPaths:
+        return cls(re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.name).lstrip("._-") or "run", run_dir)
+
+    @property
+    def scripts(self) -> Path:
+        return self.run_dir / SCRIPTS
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / LOGS
+
+    @property
+    def state(self) -> Path:
+        return self.run_dir / STATE
+
+    @property
+    def repo(self) -> Path:
+        return self.run_dir / REPO
+
+    @property
+    def events(self) -> Path:
+        return self.run_dir / EVENTS
+
+    @property
+    def results(self) -> Path:
+        return self.run_dir / RESULTS
+
+    def job_script(self, style: str) -> Path:
+        return self.scripts / ("job.sh" if style in HERE_STYLES else "job.sbatch")

@@ -1,0 +1,126 @@
+"""Exit codes, JSON objects and tables of the run commands, against real processes and a real
+run store (the job is a real `bash scripts/job.sh` process group, as the local launcher starts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ftcluster.store import RunRecord, RunStore
+
+LONG = "a-rather-long-folder-name-" * 6   # run folders longer than any 80-column table
+
+
+def ftc(*args: str, state: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ftcluster", *args], capture_output=True, text=True,
+                          env={**os.environ, "FTCLUSTER_STATE_DIR": str(state)}, timeout=timeout, check=False)
+
+
+def record(state: Path, run_dir: Path, job_id: str | None, nodes: int = 2) -> RunRecord:
+    rec = RunRecord(run_id=run_dir.name[:40].rstrip("-"), created=time.time(), cluster_name="local",
+                    cluster_source="", scheduler="local", style="local", run_dir=str(run_dir), nodes=nodes,
+                    model="m", job_id=job_id, status="RUNNING")
+    RunStore(state / "runs.sqlite").add(rec)
+    return rec
+
+
+@pytest.fixture
+def live_run(tmp_path: Path) -> Iterator[tuple[Path, RunRecord]]:
+    """A running local job: job.sh in its own session, rank 0 ready on host0, rank 1 loaded on host1."""
+    state = tmp_path / "state"
+    run_dir = tmp_path / LONG / "run1"
+    for sub in ("scripts", "logs", "state"):
+        (run_dir / sub).mkdir(parents=True)
+    (run_dir / "scripts" / "job.sh").write_text("sleep 120\n")
+    (run_dir / "logs" / "server-rank0.log").write_text("first line\n")
+    (run_dir / "state" / "events").write_text("1.0 submitted\n2.0 servers_starting\n3.0 ready host0:8000\n")
+    for r in (0, 1):
+        (run_dir / "state" / f"rank{r}.host").write_text(f"host{r}\n")
+    (run_dir / "state" / "rank1.loaded").write_text("")
+    job = subprocess.Popen(["bash", str(run_dir / "scripts" / "job.sh")], start_new_session=True)
+    try:
+        yield state, record(state, run_dir, f"local:{job.pid}")
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def test_exit_0_2_3(tmp_path: Path) -> None:
+    assert ftc("--version", state=tmp_path).returncode == 0
+    usage = ftc("list", "--no-such-option", state=tmp_path)
+    assert usage.returncode == 2 and usage.stderr.startswith("error: ") and usage.stderr.count("\n") == 1
+    user = ftc("plan", "--nodes", "0", state=tmp_path)
+    assert user.returncode == 3 and user.stderr == "error: --nodes: must be >= 1\n"
+    assert ftc("status", "no-such-run", state=tmp_path).returncode == 3
+
+
+def test_exit_1_when_the_followed_job_failed(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    run_dir = tmp_path / "run-dead"
+    (run_dir / "state").mkdir(parents=True)
+    rec = record(tmp_path, run_dir, f"local:{dead.pid}", nodes=1)
+    p = ftc("logs", rec.run_id, "-f", state=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+
+
+def test_exit_130_on_ctrl_c(live_run: tuple[Path, RunRecord]) -> None:
+    state, rec = live_run
+    proc = subprocess.Popen([sys.executable, "-m", "ftcluster", "logs", rec.run_id, "-f", "--rank", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FTCLUSTER_STATE_DIR": str(state)})
+    assert proc.stdout is not None and proc.stdout.readline() == "first line\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+
+
+def test_status_json_shape(live_run: tuple[Path, RunRecord]) -> None:
+    state, rec = live_run
+    st = json.loads(ftc("status", "--json", state=state).stdout)
+    assert st["schema_version"] == 1 and st["kind"] == "status" and st["run_id"] == rec.run_id
+    assert st["phase"] == "ready" and st["phase_label"] == "rank 0 ready"
+    assert st["state"] == "RUNNING" and st["endpoint"] == "host0:8000"
+    assert st["num_nodes"] == 2 and isinstance(st["nodes"], list)
+    assert [(r["node"], r["state"]) for r in st["ranks"]] == [("host0", "ready"), ("host1", "loaded")]
+
+
+def test_list_json_shape_matches_status_nodes(live_run: tuple[Path, RunRecord]) -> None:
+    state, rec = live_run
+    (run,) = json.loads(ftc("list", "--json", state=state).stdout)
+    assert run["schema_version"] == 1 and run["kind"] == "run"
+    assert run["num_nodes"] == 2 and run["nodes"] == ["host0", "host1"]   # same type as in status
+    assert run["run_dir"] == rec.run_dir and run["job_id"] == rec.job_id
+
+
+def test_piped_tables_keep_whole_values(live_run: tuple[Path, RunRecord]) -> None:
+    state, rec = live_run
+    for args in (["list"], ["status"]):
+        out = ftc(*args, state=state).stdout
+        assert rec.run_dir in out, out     # one line, not cut at 80 columns
+    assert "loaded, waiting for rank 0 (FT)" in ftc("status", state=state).stdout
+
+
+def test_stop_stops_the_job(live_run: tuple[Path, RunRecord]) -> None:
+    state, rec = live_run
+    p = ftc("stop", state=state)
+    assert p.returncode == 0 and f"stopped run {rec.run_id}" in p.stdout
+    assert json.loads(ftc("status", "--json", state=state).stdout)["state"] != "RUNNING"
+
+
+def test_status_and_logs_load_no_specs_or_templates(live_run: tuple[Path, RunRecord]) -> None:
+    from tests.unit.test_cli_lazy import _modules_after
+
+    state, rec = live_run
+    for args in (["status", rec.run_id], ["logs", "--tail", "100", rec.run_id]):
+        rc, mods, _ = _modules_after(args, env={"FTCLUSTER_STATE_DIR": str(state)})
+        assert rc == 0
+        assert not {"pydantic", "jinja2", "ftcluster.spec", "ftcluster.render", "numpy"} & mods, args
