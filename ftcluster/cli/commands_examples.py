@@ -30,10 +30,8 @@ def example_files() -> list[Path]:
 
 def relocated(text: str, rel: Path) -> str:
     """The spec text with relative paths made absolute: the copy lives elsewhere, and
-    `../../ftcluster/demo/...` must still find the test model inside the package. The examples
-    are written to be read as configs/<kind>/<file> beside the package (the checkout's configs/
-    link), so that is the folder their relative paths start from."""
-    base = examples_root().parent.parent / "configs" / rel.parent
+    `../../demo/...` must still find the test model inside the package."""
+    base = examples_root() / rel.parent
     out = []
     for line in text.splitlines(keepends=True):
         m = _PATH_KEY.match(line)
