@@ -282,3 +282,34 @@ def test_mount_showing_another_folder_is_refused(tmp_path: Path) -> None:
         check_checkpoint_visible(c, model(checkpoint_root=str(tmp_path / "real"), checkpoint_mount="/ckpt"), 1)
     ok = pyxis(mounts=[f"{tmp_path}/real:/ckpt"])
     check_checkpoint_visible(ok, model(checkpoint_root=str(tmp_path / "real"), checkpoint_mount="/ckpt"), 1)
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+def test_launch_dry_run_with_a_90_character_model_name(tmp_path: Path) -> None:
+    """Was a traceback (run id over 100 characters); now the run gets a short id."""
+    from tests.helpers_specs import MODELS, run_cli
+    from tests.launch_helpers import free_port_base
+
+    base, name = free_port_base(1), "g" * 90
+    (tmp_path / "m.yaml").write_text(f"name: {name}\nmodel_type: GPT\nrepository: {MODELS}/tiny/repo\n"
+                                     f"ft_model: fastertransformer\ncheckpoint_root: {MODELS}/tiny/ckpt\n")
+    (tmp_path / "c.yaml").write_text(f"scheduler: local\nworkspace: runs\n"
+                                     f"ports: {{http: {base}, grpc: {base + 1}, metrics: {base + 2}}}\n")
+    res = run_cli("launch", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "m.yaml"), "--dry-run",
+                  cwd=tmp_path)
+    assert res.rc == 0 and "Traceback" not in res.stderr, res.stderr
+    run_id = re.search(r"^RUN_ID=(\S+)$", res.stdout, re.MULTILINE)
+    assert run_id and run_id.group(1).startswith("g" * 31 + "-") and len(run_id.group(1)) < 70
+    # The relative workspace is the spec folder's runs/, whatever the current folder.
+    assert f"RUN_DIR={tmp_path}/runs/{run_id.group(1)}" in res.stdout
+
+
+def test_images_folder_uses_the_expanded_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`$HOME/...` once made a literal `$HOME` folder (convert, image): the spec expands it."""
+    from ftcluster.image import images_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    p = tmp_path / "c.yaml"
+    p.write_text("scheduler: local\nworkspace: $HOME/ftc-runs\n")
+    assert images_dir(load_cluster(p)) == tmp_path / "ftc-runs" / "images"
