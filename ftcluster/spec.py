@@ -56,6 +56,18 @@ def _control(v: str) -> bool:
     return any(ord(c) < 32 or ord(c) == 127 for c in v)
 
 
+def pyxis_mount_path_problem(path: str) -> str | None:
+    """What keeps `path` from being a --container-mounts path, or None: Pyxis splits on ',' and
+    ':' and Enroot's bash evaluates $ ` " \\ (spaces are fine: Pyxis escapes them as \\040)."""
+    bad = [c for c in (",", ":", *_ENROOT_EVAL) if c in path]
+    if _control(path):
+        bad.append("a control character")
+    if not bad:
+        return None
+    return (f"{path!r} holds {' '.join(bad)}; Pyxis mounts it (split on ',' and ':', "
+            "Enroot's bash expands $ ` \" \\)")
+
+
 class Mount(_Strict):
     """One bind mount; rendered as Pyxis ``SRC:DST[:FLAGS]`` or docker ``-v``."""
 
@@ -407,11 +419,9 @@ class ClusterSpec(_Strict):
         if runtime == "pyxis":
             # The run folder (under the workspace) is one of the --container-mounts: Pyxis splits
             # on ',' and ':', and Enroot's bash evaluates the mount line.
-            bad = [c for c in (",", ":", *_ENROOT_EVAL) if c in self.workspace]
-            if bad:
-                raise ValueError(f"workspace: {self.workspace!r} holds {' '.join(bad)}; Pyxis mounts the run "
-                                 "folder inside it (split on ',' and ':', Enroot's bash expands $ ` \" \\): "
-                                 "choose a workspace path without them")
+            problem = pyxis_mount_path_problem(self.workspace)
+            if problem:
+                raise ValueError(f"workspace: {problem}: choose a workspace path without them")
         if runtime == "docker":
             if ":" in self.workspace:
                 raise ValueError(f"workspace: {self.workspace!r} holds ':', which docker run -v SRC:DST splits; "

@@ -313,3 +313,13 @@ def test_images_folder_uses_the_expanded_workspace(tmp_path: Path, monkeypatch: 
     p = tmp_path / "c.yaml"
     p.write_text("scheduler: local\nworkspace: $HOME/ftc-runs\n")
     assert images_dir(load_cluster(p)) == tmp_path / "ftc-runs" / "images"
+
+
+def test_pyxis_mount_path_problem_for_render_out() -> None:
+    from ftcluster.spec import pyxis_mount_path_problem
+
+    assert pyxis_mount_path_problem("/shared/runs/my run 1") is None
+    for path, shown in [("/r/$(x)", "$"), ("/r/a,b", ","), ("/r/a:b", ":"), ("/r/`x`", "`"), ('/r/"', '"'),
+                        ("/r/\\x", "\\"), ("/r/a\nb", "control character")]:
+        problem = pyxis_mount_path_problem(path)
+        assert problem and shown in problem.split("; ")[0], (path, problem)
