@@ -258,6 +258,14 @@ class NodeSsh(_Strict):
     connect_timeout: float = Field(20.0, gt=0)
 
 
+# Set on the login node by remote.forward (remote.HOP_ENV); there the spec is used, not forwarded.
+ON_LOGIN_NODE_ENV = "FTCLUSTER_ON_LOGIN_NODE"
+
+
+def _forwards(login_host: object) -> bool:
+    return bool(login_host) and not os.environ.get(ON_LOGIN_NODE_ENV)
+
+
 _VAR_RE = re.compile(r"\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
 
 
@@ -304,7 +312,6 @@ class ClusterSpec(_Strict):
     hosts: tuple[str, ...] = ()
     node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()
-    workspace: str = "~/ftcluster-runs"
     ports: Ports = Ports()
     mpi: str = "pmix"
     ssh_port: int = Field(11068, ge=1, le=65535)
@@ -314,6 +321,9 @@ class ClusterSpec(_Strict):
     login_identity_file: str | None = None
     login_known_hosts: str | None = None
     login_command: str = "ftcluster"     # how to run ftcluster on the login node
+    # Expanded and made absolute once, here (expand_workspace); every user takes it as it is.
+    # Declared after login_host: a spec that only forwards to the login node is expanded there.
+    workspace: str = Field("~/ftcluster-runs", validate_default=True)
     sbatch_args: tuple[str, ...] = ()
     # Ask Slurm for GPUs (--gpus-per-node) and whole nodes (--exclusive); clusters without
     # GPU GRES (or the CPU test cluster) turn these off.
@@ -369,6 +379,8 @@ class ClusterSpec(_Strict):
     def _workspace(cls, v: str, info: ValidationInfo) -> str:
         if not v or _control(v):
             raise ValueError(f"{v!r} holds a newline or another control character; use a plain folder path")
+        if _forwards(info.data.get("login_host")):
+            return v   # this process only forwards the spec file; the login node expands it
         base = (info.context or {}).get("base")
         return expand_workspace(v, Path(base) if base else None)
 
@@ -416,14 +428,14 @@ class ClusterSpec(_Strict):
 
     def _values_reach_containers(self) -> None:
         runtime = self.container.runtime
-        if runtime == "pyxis":
+        if runtime == "pyxis" and not _forwards(self.login_host):
             # The run folder (under the workspace) is one of the --container-mounts: Pyxis splits
             # on ',' and ':', and Enroot's bash evaluates the mount line.
             problem = pyxis_mount_path_problem(self.workspace)
             if problem:
                 raise ValueError(f"workspace: {problem}: choose a workspace path without them")
         if runtime == "docker":
-            if ":" in self.workspace:
+            if ":" in self.workspace and not _forwards(self.login_host):
                 raise ValueError(f"workspace: {self.workspace!r} holds ':', which docker run -v SRC:DST splits; "
                                  "choose a workspace path without it")
             for key, val in self.env.items():

@@ -323,3 +323,24 @@ def test_pyxis_mount_path_problem_for_render_out() -> None:
                         ("/r/\\x", "\\"), ("/r/a\nb", "control character")]:
         problem = pyxis_mount_path_problem(path)
         assert problem and shown in problem.split("; ")[0], (path, problem)
+
+
+def test_default_workspace_is_expanded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    p = tmp_path / "c.yaml"
+    p.write_text("scheduler: local\n")
+    assert load_cluster(p).workspace == f"{tmp_path}/ftcluster-runs"
+
+
+def test_a_forwarding_spec_leaves_the_workspace_to_the_login_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ftcluster import remote, spec
+
+    assert spec.ON_LOGIN_NODE_ENV == remote.HOP_ENV
+    monkeypatch.delenv(remote.HOP_ENV, raising=False)
+    ws = "$FTC_SET_ONLY_ON_THE_LOGIN_NODE/runs"
+    assert cluster(login_host="login1", workspace=ws).workspace == ws
+    monkeypatch.setenv(remote.HOP_ENV, "1")
+    with pytest.raises(ValueError, match="FTC_SET_ONLY_ON_THE_LOGIN_NODE is not set"):
+        cluster(login_host="login1", workspace=ws)
+    monkeypatch.setenv("FTC_SET_ONLY_ON_THE_LOGIN_NODE", "/scratch/u")
+    assert cluster(login_host="login1", workspace=ws).workspace == "/scratch/u/runs"
