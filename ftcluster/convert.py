@@ -166,7 +166,7 @@ def submit(req: ConvertRequest, store: RunStore | None = None) -> Submitted:
     check_request(req)
     store = store or RunStore()
     run_id = new_run_id(f"convert-{req.model.name}")
-    workspace = Path(req.cluster.workspace).expanduser()
+    workspace = Path(req.cluster.workspace)   # expanded once, by the spec
     paths = RunPaths(run_id, (workspace / run_id).resolve())
     paths.logs.mkdir(parents=True, exist_ok=True)
     req.output_root.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,7 @@ def _safe(tag: str) -> str:
 
 
 def images_dir(cluster: ClusterSpec) -> Path:
-    return Path(os.path.expandvars(cluster.workspace)).expanduser() / "images"
+    return Path(cluster.workspace) / "images"   # expanded once, by the spec
 
 
 def metadata_path(cluster: ClusterSpec, tag: str | None = None) -> Path:

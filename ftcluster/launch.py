@@ -27,11 +27,18 @@ from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
 from ftcluster.plan import Plan
 from ftcluster.render import (
-    DOCKER_STYLES, HERE_STYLES, RenderedScripts, RenderOptions, RunPaths, launch_style, render,
+    DOCKER_STYLES,
+    HERE_STYLES,
+    RenderedScripts,
+    RenderOptions,
+    RunPaths,
+    launch_style,
+    render,
 )
 from ftcluster.slurm import JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
+from ftcluster.visibility import check_checkpoint_visible
 
 
 @dataclass
@@ -88,6 +95,9 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
 def render_run(
     cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions, build: bool = True
 ) -> RenderedScripts:
+    # Before anything is written: a checkpoint no mount shows inside the container fails at
+    # model load on every rank, after the allocation.
+    check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
     mpi: dict[str, Any] = {}
     if launch_style(cluster) == "local" and build:
         from ftcluster.local_mpi import find_local_mpi

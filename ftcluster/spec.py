@@ -7,12 +7,22 @@ resolved against the spec file's folder, so specs can be moved together with the
 
 from __future__ import annotations
 
+import getpass
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ftcluster.errors import SpecError
 
@@ -23,6 +33,39 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Enroot's mount options (enroot-mount.c `mount_opts`, plus the x-create/nofail/silent options it
+# reads by name), which Pyxis passes on after its own "x-create=auto,rbind".
+PYXIS_MOUNT_FLAGS = frozenset({
+    "async", "atime", "bind", "dev", "diratime", "dirsync", "exec", "iversion", "loud", "mand", "noatime",
+    "nodev", "nodiratime", "noexec", "noiversion", "nomand", "norelatime", "nostrictatime", "nosuid", "private",
+    "rbind", "relatime", "ro", "rprivate", "rshared", "rslave", "runbindable", "rw", "shared", "silent", "slave",
+    "strictatime", "suid", "sync", "unbindable", "lazytime", "nolazytime", "nofail",
+    "x-create=auto", "x-create=dir", "x-create=file",
+})
+# `docker run -v SRC:DST:OPTS` options; bind/rbind are dropped when rendering (-v always binds).
+DOCKER_MOUNT_FLAGS = frozenset({"ro", "rw", "z", "Z", "nocopy", "shared", "rshared", "slave", "rslave",
+                                "private", "rprivate", "consistent", "cached", "delegated", "bind", "rbind"})
+# Pyxis writes each mount into an Enroot config as `echo "SRC DST FLAGS"`, which Enroot runs with
+# bash: these characters would be expanded, run or end the string there.
+_ENROOT_EVAL = ("$", "`", '"', "\\")
+
+
+def _control(v: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in v)
+
+
+def pyxis_mount_path_problem(path: str) -> str | None:
+    """What keeps `path` from being a --container-mounts path, or None: Pyxis splits on ',' and
+    ':' and Enroot's bash evaluates $ ` " \\ (spaces are fine: Pyxis escapes them as \\040)."""
+    bad = [c for c in (",", ":", *_ENROOT_EVAL) if c in path]
+    if _control(path):
+        bad.append("a control character")
+    if not bad:
+        return None
+    return (f"{path!r} holds {' '.join(bad)}; Pyxis mounts it (split on ',' and ':', "
+            "Enroot's bash expands $ ` \" \\)")
 
 
 class Mount(_Strict):
@@ -38,24 +81,55 @@ class Mount(_Strict):
         # Pyxis splits --container-mounts on ',' and ':'; such paths cannot be expressed.
         if not v or "," in v or ":" in v:
             raise ValueError("must be a non-empty path without ',' or ':' (Pyxis cannot express those)")
+        if _control(v):
+            raise ValueError(f"{v!r} holds a newline or another control character; use a plain path")
         return v
 
     @field_validator("flags")
     @classmethod
     def _flags(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        allowed = {"ro", "rw", "private", "rprivate", "slave", "rslave", "shared", "rshared", "nosuid", "nodev", "noexec", "rbind", "bind"}
+        allowed = PYXIS_MOUNT_FLAGS | DOCKER_MOUNT_FLAGS
         bad = [f for f in v if f not in allowed]
         if bad:
-            raise ValueError(f"unknown mount flag(s) {bad}; allowed: {sorted(allowed)}")
+            raise ValueError(f"unknown mount flag(s) {bad}; Pyxis/Enroot take e.g. ro, rw, rbind, nosuid, nodev, "
+                             "noexec, private, rprivate, slave, rslave, unbindable, runbindable")
         return v
 
     @classmethod
     def parse(cls, text: str) -> "Mount":
+        """Pyxis's forms: ``SRC:DST[:FLAGS]`` (flags joined by '+') and ``PATH`` (same path inside)."""
         parts = text.split(":")
-        if len(parts) not in (2, 3):
-            raise ValueError(f"mount {text!r} is not SRC:DST[:FLAGS]")
+        if len(parts) == 1 and parts[0]:
+            return cls(src=parts[0], dst=parts[0])
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+            raise ValueError(f"mount {text!r} is not SRC:DST[:FLAGS] or PATH (Pyxis --container-mounts syntax)")
         flags = tuple(f for f in parts[2].split("+") if f) if len(parts) == 3 else ()
         return cls(src=parts[0], dst=parts[1], flags=flags)
+
+
+# Pyxis reads an image starting with '.' or '/' as a squashfs file, anything else as a Docker
+# reference that Enroot parses (docker.sh `docker::_parse_uri`): [USER@][REGISTRY#|REGISTRY/]IMAGE[:TAG][@DIGEST].
+_IMAGE_REF_RE = re.compile(
+    r"^(docker://|dockerd://)?([A-Za-z0-9_.-]+@)?"
+    r"([A-Za-z0-9.-]+(:[0-9]+)?[#/])?"
+    r"[a-z0-9]([a-z0-9/._-]*[a-z0-9])?"
+    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[A-Fa-f0-9]{64})?$"
+)
+
+
+def pyxis_image_problem(image: str) -> str | None:
+    """Why Pyxis/Enroot cannot use `image` as given, or None."""
+    if image[0] in "./":
+        if _control(image) or any(c.isspace() for c in image) or any(c in image for c in _ENROOT_EVAL):
+            return (f"the image path {image!r} holds whitespace, a control character or one of $ ` \" \\ "
+                    "(Enroot would split or re-evaluate it); move the .sqsh to a plain path")
+        if image.endswith("/") or image.rsplit("/", 1)[-1] in (".", ".."):
+            return f"{image!r} names a folder, not a squashfs file; give the .sqsh file's path"
+        return None
+    if not _IMAGE_REF_RE.match(image):
+        return (f"{image!r} is neither a .sqsh path (those start with '/' or '.') nor a Docker reference "
+                "such as nvcr.io#nvidia/tritonserver:22.12-py3 or team/triton_ft:22.12")
+    return None
 
 
 class Container(_Strict):
@@ -85,6 +159,13 @@ class Container(_Strict):
             raise ValueError("must be non-empty, without spaces or control characters")
         return v
 
+    @field_validator("image", "workdir", "image_tar")
+    @classmethod
+    def _no_control(cls, v: str | None) -> str | None:
+        if v is not None and (not v or _control(v)):
+            raise ValueError(f"{v!r} must be non-empty, without newlines or other control characters")
+        return v
+
     @field_validator("mounts", mode="before")
     @classmethod
     def _parse_mounts(cls, v: Any) -> Any:
@@ -97,12 +178,31 @@ class Container(_Strict):
         if self.runtime != "none" and not self.image:
             raise ValueError(f"runtime {self.runtime!r} needs container.image (an image name or .sqsh path)")
         if self.runtime == "pyxis":
-            # Pyxis (args.c add_mount) takes a source that is a path starting with '/' or '.'
-            # (or "tmpfs"/"umount") and a target path starting with '/' or '.'.
+            assert self.image is not None
+            problem = pyxis_image_problem(self.image)
+            if problem:
+                raise ValueError(f"image: {problem}")
             for i, m in enumerate(self.mounts):
+                # Pyxis (args.c add_mount) takes a source that is a path starting with '/' or '.'
+                # (or "tmpfs"/"umount") and a target path starting with '/' or '.'.
                 if not (m.src[0] in "./" or m.src in ("tmpfs", "umount")) or m.dst[0] not in "./":
                     raise ValueError(f"mounts.{i}: Pyxis needs SRC and DST paths that start with '/' or '.' "
                                      f"(got {m.src}:{m.dst})")
+                bad = [c for c in _ENROOT_EVAL if c in m.src + m.dst]
+                if bad:
+                    raise ValueError(f"mounts.{i}: {m.src}:{m.dst} holds {' '.join(bad)}, which Enroot's bash "
+                                     "would expand or run (Pyxis writes mounts as echo \"SRC DST FLAGS\"); "
+                                     "mount a path without $ ` \" \\")
+                bad = [f for f in m.flags if f not in PYXIS_MOUNT_FLAGS]
+                if bad:
+                    raise ValueError(f"mounts.{i}: Enroot does not know the mount flag(s) {bad}; use e.g. ro, "
+                                     "rw, rbind, nosuid, nodev, noexec, rprivate, rslave, unbindable")
+        if self.runtime == "docker":
+            for i, m in enumerate(self.mounts):
+                bad = [f for f in m.flags if f not in DOCKER_MOUNT_FLAGS]
+                if bad:
+                    raise ValueError(f"mounts.{i}: docker run -v does not take {bad}; use ro, rw, z, Z, nocopy "
+                                     "or a propagation (rprivate, rslave, ...)")
         return self
 
 
@@ -162,6 +262,48 @@ class NodeSsh(_Strict):
     connect_timeout: float = Field(20.0, gt=0)
 
 
+# Set on the login node by remote.forward (remote.HOP_ENV); there the spec is used, not forwarded.
+ON_LOGIN_NODE_ENV = "FTCLUSTER_ON_LOGIN_NODE"
+
+
+def _forwards(login_host: object) -> bool:
+    return bool(login_host) and not os.environ.get(ON_LOGIN_NODE_ENV)
+
+
+_VAR_RE = re.compile(r"\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
+
+
+def expand_workspace(value: str, base: Path | None = None) -> str:
+    """The workspace as an absolute path: `~`/`~user` and `$NAME`/`${NAME}` expanded, once.
+
+    This is the only place the workspace is expanded; everything else uses the result as it is.
+    An unset variable is refused (a literal `$HOME` folder helps nobody); USER and HOME fall back
+    to the account's own values, as a login shell sets them. A `$` not followed by a name stays.
+    A relative path is taken from `base` (the spec file's folder), else the current folder.
+    """
+    def var(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        val = os.environ.get(name)
+        if val is None and name in ("USER", "LOGNAME"):
+            val = getpass.getuser()
+        if val is None and name == "HOME":
+            val = os.path.expanduser("~")
+        if val is None:
+            raise ValueError(f"{m.group(0)} is not set in the environment; set it or write the path out")
+        return val
+
+    text = _VAR_RE.sub(var, value)
+    if text.startswith("~"):
+        expanded = os.path.expanduser(text)
+        if expanded.startswith("~"):
+            raise ValueError(f"{text.split('/', 1)[0]!r} is not a known user's home; write the path out")
+        text = expanded
+    path = Path(text)
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    return os.path.normpath(path)
+
+
 class ClusterSpec(_Strict):
     name: str = "cluster"
     scheduler: Literal["slurm", "ssh", "local"]
@@ -174,7 +316,6 @@ class ClusterSpec(_Strict):
     hosts: tuple[str, ...] = ()
     node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()
-    workspace: str = "~/ftcluster-runs"
     ports: Ports = Ports()
     mpi: str = "pmix"
     ssh_port: int = Field(11068, ge=1, le=65535)
@@ -184,6 +325,9 @@ class ClusterSpec(_Strict):
     login_identity_file: str | None = None
     login_known_hosts: str | None = None
     login_command: str = "ftcluster"     # how to run ftcluster on the login node
+    # Expanded and made absolute once, here (expand_workspace); every user takes it as it is.
+    # Declared after login_host: a spec that only forwards to the login node is expanded there.
+    workspace: str = Field("~/ftcluster-runs", validate_default=True)
     sbatch_args: tuple[str, ...] = ()
     # Ask Slurm for GPUs (--gpus-per-node) and whole nodes (--exclusive); clusters without
     # GPU GRES (or the CPU test cluster) turn these off.
@@ -234,6 +378,16 @@ class ClusterSpec(_Strict):
             raise ValueError("must be >= 1 or 'auto'")
         return v
 
+    @field_validator("workspace")
+    @classmethod
+    def _workspace(cls, v: str, info: ValidationInfo) -> str:
+        if not v or _control(v):
+            raise ValueError(f"{v!r} holds a newline or another control character; use a plain folder path")
+        if _forwards(info.data.get("login_host")):
+            return v   # this process only forwards the spec file; the login node expands it
+        base = (info.context or {}).get("base")
+        return expand_workspace(v, Path(base) if base else None)
+
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, v: Any) -> Any:
@@ -270,9 +424,34 @@ class ClusterSpec(_Strict):
             raise ValueError("scheduler 'ssh' starts its ranks in Docker containers: set container.runtime: docker")
         if self.container.runtime == "pyxis" and self.scheduler != "slurm":
             raise ValueError("container.runtime 'pyxis' needs scheduler 'slurm'")
+        self._values_reach_containers()
         if self.hosts and self.scheduler == "ssh" and self.max_nodes > len(self.hosts):
             object.__setattr__(self, "max_nodes", len(self.hosts))
         return self
+
+
+    def _values_reach_containers(self) -> None:
+        runtime = self.container.runtime
+        if runtime == "pyxis" and not _forwards(self.login_host):
+            # The run folder (under the workspace) is one of the --container-mounts: Pyxis splits
+            # on ',' and ':', and Enroot's bash evaluates the mount line.
+            problem = pyxis_mount_path_problem(self.workspace)
+            if problem:
+                raise ValueError(f"workspace: {problem}: choose a workspace path without them")
+        if runtime == "docker":
+            if ":" in self.workspace and not _forwards(self.login_host):
+                raise ValueError(f"workspace: {self.workspace!r} holds ':', which docker run -v SRC:DST splits; "
+                                 "choose a workspace path without it")
+            for key, val in self.env.items():
+                # The container's sshd gets them as SetEnv "KEY=VALUE" (sshd_config: one line, '"'
+                # ends the value, '\\' escapes); mpirun's ranks inherit them from there.
+                if _control(val) or '"' in val or "\\" in val:
+                    raise ValueError(f"env.{key}: {val!r} holds a newline, control character, '\"' or '\\', "
+                                     "which would split or add lines in the containers' sshd_config (SetEnv); "
+                                     "remove them from the value")
+        for key, val in self.env.items():
+            if "\0" in val:
+                raise ValueError(f"env.{key}: a value cannot hold a NUL character")
 
 
 # What users call the model (ftcluster.modeltypes.KINDS); config.pbtxt gets the backend's name
@@ -329,7 +508,7 @@ _S = TypeVar("_S", bound=BaseModel)
 def _format_error(path: Path, exc: ValidationError) -> str:
     errors = exc.errors()
     first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
@@ -338,7 +517,8 @@ def _format_error(path: Path, exc: ValidationError) -> str:
     elif "input" in first and first["type"] not in ("value_error",):
         msg += f" (got {first['input']!r})"
     more = f" [+{len(errors) - 1} more problem(s)]" if len(errors) > 1 else ""
-    return f"{path}: {loc}: {msg}{more}"
+    # A check across fields names its field in the message itself ("workspace: ...").
+    return f"{path}: {loc}: {msg}{more}" if loc else f"{path}: {msg}{more}"
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -362,7 +542,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _validate(cls: type[_S], path: Path, data: dict[str, Any]) -> _S:
     try:
-        return cls.model_validate(data)
+        # Relative paths in a spec (the cluster's workspace) are taken from the spec's folder.
+        return cls.model_validate(data, context={"base": str(path.resolve().parent)})
     except ValidationError as exc:
         raise SpecError(_format_error(path, exc)) from None
 

@@ -6,8 +6,10 @@ A small SQLite file under the state directory ($FTCLUSTER_STATE_DIR, default
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -109,6 +111,20 @@ class RunStore:
         raise UserError(f"no run {key!r}", hint="see `ftcluster list`")
 
 
+# The run id names the run folder, Slurm jobs, containers and server ids; a long model name is
+# cut to this length with a hash of the whole name kept, so distinct names stay distinct.
+RUN_NAME_MAX = 40
+
+
+def run_name(model_name: str) -> str:
+    """The model-name part of a run id: plain characters, at most RUN_NAME_MAX of them."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", model_name).lstrip("._-") or "run"
+    if len(name) <= RUN_NAME_MAX:
+        return name
+    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
+    return f"{name[:RUN_NAME_MAX - 9].rstrip('._-')}-{digest}"
+
+
 def new_run_id(model_name: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{model_name}-{stamp}-{os.urandom(2).hex()}"
+    return f"{run_name(model_name)}-{stamp}-{os.urandom(2).hex()}"

@@ -163,10 +163,17 @@ def _no_pwned(*roots: Path) -> None:
         assert not found, f"something was executed: {found}"
 
 
+# What the spec lets through where a value reaches sshd_config (Docker) or Enroot's bash (Pyxis):
+# no '"' or '\\' in Docker env values, no $ ` " \\ in a Pyxis workspace (tests/unit/test_spec_values.py).
+SPEC_SAFE_HOSTILE = HOSTILE.replace('"', "").replace("\\", "")
+
+
 def _hostile_render(style: str, weird: Path) -> tuple[RenderedScripts, Path]:
     run_dir = weird / "run dir $(touch PWNED) '; touch PWNED2 #"
-    scripts = render_style(style, run_dir=run_dir, workspace=str(weird / "ws $(touch PWNED)"),
-                           env={"NCCL_DEBUG": HOSTILE}, server={
+    workspace = str(weird.parent / "ws") if style == "pyxis" else str(weird / "ws $(touch PWNED)")
+    env = SPEC_SAFE_HOSTILE if style in ("docker", "ssh_docker") else HOSTILE
+    scripts = render_style(style, run_dir=run_dir, workspace=workspace,
+                           env={"NCCL_DEBUG": env}, server={
                                "binary": str(weird / "bin" / "triton $(touch PWNED)"),
                                "extra_args": ["--model-control-mode=none", HOSTILE], "ready_timeout": 5})
     return scripts, run_dir

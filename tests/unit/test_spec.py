@@ -56,8 +56,11 @@ def test_mount_forms() -> None:
         "mounts": ["/a:/b", "/c:/d:ro+rprivate", {"src": "/e", "dst": "/f", "flags": ["ro"]}]})
     assert c.container.mounts == (Mount(src="/a", dst="/b"), Mount(src="/c", dst="/d", flags=("ro", "rprivate")),
                                   Mount(src="/e", dst="/f", flags=("ro",)))
-    with pytest.raises(ValueError, match="SRC:DST"):
-        Mount.parse("/only")
+    # Pyxis's short form: the same path inside.
+    assert Mount.parse("/only") == Mount(src="/only", dst="/only")
+    for bad in ("/a::ro", ":/b", "/a:/b:ro:x"):
+        with pytest.raises(ValueError, match="SRC:DST"):
+            Mount.parse(bad)
 
 
 def test_env_values_become_strings() -> None:
