@@ -8,7 +8,6 @@ the job, shows progress, and cancels the job on any failure or Ctrl-C.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -79,7 +78,9 @@ Progress = Callable[[str, float, str], None]   # (phase, seconds, detail)
 
 
 def workspace_dir(cluster: ClusterSpec) -> Path:
-    return Path(os.path.expandvars(os.path.expanduser(cluster.workspace))).resolve()
+    # Already expanded by the spec (expand_workspace); expanding again would rewrite a '$' or
+    # '~' that came from a variable's value.
+    return Path(cluster.workspace).resolve()
 
 
 def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:

@@ -56,7 +56,7 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
         click.echo(f"converter: {shlex.join(req.argv())}")
         click.echo(f"output:    {model.checkpoint_root / f'{size}-gpu'}")
         if cluster.scheduler == "slurm":
-            params = conv.slurm_parameters(req, Path(cluster.workspace).expanduser() / "RUN", "ftc-convert")
+            params = conv.slurm_parameters(req, Path(cluster.workspace) / "RUN", "ftc-convert")
             click.echo(f"job:       submitit SlurmExecutor {json.dumps(params, sort_keys=True)}")
         else:
             click.echo("job:       submitit LocalExecutor")

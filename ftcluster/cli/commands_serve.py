@@ -100,7 +100,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
     cluster = load_cluster(kw["cluster_path"] or default_cluster_path())
     model = load_model(kw["model_path"] or default_model_path())
     name = kw["name"] or f"ftcluster-{model.name}"
-    folder = Path(out) if out else Path(cluster.workspace).expanduser() / f"serve-{name}"
+    folder = Path(out) if out else Path(cluster.workspace) / f"serve-{name}"
     host = serve.resolve_docker_host(docker_host, cluster.container.docker_host)
     client = serve.docker_client(host)   # fail before preparing anything
     _, _, svc, _ = _build(folder, **kw)
