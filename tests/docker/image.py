@@ -120,14 +120,17 @@ def _add_triton(root: Path) -> None:
 
 def _move_mpi(root: Path) -> None:
     """Open MPI's commands to /usr/local/mpi/bin, off the default PATH, as in NVIDIA's images
-    (its libraries stay where the dynamic linker finds them, and /usr/local/mpi/lib links them)."""
+    (its libraries stay where the dynamic linker finds them, and /usr/local/mpi/lib links them;
+    orted stays in Debian's bindir, where Open MPI itself looks for it)."""
     bindir = root / MPI_DIR.lstrip("/") / "bin"
     libdir = root / MPI_DIR.lstrip("/") / "lib"
     bindir.mkdir(parents=True)
     libdir.mkdir(parents=True)
     usr_bin = root / "usr/bin"
+    # orted stays: Open MPI finds it in its compiled-in bindir (a singleton MPI_Init forks it
+    # from there), as NVIDIA's images find theirs in /usr/local/mpi/bin, their install prefix.
     moved = [e for e in usr_bin.iterdir()
-             if e.name.startswith(("mpirun", "mpiexec", "orte", "ompi", "opal", "osh")) or e.name == "orted"]
+             if e.name.startswith(("mpirun", "mpiexec", "orte", "ompi", "opal", "osh")) and e.name != "orted"]
     names = {e.name for e in moved}
     for entry in moved:
         dest = bindir / entry.name

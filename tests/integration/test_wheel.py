@@ -30,7 +30,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
-    p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
+    p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist),
               str(REPO)], cwd=base, env=dict(os.environ))
     assert p.returncode == 0, p.stderr
     (whl,) = dist.glob("ftcluster-*.whl")
