@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.triton_server import require_tritonserver
 
@@ -64,9 +65,14 @@ def test_installed_wheel_renders_and_dry_runs(wheel_venv: tuple[Path, Path, dict
     assert p.returncode == 0 and str(REPO) not in p.stdout and "venv" in p.stdout, p.stdout + p.stderr
     p = _run(["ftcluster", "examples", "configs"], work, env)
     assert p.returncode == 0, p.stderr
-    cluster = work / "configs" / "clusters" / "slurm-bare.yaml"
+    example = work / "configs" / "clusters" / "slurm-bare.yaml"
     model = work / "configs" / "models" / "demo.yaml"
-    assert cluster.is_file() and model.is_file()
+    assert example.is_file() and model.is_file()
+    # The example as a user adapts it: GPUs per node that the demo checkpoint (1-gpu, 2-gpu) has.
+    spec = yaml.safe_load(example.read_text())
+    spec["gpus_per_node"] = 1
+    cluster = work / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(spec))
     p = _run(["ftcluster", "render", "--cluster", str(cluster), "--nodes", "2", "--out", str(work / "r")], work, env)
     assert p.returncode == 0, p.stderr
     assert (work / "r" / "scripts" / "job.sbatch").is_file(), p.stdout
