@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,14 @@ def _assert_nothing_left(run_id: str) -> None:
 
 def test_launch_two_local_ranks_runs_client_and_cleans_up(tmp_path: Path) -> None:
     cluster = write_cluster(tmp_path)
+    tmp = Path(tempfile.gettempdir())
+    mpi_tmp_before = set(tmp.glob("ftc-mpi.*")) | set(tmp.glob("ompi.*"))
     rc, out, err = launch_json(cluster, "--nodes", "2")
     assert rc == 0, err
     assert out["ok"] is True
+    # Open MPI's session folder of the run (under its own TMPDIR), which the SIGKILLed mpirun
+    # cannot remove, is gone with the run.
+    assert set(tmp.glob("ftc-mpi.*")) | set(tmp.glob("ompi.*")) <= mpi_tmp_before
     for phase in ("submitted", "servers_starting", "ready", "client_started", "client_done", "done"):
         assert phase in out["phases"], out["phases"]
     assert out["client"]["ok"] is True
