@@ -32,6 +32,18 @@ event() { printf '%s %s\n' "$(date +%s.%N)" "$*" >>"$STATE/events"; }
 FAILING=0
 PHASE="during start-up"   # where the run is, for failure messages
 
+# INT/TERM only set a flag, acted on between commands (interrupt_point, in nap and after each
+# wait): a trap that exits while `read -t` waits leaves bash 5.2 a live timer that crashes the
+# teardown (SIGSEGV), and the run's servers_stopped and done are never written.
+INTERRUPTED=0
+interrupt_point() {
+  (( INTERRUPTED )) || return 0
+  INTERRUPTED=0
+  trap '' INT TERM
+  event "interrupted"
+  exit 130
+}
+
 # The rank that died first (state/rank<R>.exit: "CODE EPOCH died|stopped", written by
 # rank_server.sh), or nothing. Ranks that were asked to stop are not a cause.
 first_exited_rank() {
@@ -163,7 +175,7 @@ not_ready_why() {
 
 # A sleep without a process per call: read times out on a pipe nobody writes to.
 exec {NAP_FD}<> <(:)
-nap() { read -rt "$1" -u "$NAP_FD" || :; }
+nap() { read -rt "$1" -u "$NAP_FD" || :; interrupt_point; }
 
 # Ready = rank 0 answers with our id and its models ready, AND every other rank's server is
 # alive and inside model load. FT's ranks != 0 never leave model load, so they never answer
@@ -223,7 +235,10 @@ run_client() {
 
 cleanup() {
   local rc=$?
-  trap - EXIT INT TERM
+  # The teardown runs to its end: a second TERM (scancel signals the batch shell and its
+  # steps) must not cut it short. What cannot finish is SIGKILLed by whoever stops the job.
+  trap - EXIT
+  trap '' INT TERM
   [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
   stop_servers
   event "done $rc"
@@ -260,7 +275,7 @@ stop_servers() {
 }
 
 trap cleanup EXIT
-trap 'event "interrupted"; exit 130' INT TERM
+trap 'INTERRUPTED=1' INT TERM
 event "job_started $(hostname) $$"
 # Every rank on this machine: they share its address and take ports rank*PORT_STRIDE apart.
 # Each "node" sees only its own gpus_per_node GPUs, as on a real cluster (FT refuses a rank that
@@ -284,5 +299,6 @@ if (( KEEP_SERVING )); then
   PHASE="while serving"
   event "serving $RANK0_URL"
   wait "$SERVER_PID"
+  interrupt_point
   fail "a server rank exited while serving"
 fi
