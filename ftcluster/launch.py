@@ -202,6 +202,7 @@ class Launch:
         outcome = LaunchOutcome(record, False, {"submitted": 0.0})
         next_info = 0.0
         last_detail = ""
+        unreachable_since: float | None = None
         while True:
             for ev in follower.poll():
                 if self._on_event(ev, outcome, t0):
@@ -214,6 +215,18 @@ class Launch:
             if now >= next_info:
                 next_info = now + self.opts.state_poll
                 info = self.launcher.info(record.job_id, self.paths)
+                if info.source == "error":
+                    # The scheduler could not be asked (a busy slurmctld times out): not an
+                    # answer. The job's own events still end the launch; a scheduler that stays
+                    # unreachable does.
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= SCHEDULER_UNREACHABLE_LIMIT:
+                        outcome.failure = (f"the scheduler could not be asked about job {record.job_id} for "
+                                           f"{SCHEDULER_UNREACHABLE_LIMIT:.0f}s: {info.reason}")
+                        return self._finish(outcome, follower.events)
+                    time.sleep(self.opts.event_poll)
+                    continue
+                unreachable_since = None
                 if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
                     last_detail = info.reason
                     self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
@@ -325,6 +338,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
     return data if isinstance(data, dict) else None
 
+
+# Seconds the launch goes on without an answer from the scheduler before giving up.
+SCHEDULER_UNREACHABLE_LIMIT = 300.0
 
 # Rank 0's log lines shown while waiting: the model status table and errors.
 _WORTH_SHOWING = re.compile(r"^\| \S+ +\| \d+ +\| (READY|UNAVAILABLE)|^E\d{4} |failed to")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ftcluster.errors import LaunchError, UserError
-from ftcluster.runner import Runner
+from ftcluster.runner import CommandResult, Runner
 
 
 class JobState(str, Enum):
@@ -93,44 +93,61 @@ class Slurm:
         self.runner.run(argv, timeout=60)
 
     def info(self, job_id: str) -> JobInfo:
+        """The job's state. source "none": Slurm answered and knows no such job (it is gone);
+        source "error": Slurm could not be asked (a busy or restarting slurmctld times out):
+        not an answer, the caller asks again later."""
+        problem = ""
         for probe in (self._squeue, self._sacct, self._scontrol):
             got = probe(job_id)
-            if got is not None:
+            if isinstance(got, JobInfo):
                 return got
+            problem = problem or got
+        if problem:
+            return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", reason=problem, source="error")
         return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", source="none")
 
-    def _squeue(self, job_id: str) -> JobInfo | None:
+    @staticmethod
+    def _query_problem(res: CommandResult) -> str:
+        """'' when a failed query means "no such job"; else what went wrong (Slurm unreachable)."""
+        text = (res.stderr or res.stdout).strip()
+        if "invalid job id" in text.lower():
+            return ""
+        return text.splitlines()[-1] if text else f"exit {res.returncode}"
+
+    def _squeue(self, job_id: str) -> JobInfo | str:
         res = self.runner.run(["squeue", "-h", "-j", job_id, "-o", "%T|%R|%N"], timeout=30)
-        if not res.ok or not res.stdout.strip():
-            return None  # squeue forgets jobs shortly after they end
+        if not res.ok:
+            return self._query_problem(res)
+        if not res.stdout.strip():
+            return ""  # squeue forgets jobs shortly after they end
         raw, reason, nodes = (res.stdout.strip().splitlines()[0].split("|") + ["", ""])[:3]
         # squeue says "None" (or "(None)") when there is no reason to show.
         reason = "" if reason.strip("()") == "None" else reason
         return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
 
-    def _sacct(self, job_id: str) -> JobInfo | None:
+    def _sacct(self, job_id: str) -> JobInfo | str:
         if self._has_sacct is False:
-            return None
+            return ""
         res = self.runner.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList"], timeout=30)
         if not res.ok:
             # "accounting storage is disabled" on clusters without slurmdbd
             self._has_sacct = False
-            return None
+            return ""
         self._has_sacct = True
         line = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
         if not line:
-            return None
+            return ""
         raw, code, nodes = (line.split("|") + ["", ""])[:3]
         return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), exit_code=code, source="sacct")
 
-    def _scontrol(self, job_id: str) -> JobInfo | None:
+    def _scontrol(self, job_id: str) -> JobInfo | str:
         res = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
         if not res.ok:
-            return None
+            return self._query_problem(res)
         fields = dict(re.findall(r"(\w+)=(\S*)", res.stdout))
         raw = fields.get("JobState", "")
         if not raw:
-            return None
+            return ""
         return JobInfo(job_id, map_state(raw), raw, expand_nodelist(fields.get("NodeList", "")),
                        fields.get("Reason", ""), fields.get("ExitCode", ""), source="scontrol")
 

@@ -9,8 +9,12 @@ and left running.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +47,21 @@ def slurm_cluster() -> Iterator[SlurmTestbed]:
     """
     require_testbed()
     d = os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR))
+    # One pytest session at a time on a test bed (and on /etc/slurm/slurm.conf, node names in
+    # /etc/hosts and the per-node dockerds it shares): a second session waits here.
+    lock = open(Path(d).parent / f".{Path(d).name}.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        t0 = time.monotonic()
+        print(f"\nwaiting for another test session to release the test bed {d} ...", file=sys.stderr)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        print(f"got the test bed after {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    with lock:
+        yield from _session_testbed(d)
+
+
+def _session_testbed(d: str) -> Iterator[SlurmTestbed]:
     existing = SlurmTestbed.from_state(d)
     if existing.is_up():
         yield existing
