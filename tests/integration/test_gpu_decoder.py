@@ -76,6 +76,17 @@ def test_tokens_depend_on_the_prompt_the_seed_and_the_layers() -> None:
     assert not np.array_equal(_run(mod, _dims(mod, layers=2), 1, 1, ids, lens, out), base)
 
 
+def test_generated_tokens_are_not_the_prompt_repeated() -> None:
+    """A model that only echoes its input would make every identity test across plans pass."""
+    mod = _gpt_cuda()
+    dims = _dims(mod)
+    ids = np.arange(8).reshape(2, 4) + 5
+    out = _run(mod, dims, 1, 1, ids, np.array([4, 4]), np.array([8, 8]))
+    for row, prompt in zip(out, ids):
+        assert len(set(row.tolist())) > 2, row
+        assert not (row == prompt[-1]).all(), row
+
+
 def test_a_layer_count_pp_does_not_divide_is_refused_in_fts_words() -> None:
     mod = _gpt_cuda()
     with pytest.raises(RuntimeError, match=r"\[FT\]\[ERROR\] num_layer 4 must be divisible"):

@@ -93,6 +93,39 @@ def test_rank_dying_at_startup_fails_fast_names_it_and_cancels(spec_dir: Path) -
     _assert_clean(out)
 
 
+def test_launch_rides_out_an_unresponsive_slurmctld(spec_dir: Path, slurm_cluster: Any) -> None:
+    """A slurmctld that does not answer for a while (busy, failing over: here SIGSTOPped, so
+    squeue and scontrol time out) is no answer about the job: the launch waits and succeeds."""
+    import threading
+    import time
+
+    cluster = _write_spec(spec_dir)
+    ctld = slurm_cluster.pids["slurmctld"]
+    froze = threading.Event()
+
+    def freeze_while_loading() -> None:
+        ws = spec_dir / "ws"
+        if wait_for(lambda: any("servers_starting" in p.read_text() for p in ws.glob("*/state/events")), 60):
+            os.kill(ctld, signal.SIGSTOP)
+            froze.set()
+            try:
+                time.sleep(14)   # longer than squeue's 10 s message timeout
+            finally:
+                os.kill(ctld, signal.SIGCONT)
+
+    freezer = threading.Thread(target=freeze_while_loading)
+    freezer.start()
+    try:
+        rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check",
+                                   env={"FTCLUSTER_TEST_LOAD_DELAY": "25"})
+    finally:
+        freezer.join()
+    assert froze.is_set()
+    assert rc == 0, (out.get("failure"), err)
+    assert out["ok"] and out["client"]["ok"]
+    _assert_clean(out)
+
+
 def test_readiness_timeout_fails_cleanly(spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, server={"binary": "auto", "ready_timeout": 4, "exit_grace": 3})
     rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check",

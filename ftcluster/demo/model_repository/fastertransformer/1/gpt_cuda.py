@@ -91,9 +91,13 @@ def shard_layer(full, dims, tp, part):
 
 
 def embedding_weights(dims, seed):
+    # An untied output head (FT loads model.lm_head.weight.bin when a checkpoint has one): with
+    # untrained weights a head tied to wte scores the current token highest, so every plan just
+    # repeats the prompt's last token and an identity test across plans could not fail.
     return {"wte": _randn(seed, 1, (dims.vocab, dims.hidden), 1.0),
             "wpe": _randn(seed, 2, (dims.max_pos, dims.hidden), 0.5),
-            "lnf_w": 1.0 + _randn(seed, 3, (dims.hidden,), 0.1), "lnf_b": _randn(seed, 4, (dims.hidden,), 0.1)}
+            "lnf_w": 1.0 + _randn(seed, 3, (dims.hidden,), 0.1), "lnf_b": _randn(seed, 4, (dims.hidden,), 0.1),
+            "lm_head": _randn(seed, 5, (dims.vocab, dims.hidden), dims.hidden ** -0.5)}
 
 
 class Stage:
@@ -156,7 +160,7 @@ class Stage:
         e = self.emb[0]
         rows = h[torch.arange(h.shape[0], device=h.device), positions.to(h.device)]
         x = torch.nn.functional.layer_norm(rows, (rows.shape[-1],), e["lnf_w"], e["lnf_b"])
-        return torch.argmax((x @ e["wte"].T).float(), dim=-1)
+        return torch.argmax((x @ e["lm_head"].T).float(), dim=-1)
 
 
 def generate(step_fn, ids, in_lens, out_lens):

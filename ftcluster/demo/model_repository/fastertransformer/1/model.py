@@ -110,6 +110,21 @@ def _cuda_module():
     return gpt_cuda
 
 
+# Tensors cross the python backend through DLPack under numpy >= 2: a stub built against
+# numpy 1 reads a numpy 2 array's item size as 0 (the dtype struct changed), so every input
+# element reads as the first one and every output goes out empty ("output tensor shape does
+# not match size of output"). DLPack carries dtype, shape and strides itself. Seen with the
+# pytriton 0.7.0 stub for Python 3.12 beside torch's numpy 2.
+def _output(name, array):
+    array = np.ascontiguousarray(array)
+    if _NUMPY_2:
+        return pb_utils.Tensor.from_dlpack(name, array)
+    return pb_utils.Tensor(name, array)
+
+
+_NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+
+
 def _pack(arrays):
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -220,7 +235,9 @@ class TritonPythonModel:
 
     def _input(self, request, name):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
-        return None if tensor is None else tensor.as_numpy()
+        if tensor is None:
+            return None
+        return np.from_dlpack(tensor).copy() if _NUMPY_2 else tensor.as_numpy()
 
     def _generate(self, request):
         ids = self._input(request, "input_ids")
@@ -256,11 +273,11 @@ class TritonPythonModel:
             out[b, :, : row.size] = row
         seq = np.repeat(seq_lens.reshape(batch, 1), beam_width, axis=1)
         return [
-            pb_utils.Tensor("output_ids", out.astype(self.ids_dtype)),
-            pb_utils.Tensor("sequence_length", seq.astype(self.len_dtype)),
-            pb_utils.Tensor("response_input_lengths", in_lens.reshape(batch, 1).astype(np.int32)),
-            pb_utils.Tensor("cum_log_probs", np.zeros((batch, beam_width), np.float32)),
-            pb_utils.Tensor("output_log_probs", np.zeros((batch, beam_width, width), np.float32)),
+            _output("output_ids", out.astype(self.ids_dtype)),
+            _output("sequence_length", seq.astype(self.len_dtype)),
+            _output("response_input_lengths", in_lens.reshape(batch, 1).astype(np.int32)),
+            _output("cum_log_probs", np.zeros((batch, beam_width), np.float32)),
+            _output("output_log_probs", np.zeros((batch, beam_width, width), np.float32)),
         ]
 
     def execute(self, requests):
