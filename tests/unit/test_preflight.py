@@ -221,6 +221,18 @@ def test_no_gpu_reported_by_two_local_ranks(tmp_path: Path) -> None:
     assert errors and errors[0].startswith("no GPU on rank 0")
 
 
+def test_one_node_skips_the_bandwidth_with_the_reason(tmp_path: Path) -> None:
+    # An all-reduce over one rank moves nothing: it once reported 109 TB/s on an H200.
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "ftcluster.rank.preflight", "--out", str(out)],
+                       capture_output=True, text=True, env=child_env({"PYTHONPATH": str(REPO)}),
+                       timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((out / "preflight.json").read_text())
+    assert report["world_size"] == 1 and report["bandwidth"] == []
+    assert report["bandwidth_skipped"].startswith("one node: ")
+
+
 @pytest.mark.skipif(bool(os.environ.get("CUDA_VISIBLE_DEVICES")) or
                     any(Path(p, "nvidia-smi").exists() for p in os.environ.get("PATH", "").split(":")),
                     reason="a GPU machine")
