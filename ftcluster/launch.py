@@ -227,6 +227,11 @@ class Launch:
                     time.sleep(self.opts.event_poll)
                     continue
                 unreachable_since = None
+                if info.state is JobState.PENDING and "job_started" in outcome.phases:
+                    # Requeued after it started (a node or slurmctld failure): the ranks of this
+                    # launch are gone and a re-run would start from scratch. Fail; _finish cancels.
+                    outcome.failure = _requeued(info.reason)
+                    return self._finish(outcome, follower.events)
                 if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
                     last_detail = info.reason
                     self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
@@ -263,6 +268,9 @@ class Launch:
         elif ev.kind == "serving" and self.opts.keep_serving:
             outcome.ok = True
             return True
+        elif ev.kind == "interrupted":
+            outcome.failure = outcome.failure or (
+                "the job script was stopped by a signal (scancel, a requeue, preemption or the time limit)")
         elif ev.kind == "done":
             return True
         return False
@@ -289,6 +297,9 @@ class Launch:
         deadline = time.monotonic() + (10.0 if done else 0.0)
         while True:
             info = self.launcher.info(outcome.record.job_id, self.paths)
+            if info.state is JobState.PENDING and "job_started" in outcome.phases and not outcome.ok:
+                outcome.failure = _requeued(info.reason)
+                break
             if info.state.terminal or info.source == "none" or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
@@ -329,6 +340,10 @@ def write_run_metadata(paths: RunPaths, cluster: ClusterSpec, model: ModelSpec, 
     path = paths.run_dir / "run.json"
     path.write_text(json.dumps(run_metadata(cluster, model, plan, paths.run_id), indent=2, default=str) + "\n")
     return path
+
+
+def _requeued(reason: str) -> str:
+    return f"Slurm requeued the job after it had started{': ' + reason if reason else ''}; it was cancelled"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

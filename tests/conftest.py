@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -38,3 +38,16 @@ def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     # Never touch the developer's own run store from tests.
     if "FTCLUSTER_STATE_DIR" not in os.environ:
         monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path_factory.mktemp("ftc-state")))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name every test-bed daemon the supervisor had to restart: a crash the tests survived
+    is still a finding."""
+    from tests.cluster.fixtures import SESSION_RESTARTS
+
+    if not SESSION_RESTARTS:
+        return
+    terminalreporter.section("test bed: daemons restarted by the supervisor")
+    for r in SESSION_RESTARTS:
+        terminalreporter.line(f"{r['name']}: pid {r['old_pid']} was gone, restarted as {r['new_pid']}; "
+                              f"its log ended: {r['last_log']!r}")

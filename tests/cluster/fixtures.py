@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ import pytest
 from .testbed import DEFAULT_DIR, SlurmTestbed
 from .util import TestbedError
 
-__all__ = ["require_testbed", "slurm_cluster", "sshd_nodes"]
+__all__ = ["SESSION_RESTARTS", "require_testbed", "slurm_cluster", "sshd_nodes"]
 
 
 def _in_ci() -> bool:
@@ -49,23 +50,31 @@ def slurm_cluster() -> Iterator[SlurmTestbed]:
     d = os.environ.get("FTC_TESTBED_DIR", str(DEFAULT_DIR))
     # One pytest session at a time on a test bed (and on /etc/slurm/slurm.conf, node names in
     # /etc/hosts and the per-node dockerds it shares): a second session waits here.
-    lock = open(Path(d).parent / f".{Path(d).name}.lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        t0 = time.monotonic()
-        print(f"\nwaiting for another test session to release the test bed {d} ...", file=sys.stderr)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        print(f"got the test bed after {time.monotonic() - t0:.0f}s", file=sys.stderr)
-    with lock:
+    with open(Path(d).parent / f".{Path(d).name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            t0 = time.monotonic()
+            print(f"\nwaiting for another test session to release the test bed {d} ...", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            print(f"got the test bed after {time.monotonic() - t0:.0f}s", file=sys.stderr)
         yield from _session_testbed(d)
+
+
+# The daemons the supervisor restarted during this session, for the session's summary.
+SESSION_RESTARTS: list[dict[str, Any]] = []
 
 
 def _session_testbed(d: str) -> Iterator[SlurmTestbed]:
     existing = SlurmTestbed.from_state(d)
-    if existing.is_up():
-        yield existing
+    if existing.is_up() and existing.supervised():
+        try:
+            yield existing
+        finally:
+            SESSION_RESTARTS.extend(existing.restarts())
         return
+    if existing.is_up():  # started by a harness without a supervisor: start it afresh
+        existing.down()
     tb = SlurmTestbed(d, int(os.environ.get("FTC_TESTBED_NODES", "3")))
     try:
         tb.up()
@@ -74,6 +83,7 @@ def _session_testbed(d: str) -> Iterator[SlurmTestbed]:
     try:
         yield tb
     finally:
+        SESSION_RESTARTS.extend(tb.restarts())
         tb.down()
 
 

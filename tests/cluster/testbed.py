@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,10 +25,12 @@ from typing import Any, Self
 
 from . import netns, slurmconf, sshd
 from .netns import Net
+from .statefile import locked_update, read_state
 from .util import (
     REQUIRED_TOOLS,
     SSH_TOOLS,
     TestbedError,
+    cmdline,
     comm,
     kill_pids,
     missing_tools,
@@ -63,6 +66,9 @@ class SlurmTestbed:
         self.system_conf = system_conf
         self.pids: dict[str, int] = {}
         self.timings: dict[str, float] = {}
+        # How each supervised daemon was started, for the supervisor's restarts.
+        self.argv: dict[str, dict[str, Any]] = {}
+        self.supervisor: int | None = None
 
     # ---- facts ---------------------------------------------------------------------------
     @property
@@ -146,6 +152,7 @@ class SlurmTestbed:
             self._start_slurm()
             if self.with_sshd:
                 self.start_sshd()
+            self._start_supervisor()
         except BaseException:
             self._save()
             self.down()
@@ -162,6 +169,10 @@ class SlurmTestbed:
             self.net = Net(octet=state["octet"], nodes=state["nodes"], prefix=state["prefix"])
             self.pids.update(state.get("pids", {}))
             self.system_conf = state.get("system_conf", self.system_conf)
+        # The supervisor first, or it restarts what is stopped below.
+        sup = state.get("supervisor") if state else None
+        if sup and "tests.cluster.supervise" in cmdline(sup):
+            kill_pids([sup], term=False)
         # Everything in a node namespace first: slurmd, sshd and the job steps that
         # slurmd double-forked away (they would keep running otherwise).
         self._cancel_jobs()
@@ -291,8 +302,31 @@ class SlurmTestbed:
                                  start_new_session=True, env=self.env, user=user,
                                  group=user, extra_groups=[] if user else None)
         self.pids[name] = p.pid  # nsenter execs its command: this is the daemon's pid
+        self.argv[name] = {"argv": argv, "user": user}
         self._save()
         return p.pid
+
+    def _start_supervisor(self) -> None:
+        with open(self.dir / "log" / "supervisor.out", "ab") as log:
+            p = subprocess.Popen([sys.executable, "-m", "tests.cluster.supervise", str(self.dir)],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                 env=self.env, cwd=str(Path(__file__).resolve().parents[2]))
+        self.supervisor = p.pid
+        self._save()
+
+    def supervised(self) -> bool:
+        sup = read_state(self.dir).get("supervisor")
+        return isinstance(sup, int) and pid_alive(sup) and "tests.cluster.supervise" in cmdline(sup)
+
+    def restarts(self) -> list[dict[str, Any]]:
+        """The daemons the supervisor restarted (name, at, old_pid, new_pid, last_log)."""
+        found: list[dict[str, Any]] = read_state(self.dir).get("restarts", [])
+        return found
+
+    def current_pid(self, name: str) -> int:
+        """A daemon's pid now (the supervisor may have restarted it)."""
+        pid: int = read_state(self.dir).get("pids", {}).get(name, self.pids.get(name, 0))
+        return pid
 
     def _daemons_of_this_dir(self) -> list[int]:
         """Our daemons found by command line: a safety net when state.json is gone."""
@@ -302,15 +336,21 @@ class SlurmTestbed:
         return f"ftcluster testbed {self.net.tag} {self.dir}"
 
     def _save(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        state = {"dir": str(self.dir), "nodes": self.net.nodes, "octet": self.net.octet,
-                 "prefix": self.net.prefix, "sshd": self.with_sshd,
-                 "system_conf": self.system_conf, "node_names": self.nodes,
-                 "ips": {n: self.ip(n) for n in self.nodes}, "conf": str(self.conf_path),
-                 "key_path": str(self.key_path), "pids": self.pids, "timings": self.timings}
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(self.state_file)
+        def merge(state: dict[str, Any]) -> None:
+            # A pid the supervisor put there (alive, ours dead) wins over our stale one.
+            for name, pid in state.get("pids", {}).items():
+                if name in self.pids and pid != self.pids[name] and pid_alive(pid) and not pid_alive(self.pids[name]):
+                    self.pids[name] = pid
+            restarts = state.get("restarts", []) if state.get("dir") == str(self.dir) and self.pids else []
+            state.clear()
+            state.update({"dir": str(self.dir), "nodes": self.net.nodes, "octet": self.net.octet,
+                          "prefix": self.net.prefix, "sshd": self.with_sshd,
+                          "system_conf": self.system_conf, "node_names": self.nodes,
+                          "ips": {n: self.ip(n) for n in self.nodes}, "conf": str(self.conf_path),
+                          "key_path": str(self.key_path), "pids": self.pids, "timings": self.timings,
+                          "argv": self.argv, "supervisor": self.supervisor, "restarts": restarts})
+
+        locked_update(self.dir, merge)
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -329,6 +369,8 @@ class SlurmTestbed:
                      system_conf=s["system_conf"])
             tb.pids = dict(s.get("pids", {}))
             tb.timings = dict(s.get("timings", {}))
+            tb.argv = dict(s.get("argv", {}))
+            tb.supervisor = s.get("supervisor")
         return tb
 
 

@@ -126,6 +126,14 @@ def pids_in_namespace(ns_file: Path, kind: str = "net") -> list[int]:
     return out
 
 
+def cmdline(pid: int) -> str:
+    """The process's command line, arguments space-separated ("" when gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def comm(pid: int) -> str:
     """The process's name ("" when gone)."""
     try:

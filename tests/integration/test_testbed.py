@@ -131,6 +131,35 @@ def _procs_with(needle: str) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("daemon", ["slurmd-node3", "slurmctld"])
+def test_a_crashed_daemon_is_restarted_logged_and_serves_again(slurm_cluster: SlurmTestbed, daemon: str) -> None:
+    """As systemd restarts slurmd/slurmctld on a real cluster (a slurmd once died here with
+    `malloc(): unaligned tcache chunk detected` and every later test waited out its timeout)."""
+    import os
+    import signal
+
+    old = slurm_cluster.current_pid(daemon)
+    assert pid_alive(old)
+    before = len(slurm_cluster.restarts())
+    os.kill(old, signal.SIGKILL)
+    t0 = time.monotonic()
+    while slurm_cluster.current_pid(daemon) == old or not pid_alive(slurm_cluster.current_pid(daemon)):
+        assert time.monotonic() - t0 < 15, f"{daemon} was not restarted"
+        time.sleep(0.1)
+    restarts = slurm_cluster.restarts()[before:]
+    assert [r["name"] for r in restarts] == [daemon] and restarts[0]["old_pid"] == old
+    assert f"restarted {daemon}: pid {old} was gone" in (slurm_cluster.dir / "log" / "supervisor.log").read_text()
+    # It serves again: a step on node3 runs (slurmctld recovered its state, slurmd re-registered).
+    t0 = time.monotonic()
+    while True:
+        r = slurm_cluster.slurm(["srun", "-w", "node3", "-N1", "hostname"], check=False, timeout=60)
+        if r.returncode == 0:
+            break
+        assert time.monotonic() - t0 < 60, r.stderr
+        time.sleep(0.5)
+    assert r.stdout.strip() == "node3"
+
+
 def test_down_leaves_nothing_behind() -> None:
     """A separate 2-node cluster (own dir, subnet, names, no /etc/slurm change): the
     session cluster is untouched. Jobs are left running on purpose."""
@@ -155,6 +184,7 @@ def test_down_leaves_nothing_behind() -> None:
         tb.down()  # idempotent
     assert tb.leftovers() == []
     assert _procs_with(str(d)) == []
+    assert _procs_with("tests.cluster.supervise " + str(d)) == []
     assert _procs_with("sleep 4242") == []
     assert srun is not None
     assert srun.wait(timeout=10) != 0  # the waiting srun client was told to go
