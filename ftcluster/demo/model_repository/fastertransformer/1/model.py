@@ -155,6 +155,9 @@ class TritonPythonModel:
         self.cuda = _cuda_module()
         self._refuse_like_ft(cfg, nodes)
         self.model_type = _param(cfg, "model_type", "GPT")
+        # Interactive GPT (sequence batching, max_batch_size 1): every tensor carries a pseudo
+        # batch dimension of 1 in front of the real [batch, ...].
+        self.pseudo_batch = "sequence_batching" in cfg
         tp = int(_param(cfg, "tensor_para_size", "1"))
         ckpt = _param(cfg, "model_checkpoint_path")
         if ckpt is None:   # FT: <repository>/<version>/<default_model_filename or tp-gpu>
@@ -237,7 +240,8 @@ class TritonPythonModel:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is None:
             return None
-        return np.from_dlpack(tensor).copy() if _NUMPY_2 else tensor.as_numpy()
+        array = np.from_dlpack(tensor).copy() if _NUMPY_2 else tensor.as_numpy()
+        return array[0] if self.pseudo_batch else array
 
     def _generate(self, request):
         ids = self._input(request, "input_ids")
@@ -272,13 +276,14 @@ class TritonPythonModel:
                 row = np.concatenate([ids[b, :n_in].astype(np.int64), row])
             out[b, :, : row.size] = row
         seq = np.repeat(seq_lens.reshape(batch, 1), beam_width, axis=1)
-        return [
-            _output("output_ids", out.astype(self.ids_dtype)),
-            _output("sequence_length", seq.astype(self.len_dtype)),
-            _output("response_input_lengths", in_lens.reshape(batch, 1).astype(np.int32)),
-            _output("cum_log_probs", np.zeros((batch, beam_width), np.float32)),
-            _output("output_log_probs", np.zeros((batch, beam_width, width), np.float32)),
+        arrays = [
+            ("output_ids", out.astype(self.ids_dtype)),
+            ("sequence_length", seq.astype(self.len_dtype)),
+            ("response_input_lengths", in_lens.reshape(batch, 1).astype(np.int32)),
+            ("cum_log_probs", np.zeros((batch, beam_width), np.float32)),
+            ("output_log_probs", np.zeros((batch, beam_width, width), np.float32)),
         ]
+        return [_output(name, array[None] if self.pseudo_batch else array) for name, array in arrays]
 
     def execute(self, requests):
         responses = []

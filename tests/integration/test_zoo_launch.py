@@ -1,0 +1,59 @@
+"""A launch per FT model type: the faithful test model served under each type's own config.pbtxt
+(its inputs, outputs and batching, as the backend's all_models/ and tests/data/zoo have them),
+two ranks of one MPI world (scheduler local), and ftcluster's client check against it.
+
+Only the backend line changes (`fastertransformer` -> the python test model beside it). The
+encoder-only types (T5-Encoder, bert) are not served here: the test model generates tokens and
+has no hidden-state outputs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.launch_helpers import launch_json, write_cluster
+from tests.unit.test_zoo import REPOS, make_checkpoint
+
+pytestmark = pytest.mark.triton
+
+TEST_MODEL = Path(__file__).resolve().parents[2] / "ftcluster/demo/model_repository/fastertransformer/1"
+SERVED = {(repo, t) for repo, t in REPOS.items() if t not in ("T5-Encoder", "bert")}
+IDS = [f"{p.name}-{t}" for p, t in sorted(SERVED)]
+
+
+def _repository(src: Path, dst: Path) -> Path:
+    """Only the FT model of the source repository (its ensemble steps need tokenizers)."""
+    ft = dst / "fastertransformer"
+    shutil.copytree(src / "fastertransformer", ft, ignore=shutil.ignore_patterns("*-gpu", "*.bin"))
+    config = ft / "config.pbtxt"
+    text = config.read_text()
+    assert 'backend: "fastertransformer"' in text
+    text = text.replace('backend: "fastertransformer"', 'backend: "python"')
+    # The python backend takes default_model_filename as its script's name; FT as the
+    # checkpoint folder's, which ftcluster sets through model_checkpoint_path anyway.
+    text = re.sub(r'(?m)^default_model_filename:.*\n', "", text)
+    config.write_text(text)
+    version = ft / "1"
+    version.mkdir(exist_ok=True)
+    for name in ("model.py", "ctmpi.py", "gpt_cuda.py"):
+        shutil.copy(TEST_MODEL / name, version / name)  # follows the ctmpi.py link
+    return dst
+
+
+@pytest.mark.parametrize(("repo", "model_type"), sorted(SERVED), ids=IDS)
+def test_each_type_serves_and_passes_the_client_check(repo: Path, model_type: str, tmp_path: Path) -> None:
+    repository = _repository(repo, tmp_path / "repo")
+    make_checkpoint(tmp_path / "ckpt", repo, model_type, tp=1)
+    model = tmp_path / "model.yaml"
+    model.write_text(yaml.safe_dump({"name": "fastertransformer", "model_type": model_type,
+                                     "repository": str(repository),
+                                     "checkpoint_root": str(tmp_path / "ckpt"),
+                                     "client": {"batch_size": 1}}))
+    rc, out, err = launch_json(write_cluster(tmp_path), "--nodes", "2", model=model)
+    assert rc == 0, (out.get("failure"), out.get("log_tail"), err[-2000:])
+    assert out["client"]["ok"], out["client"]
