@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -25,15 +24,8 @@ from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
 from ftcluster.plan import Plan
-from ftcluster.render import (
-    DOCKER_STYLES,
-    HERE_STYLES,
-    RenderedScripts,
-    RenderOptions,
-    RunPaths,
-    launch_style,
-    render,
-)
+from ftcluster.render import RenderOptions, RunPaths, launch_style
+from ftcluster.request import JobRequest, build_request
 from ftcluster.slurm import JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
@@ -93,9 +85,9 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
     return str(find_tritonserver())
 
 
-def render_run(
-    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions, build: bool = True
-) -> RenderedScripts:
+def render_options(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions,
+                   build: bool = True) -> RenderOptions:
+    """What the templates need beyond the specs: the binaries found on this machine."""
     # Before anything is written: a checkpoint no mount shows inside the container fails at
     # model load on every rank, after the allocation.
     check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
@@ -105,19 +97,14 @@ def render_run(
 
         local = find_local_mpi()
         mpi = {"mpirun": local.mpirun, "extra_env": {"FTC_LIBMPI": local.libmpi} if local.libmpi else {}}
-    ropts = RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                          servers=opts.servers,
-                          tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
-    return render(cluster, model, plan, paths, ropts)
+    return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
+                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
-def submit_command(cluster: ClusterSpec, paths: RunPaths) -> str:
-    """What the launcher runs, quoted for pasting into a shell."""
-    style = launch_style(cluster)
-    script = str(paths.job_script(style))
-    if style in HERE_STYLES:
-        return shlex.join(["bash", script])
-    return f"cd {shlex.quote(str(paths.run_dir))} && {shlex.join(['sbatch', '--parsable', script])}"
+def job_request(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions,
+                build: bool = True) -> JobRequest:
+    """The run's job request; build=False resolves nothing that would build or probe (dry run)."""
+    return build_request(cluster, model, plan, paths, render_options(cluster, model, plan, paths, opts, build))
 
 
 class Launch:
@@ -140,20 +127,17 @@ class Launch:
             self._store = RunStore()
         return self._store
 
-    def dry_run(self) -> str:
-        """The scripts and the submit command; no scheduler query, port probe or write."""
-        scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
-        return f"{scripts}\n# ===== would run =====\n{submit_command(self.cluster, self.paths)}\n"
+    def dry_run(self) -> JobRequest:
+        """The job request, whose str() is the dry run; no scheduler query, port probe or write."""
+        return job_request(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
 
-    def prepare(self) -> RunRecord:
+    def prepare(self) -> tuple[JobRequest, RunRecord]:
         self.launcher.check(self.cluster, self.plan)
-        scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts)
+        request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         try:
             prepare_repository(self.model, self.plan, self.paths.repo)
-            scripts.materialize(self.paths.scripts)
-            for sub in (self.paths.logs, self.paths.state, self.paths.results):
-                sub.mkdir(parents=True, exist_ok=True)
-            if launch_style(self.cluster) in DOCKER_STYLES:
+            request.write_files()
+            if request.ssh_keys:
                 sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
             write_run_metadata(self.paths, self.cluster, self.model, self.plan)
         except BaseException:
@@ -161,18 +145,17 @@ class Launch:
             raise
         record = RunRecord(
             run_id=self.paths.run_id, created=time.time(), cluster_name=self.cluster.name,
-            cluster_source=self.cluster.source or "", scheduler=self.cluster.scheduler,
-            style=launch_style(self.cluster), run_dir=str(self.paths.run_dir), nodes=self.plan.nodes,
-            model=self.model.name, plan=self.plan.to_dict(),
+            cluster_source=self.cluster.source or "", scheduler=request.scheduler,
+            style=request.style, run_dir=str(self.paths.run_dir), nodes=self.plan.nodes,
+            model=self.model.name, plan=self.plan.to_dict(), launcher=request.launcher,
         )
         self.store.add(record)
-        return record
+        return request, record
 
     def run(self) -> LaunchOutcome:
-        record = self.prepare()
-        script = self.paths.job_script(record.style)
+        request, record = self.prepare()
         try:
-            job_id = self.launcher.submit(self.paths, script)
+            job_id = self.launcher.submit(request)
         except BaseException:
             # Nothing was submitted: leave no run folder, keys or record behind.
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftcluster.styles import STYLES
+
 SCRIPTS = "scripts"
 LOGS = "logs"
 STATE = "state"
@@ -17,7 +19,7 @@ REPO = "model_repository"
 EVENTS = f"{STATE}/events"
 
 # Styles whose job script runs on this host (as a process group), not through sbatch.
-HERE_STYLES = ("local", "ssh_docker")
+HERE_STYLES = tuple(name for name, style in STYLES.items() if style.runs_here)
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 

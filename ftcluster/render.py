@@ -25,14 +25,9 @@ from ftcluster.fanout import FanoutConfig
 from ftcluster.layout import EVENTS, HERE_STYLES, LOGS, REPO, RESULTS, SCRIPTS, STATE, RunPaths  # noqa: F401
 from ftcluster.plan import Plan
 from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.styles import STYLES, style_name
 
-STYLE_TEMPLATE = {
-    "pyxis": "sbatch.sh.j2",
-    "none": "sbatch.sh.j2",
-    "docker": "sbatch_docker.sh.j2",
-    "ssh_docker": "ssh_docker.sh.j2",
-    "local": "local.sh.j2",
-}
+STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -57,15 +52,11 @@ def _env() -> jinja2.Environment:
     return env
 
 
-DOCKER_STYLES = ("docker", "ssh_docker")
+DOCKER_STYLES = tuple(name for name, style in STYLES.items() if style.docker)
 
 
 def launch_style(cluster: ClusterSpec) -> str:
-    if cluster.scheduler == "local":
-        return "local"
-    if cluster.scheduler == "ssh":
-        return "ssh_docker"   # the spec allows no other runtime with scheduler ssh
-    return cluster.container.runtime
+    return style_name(cluster.scheduler, cluster.container.runtime)
 
 
 def job_name(model: ModelSpec, run_id: str) -> str:

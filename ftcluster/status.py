@@ -13,7 +13,7 @@ from ftcluster import sshkeys
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import parse_events
-from ftcluster.launchers import launcher_for_scheduler
+from ftcluster.launchers import launcher_for_record
 from ftcluster.layout import RunPaths
 from ftcluster.phases import PHASES
 from ftcluster.store import RunRecord, RunStore
@@ -90,7 +90,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     }
     hosts = run_hosts(rec.run_dir, rec.nodes, rec.plan)
     if rec.job_id:
-        info = launcher_for_scheduler(rec.scheduler, style=rec.style).info(rec.job_id, paths)
+        info = launcher_for_record(rec).info(rec.job_id, paths)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
                   source=info.source, exit_code=info.exit_code or None)
         # The scheduler's node list where it has one (Slurm), else the ranks' own records.
@@ -108,7 +108,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
     if not rec.job_id:
         raise UserError(f"run {rec.run_id} was never submitted")
-    launcher = launcher_for_scheduler(rec.scheduler, style=rec.style)
+    launcher = launcher_for_record(rec)
     launcher.cancel(rec.job_id, paths_of(rec))
     sshkeys.remove(paths_of(rec).state)  # the docker style's per-run keys, if any
     return (store or RunStore()).update(rec, status="STOPPED")

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
@@ -24,6 +23,7 @@ from ftcluster.slurm import JobInfo, JobState
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
+    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
 
 
@@ -107,11 +107,16 @@ class LocalLauncher(Launcher):
     # Seconds beyond the server's exit grace that a stopped job script gets for its teardown.
     teardown_grace = 5.0
 
-    def submit(self, paths: RunPaths, script: Path) -> str:
+    @staticmethod
+    def command(script: str) -> tuple[str, ...]:
+        return ("bash", script)
+
+    def submit(self, request: JobRequest) -> str:
+        paths = request.paths
         paths.logs.mkdir(parents=True, exist_ok=True)
         with open(paths.logs / "job.out", "ab") as out:
             proc = subprocess.Popen(
-                ["bash", str(script)], cwd=str(paths.run_dir), stdin=subprocess.DEVNULL,
+                list(request.argv), cwd=str(request.cwd), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self._children[proc.pid] = proc
