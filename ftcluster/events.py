@@ -7,8 +7,10 @@ the servers from the login node.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ftcluster.runner import LocalRunner, Runner
+if TYPE_CHECKING:
+    from ftcluster.runner import Runner
 
 
 @dataclass(frozen=True)
@@ -40,22 +42,16 @@ def last(events: list[Event], kind: str) -> Event | None:
 
 
 class EventFollower:
-    """Incrementally reads an events file that another process appends to."""
+    """Incrementally reads an events file that another process appends to (a Follower of one file)."""
 
     def __init__(self, path: str, runner: Runner | None = None):
+        from ftcluster.logs import Follower, LogSource
+
         self.path = path
-        self.runner = runner or LocalRunner()
-        self._offset = 0
-        self._partial = b""
+        self._lines = Follower([LogSource("events", path)], runner)
         self.events: list[Event] = []
 
     def poll(self) -> list[Event]:
-        data = self.runner.read_from(self.path, self._offset)
-        if not data:
-            return []
-        self._offset += len(data)
-        data = self._partial + data
-        complete, _, self._partial = data.rpartition(b"\n")
-        new = parse_events(complete.decode(errors="replace")) if complete else []
+        new = parse_events("\n".join(line for _, line in self._lines.poll()))
         self.events.extend(new)
         return new

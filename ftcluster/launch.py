@@ -24,6 +24,7 @@ from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
 from ftcluster.plan import Plan
+from ftcluster.poll import Backoff
 from ftcluster.render import RenderOptions, RunPaths, launch_style
 from ftcluster.request import JobRequest, build_request
 from ftcluster.slurm import JobState
@@ -40,8 +41,14 @@ class LaunchOptions:
     client: bool = True
     mpi_check: bool = True
     servers: bool = True
-    state_poll: float = 0.5       # how often the scheduler is asked (events are polled faster)
+    # Seconds between polls, each backing off from the first to the second value while nothing
+    # changes: the events file (readiness is seen within event_poll_max), the scheduler (a job
+    # that ends without writing `done`, killed or timed out, is seen within state_poll_max).
     event_poll: float = 0.02
+    event_poll_max: float = 0.1
+    state_poll: float = 0.5
+    state_poll_max: float = 5.0
+    log_poll: float = 0.5          # rank 0's log, shown while waiting for readiness
 
 
 @dataclass
@@ -183,33 +190,43 @@ class Launch:
         follower = EventFollower(str(self.paths.events))
         rank0_log = Follower([LogSource("rank0", str(self.paths.logs / "server-rank0.log"))])
         outcome = LaunchOutcome(record, False, {"submitted": 0.0})
-        next_info = 0.0
+        # Fast while things happen (a new event or log line), slower through a long model load.
+        event_wait = Backoff(self.opts.event_poll, self.opts.event_poll_max)
+        info_wait = Backoff(self.opts.state_poll, self.opts.state_poll_max)
+        next_info = next_log = 0.0
+        last_info: tuple[JobState, str] | None = None
         last_detail = ""
         unreachable_since: float | None = None
         while True:
-            for ev in follower.poll():
+            new = follower.poll()
+            for ev in new:
                 if self._on_event(ev, outcome, t0):
                     return self._finish(outcome, follower.events)
-            if "ready" not in outcome.phases:
+            changed = bool(new)
+            now = time.monotonic()
+            if "ready" not in outcome.phases and now >= next_log:
+                next_log = now + self.opts.log_poll
                 for _, line in rank0_log.poll():
+                    changed = True
                     if _WORTH_SHOWING.search(line):
                         self.progress("log", time.time() - t0, line.strip())
-            now = time.monotonic()
             if now >= next_info:
-                next_info = now + self.opts.state_poll
                 info = self.launcher.info(record.job_id, self.paths)
                 if info.source == "error":
                     # The scheduler could not be asked (a busy slurmctld times out): not an
                     # answer. The job's own events still end the launch; a scheduler that stays
                     # unreachable does.
+                    next_info = now + self.opts.state_poll
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= SCHEDULER_UNREACHABLE_LIMIT:
                         outcome.failure = (f"the scheduler could not be asked about job {record.job_id} for "
                                            f"{SCHEDULER_UNREACHABLE_LIMIT:.0f}s: {info.reason}")
                         return self._finish(outcome, follower.events)
-                    time.sleep(self.opts.event_poll)
+                    time.sleep(event_wait.next(changed))
                     continue
                 unreachable_since = None
+                next_info = now + info_wait.next(changed or (info.state, info.reason) != last_info)
+                last_info = (info.state, info.reason)
                 if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
                     last_detail = info.reason
                     self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
@@ -222,7 +239,7 @@ class Launch:
                         f"the job ended ({info.raw_state}{': ' + info.reason if info.reason else ''}) "
                         "before the run finished")
                     return self._finish(outcome, follower.events)
-            time.sleep(self.opts.event_poll)
+            time.sleep(event_wait.next(changed))
 
     def _on_event(self, ev: Event, outcome: LaunchOutcome, t0: float) -> bool:
         """Record one milestone; True when the launch is over (for good or bad)."""
