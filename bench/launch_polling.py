@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -82,7 +81,7 @@ def launch_once(code: Path, cluster: Path, ws: Path, tmp: Path, load: float, nod
     poller.join()
     assert rc == 0, "".join(tail)
     assert poller.first_ready is not None and "ready" in seen
-    run = sorted(p.parent for p in ws.glob("*/state"))[-1]
+    run = max(p.parent for p in ws.glob("*/state"))
     events = {e.kind: e.time for e in parse_events((run / "state" / "events").read_text())}
     t_from, t_to = events["servers_starting"], events["ready"]
     fs = queries = 0

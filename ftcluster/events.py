@@ -14,6 +14,36 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Kinds:
+    """Every event kind a job script writes, defined once: the templates get this object as
+    `ev` (`event "{{ ev.ready }} $URL"`), Python compares with EV.ready."""
+
+    job_started: str = "job_started"            # HOST JOB_ID
+    interrupted: str = "interrupted"            # INT/TERM acted on
+    mpicheck_started: str = "mpicheck_started"
+    mpicheck_ok: str = "mpicheck_ok"
+    containers_starting: str = "containers_starting"   # HOSTS... (docker styles)
+    node_ready: str = "node_ready"              # HOST DETAIL
+    node_failed: str = "node_failed"            # HOST WHY
+    containers_ready: str = "containers_ready"  # MPI_HOSTS
+    servers_starting: str = "servers_starting"  # RANK0_HOST
+    ready: str = "ready"                        # RANK0_HOST:PORT
+    client_started: str = "client_started"
+    client_done: str = "client_done"            # EXIT_CODE
+    serving: str = "serving"                    # RANK0_HOST:PORT (--keep-serving)
+    rank_failed: str = "rank_failed"            # RANK NODE EXIT_CODE|?
+    failed: str = "failed"                      # WHY...
+    servers_stopped: str = "servers_stopped"
+    containers_stopping: str = "containers_stopping"
+    teardown_failed: str = "teardown_failed"    # HOST WHY
+    containers_stopped: str = "containers_stopped"
+    done: str = "done"                          # EXIT_CODE of the job script
+
+
+EV = Kinds()
+
+
+@dataclass(frozen=True)
 class Event:
     time: float
     kind: str

@@ -17,9 +17,10 @@ from typing import Any, Callable
 
 from ftcluster import sshkeys
 from ftcluster.errors import LaunchError
-from ftcluster.events import Event, EventFollower
+from ftcluster.events import EV, Event, EventFollower
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.base import Launcher
+from ftcluster.layout import FILES
 from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
@@ -188,7 +189,7 @@ class Launch:
     def _follow(self, record: RunRecord, t0: float) -> LaunchOutcome:
         assert record.job_id is not None
         follower = EventFollower(str(self.paths.events))
-        rank0_log = Follower([LogSource("rank0", str(self.paths.logs / "server-rank0.log"))])
+        rank0_log = Follower([LogSource("rank0", str(self.paths.server_log(0)))])
         outcome = LaunchOutcome(record, False, {"submitted": 0.0})
         # Fast while things happen (a new event or log line), slower through a long model load.
         event_wait = Backoff(self.opts.event_poll, self.opts.event_poll_max)
@@ -204,7 +205,7 @@ class Launch:
                     return self._finish(outcome, follower.events)
             changed = bool(new)
             now = time.monotonic()
-            if "ready" not in outcome.phases and now >= next_log:
+            if EV.ready not in outcome.phases and now >= next_log:
                 next_log = now + self.opts.log_poll
                 for _, line in rank0_log.poll():
                     changed = True
@@ -247,42 +248,42 @@ class Launch:
         if ev.kind in PHASES:
             outcome.phases.setdefault(ev.kind, round(t, 3))
             self.progress(ev.kind, t, " ".join(ev.args))
-        if ev.kind == "ready":
+        if ev.kind == EV.ready:
             outcome.endpoint = ev.args[0] if ev.args else None
-        elif ev.kind == "rank_failed" and len(ev.args) >= 2:
+        elif ev.kind == EV.rank_failed and len(ev.args) >= 2:
             outcome.failed_rank = {"rank": ev.args[0], "node": ev.args[1],
                                    "exit_code": ev.args[2] if len(ev.args) > 2 else "?"}
-        elif ev.kind == "failed":
+        elif ev.kind == EV.failed:
             # The first failure is the cause; later ones (a teardown) are added, not swapped in.
             text = " ".join(ev.args) or "the job script failed"
             outcome.failure = f"{outcome.failure}; then {text}" if outcome.failure else text
-        elif ev.kind == "client_done":
+        elif ev.kind == EV.client_done:
             rc = ev.args[0] if ev.args else "?"
             if rc != "0":
                 outcome.failure = f"the client failed (exit {rc}); see logs/client.log"
-        elif ev.kind == "serving" and self.opts.keep_serving:
+        elif ev.kind == EV.serving and self.opts.keep_serving:
             outcome.ok = True
             return True
-        elif ev.kind == "done":
+        elif ev.kind == EV.done:
             return True
         return False
 
     def _finish(self, outcome: LaunchOutcome, events: list[Event]) -> LaunchOutcome:
         assert outcome.record.job_id is not None
-        done = [e for e in events if e.kind == "done"]
+        done = [e for e in events if e.kind == EV.done]
         if not outcome.ok:
             outcome.ok = bool(done and done[-1].args[:1] == ("0",) and outcome.failure is None)
-        outcome.client = _read_json(self.paths.results / "client.json")
-        outcome.mpicheck = _read_json(self.paths.results / "mpicheck.json")
+        outcome.client = _read_json(self.paths.results / FILES.client_json)
+        outcome.mpicheck = _read_json(self.paths.results / FILES.mpicheck_json)
         if outcome.ok and self.opts.keep_serving:
             return outcome
         if not outcome.ok:
             if outcome.failed_rank:
                 outcome.log_tail = self._rank_log_tail(outcome.failed_rank["rank"])
-            elif "client_done" in outcome.phases:
-                client_log = self.paths.logs / "client.log"
+            elif EV.client_done in outcome.phases:
+                client_log = self.paths.logs / FILES.client_log
                 if client_log.is_file():
-                    outcome.log_tail = [f"client.log: {line}" for line in
+                    outcome.log_tail = [f"{FILES.client_log}: {line}" for line in
                                         client_log.read_text(errors="replace").splitlines()[-15:]]
         # Whatever happened, nothing of this run may be left running. After `done` the job
         # ends by itself; give it a moment before cancelling.
@@ -350,7 +351,7 @@ _ERROR_LINE = re.compile(r"^E\d{4} |error|failed|traceback|exception|unable to",
 def rank_log_tail(paths: RunPaths, rank: str, n: int = 12) -> list[str]:
     """The lines of a rank's logs that explain a failure: errors first, else the last lines."""
     lines: list[str] = []
-    for name in (f"server-rank{rank}.log", f"rank{rank}.stdout"):
+    for name in (FILES.server_log(rank), FILES.rank(rank, "stdout")):
         path = paths.logs / name
         if path.is_file():
             text = path.read_text(errors="replace").splitlines()[-400:]

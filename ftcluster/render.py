@@ -19,10 +19,21 @@ from typing import Any
 import jinja2
 
 from ftcluster.errors import UserError
-from ftcluster.fanout import FanoutConfig
 
 # The run folder's layout lives in ftcluster.layout (light, for status/logs); re-exported here.
-from ftcluster.layout import EVENTS, HERE_STYLES, LOGS, REPO, RESULTS, SCRIPTS, STATE, RunPaths  # noqa: F401
+from ftcluster.events import EV
+from ftcluster.fanout import FanoutConfig
+from ftcluster.layout import (  # noqa: F401
+    EVENTS,
+    FILES,
+    HERE_STYLES,
+    LOGS,
+    REPO,
+    RESULTS,
+    SCRIPTS,
+    STATE,
+    RunPaths,
+)
 from ftcluster.plan import Plan
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
@@ -193,6 +204,9 @@ def context(
         # ssh scheduler: the plan's hosts, rank 0 first
         "run_hosts": list(cluster.hosts[: plan.nodes]),
         "mpirun": opts.mpirun,
+        # The event kinds and the run folder's file names, defined once in Python.
+        "ev": EV,
+        "files": FILES,
     }
 
 
