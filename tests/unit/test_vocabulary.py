@@ -37,3 +37,16 @@ def test_per_rank_file_names() -> None:
     assert FILES.server_log(0) == "server-rank0.log"
     with pytest.raises(ValueError):
         FILES.rank(0, "pidfile")
+
+
+def test_every_template_needs_only_names_of_the_typed_context() -> None:
+    import jinja2
+    from jinja2 import meta
+
+    from ftcluster.render import RenderContext
+
+    names = {f.name for f in dataclasses.fields(RenderContext)}
+    env = jinja2.Environment()
+    for t in templates_dir().glob("*.j2"):
+        needed = meta.find_undeclared_variables(env.parse(t.read_text()))
+        assert needed <= names, (t.name, needed - names)
