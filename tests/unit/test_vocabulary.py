@@ -40,13 +40,12 @@ def test_per_rank_file_names() -> None:
 
 
 def test_every_template_needs_only_names_of_the_typed_context() -> None:
-    import jinja2
     from jinja2 import meta
 
-    from ftcluster.render import RenderContext
+    from ftcluster.render import RenderContext, _env
 
     names = {f.name for f in dataclasses.fields(RenderContext)}
-    env = jinja2.Environment()
+    env = _env()
     for t in templates_dir().glob("*.j2"):
         needed = meta.find_undeclared_variables(env.parse(t.read_text()))
         assert needed <= names, (t.name, needed - names)
