@@ -43,8 +43,9 @@ class LaunchOptions:
     mpi_check: bool = True
     servers: bool = True
     # Seconds between polls, each backing off from the first to the second value while nothing
-    # changes: the events file (readiness is seen within event_poll_max: the 50 ms goal), the scheduler (a job
-    # that ends without writing `done`, killed or timed out, is seen within state_poll_max).
+    # changes: the events file (readiness is seen within event_poll_max; the goal is 50 ms), the
+    # scheduler (a job that ends without writing `done`, killed or timed out, is seen within
+    # state_poll_max).
     event_poll: float = 0.02
     event_poll_max: float = 0.05
     state_poll: float = 0.5
