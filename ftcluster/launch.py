@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -18,22 +17,17 @@ from typing import Any, Callable
 
 from ftcluster import sshkeys
 from ftcluster.errors import LaunchError
-from ftcluster.events import Event, EventFollower
+from ftcluster.events import EV, Event, EventFollower
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.base import Launcher
+from ftcluster.layout import FILES
 from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
 from ftcluster.plan import Plan
-from ftcluster.render import (
-    DOCKER_STYLES,
-    HERE_STYLES,
-    RenderedScripts,
-    RenderOptions,
-    RunPaths,
-    launch_style,
-    render,
-)
+from ftcluster.poll import Backoff
+from ftcluster.render import RenderOptions, RunPaths, launch_style
+from ftcluster.request import JobRequest, build_request
 from ftcluster.slurm import JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
@@ -48,8 +42,15 @@ class LaunchOptions:
     client: bool = True
     mpi_check: bool = True
     servers: bool = True
-    state_poll: float = 0.5       # how often the scheduler is asked (events are polled faster)
+    # Seconds between polls, each backing off from the first to the second value while nothing
+    # changes: the events file (readiness is seen within event_poll_max; the goal is 50 ms), the
+    # scheduler (a job that ends without writing `done`, killed or timed out, is seen within
+    # state_poll_max).
     event_poll: float = 0.02
+    event_poll_max: float = 0.05
+    state_poll: float = 0.5
+    state_poll_max: float = 5.0
+    log_poll: float = 0.5          # rank 0's log, shown while waiting for readiness
 
 
 @dataclass
@@ -93,9 +94,9 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
     return str(find_tritonserver())
 
 
-def render_run(
-    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions, build: bool = True
-) -> RenderedScripts:
+def render_options(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions,
+                   build: bool = True) -> RenderOptions:
+    """What the templates need beyond the specs: the binaries found on this machine."""
     # Before anything is written: a checkpoint no mount shows inside the container fails at
     # model load on every rank, after the allocation.
     check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
@@ -105,19 +106,14 @@ def render_run(
 
         local = find_local_mpi()
         mpi = {"mpirun": local.mpirun, "extra_env": {"FTC_LIBMPI": local.libmpi} if local.libmpi else {}}
-    ropts = RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                          servers=opts.servers,
-                          tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
-    return render(cluster, model, plan, paths, ropts)
+    return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
+                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
-def submit_command(cluster: ClusterSpec, paths: RunPaths) -> str:
-    """What the launcher runs, quoted for pasting into a shell."""
-    style = launch_style(cluster)
-    script = str(paths.job_script(style))
-    if style in HERE_STYLES:
-        return shlex.join(["bash", script])
-    return f"cd {shlex.quote(str(paths.run_dir))} && {shlex.join(['sbatch', '--parsable', script])}"
+def job_request(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions,
+                build: bool = True) -> JobRequest:
+    """The run's job request; build=False resolves nothing that would build or probe (dry run)."""
+    return build_request(cluster, model, plan, paths, render_options(cluster, model, plan, paths, opts, build))
 
 
 class Launch:
@@ -140,20 +136,17 @@ class Launch:
             self._store = RunStore()
         return self._store
 
-    def dry_run(self) -> str:
-        """The scripts and the submit command; no scheduler query, port probe or write."""
-        scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
-        return f"{scripts}\n# ===== would run =====\n{submit_command(self.cluster, self.paths)}\n"
+    def dry_run(self) -> JobRequest:
+        """The job request, whose str() is the dry run; no scheduler query, port probe or write."""
+        return job_request(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
 
-    def prepare(self) -> RunRecord:
+    def prepare(self) -> tuple[JobRequest, RunRecord]:
         self.launcher.check(self.cluster, self.plan)
-        scripts = render_run(self.cluster, self.model, self.plan, self.paths, self.opts)
+        request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         try:
             prepare_repository(self.model, self.plan, self.paths.repo)
-            scripts.materialize(self.paths.scripts)
-            for sub in (self.paths.logs, self.paths.state, self.paths.results):
-                sub.mkdir(parents=True, exist_ok=True)
-            if launch_style(self.cluster) in DOCKER_STYLES:
+            request.write_files()
+            if request.ssh_keys:
                 sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
             write_run_metadata(self.paths, self.cluster, self.model, self.plan)
         except BaseException:
@@ -161,18 +154,17 @@ class Launch:
             raise
         record = RunRecord(
             run_id=self.paths.run_id, created=time.time(), cluster_name=self.cluster.name,
-            cluster_source=self.cluster.source or "", scheduler=self.cluster.scheduler,
-            style=launch_style(self.cluster), run_dir=str(self.paths.run_dir), nodes=self.plan.nodes,
-            model=self.model.name, plan=self.plan.to_dict(),
+            cluster_source=self.cluster.source or "", scheduler=request.scheduler,
+            style=request.style, run_dir=str(self.paths.run_dir), nodes=self.plan.nodes,
+            model=self.model.name, plan=self.plan.to_dict(), launcher=request.launcher,
         )
         self.store.add(record)
-        return record
+        return request, record
 
     def run(self) -> LaunchOutcome:
-        record = self.prepare()
-        script = self.paths.job_script(record.style)
+        request, record = self.prepare()
         try:
-            job_id = self.launcher.submit(self.paths, script)
+            job_id = self.launcher.submit(request)
         except BaseException:
             # Nothing was submitted: leave no run folder, keys or record behind.
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)
@@ -198,40 +190,50 @@ class Launch:
     def _follow(self, record: RunRecord, t0: float) -> LaunchOutcome:
         assert record.job_id is not None
         follower = EventFollower(str(self.paths.events))
-        rank0_log = Follower([LogSource("rank0", str(self.paths.logs / "server-rank0.log"))])
+        rank0_log = Follower([LogSource("rank0", str(self.paths.server_log(0)))])
         outcome = LaunchOutcome(record, False, {"submitted": 0.0})
-        next_info = 0.0
+        # Fast while things happen (a new event or log line), slower through a long model load.
+        event_wait = Backoff(self.opts.event_poll, self.opts.event_poll_max)
+        info_wait = Backoff(self.opts.state_poll, self.opts.state_poll_max)
+        next_info = next_log = 0.0
+        last_info: tuple[JobState, str] | None = None
         last_detail = ""
         unreachable_since: float | None = None
         while True:
-            for ev in follower.poll():
+            new = follower.poll()
+            for ev in new:
                 if self._on_event(ev, outcome, t0):
                     return self._finish(outcome, follower.events)
-            if "ready" not in outcome.phases:
+            changed = bool(new)
+            now = time.monotonic()
+            if EV.ready not in outcome.phases and now >= next_log:
+                next_log = now + self.opts.log_poll
                 for _, line in rank0_log.poll():
+                    changed = True
                     if _WORTH_SHOWING.search(line):
                         self.progress("log", time.time() - t0, line.strip())
-            now = time.monotonic()
             if now >= next_info:
-                next_info = now + self.opts.state_poll
                 info = self.launcher.info(record.job_id, self.paths)
                 if info.source == "error":
                     # The scheduler could not be asked (a busy slurmctld times out): not an
                     # answer. The job's own events still end the launch; a scheduler that stays
                     # unreachable does.
+                    next_info = now + self.opts.state_poll
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= SCHEDULER_UNREACHABLE_LIMIT:
                         outcome.failure = (f"the scheduler could not be asked about job {record.job_id} for "
                                            f"{SCHEDULER_UNREACHABLE_LIMIT:.0f}s: {info.reason}")
                         return self._finish(outcome, follower.events)
-                    time.sleep(self.opts.event_poll)
+                    time.sleep(event_wait.next(changed))
                     continue
                 unreachable_since = None
-                if info.state is JobState.PENDING and "job_started" in outcome.phases:
+                if info.state is JobState.PENDING and EV.job_started in outcome.phases:
                     # Requeued after it started (a node or slurmctld failure): the ranks of this
                     # launch are gone and a re-run would start from scratch. Fail; _finish cancels.
                     outcome.failure = _requeued(info.reason)
                     return self._finish(outcome, follower.events)
+                next_info = now + info_wait.next(changed or (info.state, info.reason) != last_info)
+                last_info = (info.state, info.reason)
                 if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
                     last_detail = info.reason
                     self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
@@ -244,7 +246,7 @@ class Launch:
                         f"the job ended ({info.raw_state}{': ' + info.reason if info.reason else ''}) "
                         "before the run finished")
                     return self._finish(outcome, follower.events)
-            time.sleep(self.opts.event_poll)
+            time.sleep(event_wait.next(changed))
 
     def _on_event(self, ev: Event, outcome: LaunchOutcome, t0: float) -> bool:
         """Record one milestone; True when the launch is over (for good or bad)."""
@@ -252,52 +254,52 @@ class Launch:
         if ev.kind in PHASES:
             outcome.phases.setdefault(ev.kind, round(t, 3))
             self.progress(ev.kind, t, " ".join(ev.args))
-        if ev.kind == "ready":
+        if ev.kind == EV.ready:
             outcome.endpoint = ev.args[0] if ev.args else None
-        elif ev.kind == "rank_failed" and len(ev.args) >= 2:
+        elif ev.kind == EV.rank_failed and len(ev.args) >= 2:
             outcome.failed_rank = {"rank": ev.args[0], "node": ev.args[1],
                                    "exit_code": ev.args[2] if len(ev.args) > 2 else "?"}
-        elif ev.kind == "failed":
+        elif ev.kind == EV.failed:
             # The first failure is the cause; later ones (a teardown) are added, not swapped in.
             text = " ".join(ev.args) or "the job script failed"
             outcome.failure = f"{outcome.failure}; then {text}" if outcome.failure else text
-        elif ev.kind == "client_done":
+        elif ev.kind == EV.client_done:
             rc = ev.args[0] if ev.args else "?"
             if rc != "0":
                 outcome.failure = f"the client failed (exit {rc}); see logs/client.log"
-        elif ev.kind == "serving" and self.opts.keep_serving:
+        elif ev.kind == EV.serving and self.opts.keep_serving:
             outcome.ok = True
             return True
-        elif ev.kind == "interrupted":
+        elif ev.kind == EV.interrupted:
             outcome.failure = outcome.failure or (
                 "the job script was stopped by a signal (scancel, a requeue, preemption or the time limit)")
-        elif ev.kind == "done":
+        elif ev.kind == EV.done:
             return True
         return False
 
     def _finish(self, outcome: LaunchOutcome, events: list[Event]) -> LaunchOutcome:
         assert outcome.record.job_id is not None
-        done = [e for e in events if e.kind == "done"]
+        done = [e for e in events if e.kind == EV.done]
         if not outcome.ok:
             outcome.ok = bool(done and done[-1].args[:1] == ("0",) and outcome.failure is None)
-        outcome.client = _read_json(self.paths.results / "client.json")
-        outcome.mpicheck = _read_json(self.paths.results / "mpicheck.json")
+        outcome.client = _read_json(self.paths.results / FILES.client_json)
+        outcome.mpicheck = _read_json(self.paths.results / FILES.mpicheck_json)
         if outcome.ok and self.opts.keep_serving:
             return outcome
         if not outcome.ok:
             if outcome.failed_rank:
                 outcome.log_tail = self._rank_log_tail(outcome.failed_rank["rank"])
-            elif "client_done" in outcome.phases:
-                client_log = self.paths.logs / "client.log"
+            elif EV.client_done in outcome.phases:
+                client_log = self.paths.logs / FILES.client_log
                 if client_log.is_file():
-                    outcome.log_tail = [f"client.log: {line}" for line in
+                    outcome.log_tail = [f"{FILES.client_log}: {line}" for line in
                                         client_log.read_text(errors="replace").splitlines()[-15:]]
         # Whatever happened, nothing of this run may be left running. After `done` the job
         # ends by itself; give it a moment before cancelling.
         deadline = time.monotonic() + (10.0 if done else 0.0)
         while True:
             info = self.launcher.info(outcome.record.job_id, self.paths)
-            if info.state is JobState.PENDING and "job_started" in outcome.phases and not outcome.ok:
+            if info.state is JobState.PENDING and EV.job_started in outcome.phases and not outcome.ok:
                 outcome.failure = _requeued(info.reason)
                 break
             if info.state.terminal or info.source == "none" or time.monotonic() >= deadline:
@@ -365,7 +367,7 @@ _ERROR_LINE = re.compile(r"^E\d{4} |error|failed|traceback|exception|unable to",
 def rank_log_tail(paths: RunPaths, rank: str, n: int = 12) -> list[str]:
     """The lines of a rank's logs that explain a failure: errors first, else the last lines."""
     lines: list[str] = []
-    for name in (f"server-rank{rank}.log", f"rank{rank}.stdout"):
+    for name in (FILES.server_log(rank), FILES.rank(rank, "stdout")):
         path = paths.logs / name
         if path.is_file():
             text = path.read_text(errors="replace").splitlines()[-400:]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ftcluster.layout import RunPaths
+from ftcluster.layout import FILES, RunPaths
 from ftcluster.runner import LocalRunner, Runner
 
 _BLOCK = 64 * 1024
@@ -52,11 +52,11 @@ def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client:
     ranks = [rank] if rank is not None else list(range(nodes))
     if server:
         for r in ranks:
-            host_file = paths.state / f"rank{r}.host"
+            host_file = paths.rank_file(r, "host")
             host = host_file.read_text().strip() if host_file.is_file() else "?"
-            found.append(LogSource(f"rank{r} {host}", str(paths.logs / f"server-rank{r}.log")))
+            found.append(LogSource(f"rank{r} {host}", str(paths.server_log(r))))
     if client:
-        found.append(LogSource("client", str(paths.logs / "client.log")))
+        found.append(LogSource("client", str(paths.logs / FILES.client_log)))
     # Jobs submitted through submitit (`ftcluster convert`) log to <job>_<task>_log.{out,err}.
     for log in sorted(paths.logs.glob("*_log.out")) + sorted(paths.logs.glob("*_log.err")):
         found.append(LogSource(f"job {log.suffix[1:]}", str(log)))

@@ -5,15 +5,17 @@ A light module: `status` reads it without importing the launch machinery.
 
 from __future__ import annotations
 
+from ftcluster.events import EV
+
 PHASES = {
-    "submitted": "queued",
-    "job_started": "job started",
-    "mpicheck_started": "MPI check",
-    "mpicheck_ok": "MPI check passed",
-    "servers_starting": "servers starting",
-    "ready": "rank 0 ready",
-    "client_started": "client running",
-    "client_done": "client done",
-    "serving": "serving",
-    "done": "done",
+    "submitted": "queued",        # the launcher's own milestone, not an event of the job
+    EV.job_started: "job started",
+    EV.mpicheck_started: "MPI check",
+    EV.mpicheck_ok: "MPI check passed",
+    EV.servers_starting: "servers starting",
+    EV.ready: "rank 0 ready",
+    EV.client_started: "client running",
+    EV.client_done: "client done",
+    EV.serving: "serving",
+    EV.done: "done",
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -19,20 +19,27 @@ from typing import Any
 import jinja2
 
 from ftcluster.errors import UserError
-from ftcluster.fanout import FanoutConfig
 
 # The run folder's layout lives in ftcluster.layout (light, for status/logs); re-exported here.
-from ftcluster.layout import EVENTS, HERE_STYLES, LOGS, REPO, RESULTS, SCRIPTS, STATE, RunPaths  # noqa: F401
+from ftcluster.events import EV, Kinds
+from ftcluster.fanout import FanoutConfig
+from ftcluster.layout import (  # noqa: F401
+    EVENTS,
+    FILES,
+    HERE_STYLES,
+    LOGS,
+    REPO,
+    RESULTS,
+    SCRIPTS,
+    STATE,
+    RunFiles,
+    RunPaths,
+)
 from ftcluster.plan import Plan
-from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.spec import ClientDefaults, ClusterSpec, Container, ModelSpec, Ports, Server
+from ftcluster.styles import STYLES, style_name
 
-STYLE_TEMPLATE = {
-    "pyxis": "sbatch.sh.j2",
-    "none": "sbatch.sh.j2",
-    "docker": "sbatch_docker.sh.j2",
-    "ssh_docker": "ssh_docker.sh.j2",
-    "local": "local.sh.j2",
-}
+STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -57,15 +64,11 @@ def _env() -> jinja2.Environment:
     return env
 
 
-DOCKER_STYLES = ("docker", "ssh_docker")
+DOCKER_STYLES = tuple(name for name, style in STYLES.items() if style.docker)
 
 
 def launch_style(cluster: ClusterSpec) -> str:
-    if cluster.scheduler == "local":
-        return "local"
-    if cluster.scheduler == "ssh":
-        return "ssh_docker"   # the spec allows no other runtime with scheduler ssh
-    return cluster.container.runtime
+    return style_name(cluster.scheduler, cluster.container.runtime)
 
 
 def job_name(model: ModelSpec, run_id: str) -> str:
@@ -146,63 +149,124 @@ class RenderedScripts:
         return "\n".join(f"# ===== {name} =====\n{text}" for name, text in self.files.items())
 
 
+@dataclass(frozen=True)
+class RenderContext:
+    """Everything the templates see, by name and type (jinja2 gets its fields as variables).
+    StrictUndefined makes a template that needs a name not here fail at render, in the tests."""
+
+    style: str
+    run_id: str
+    run_dir: str
+    job_name: str
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    # sbatch header (Slurm styles)
+    partition: str | None
+    account: str | None
+    qos: str | None
+    time_limit: str
+    sbatch_args: list[str]
+    gpus_per_node_gres: bool
+    exclusive: bool
+    mpi: str
+    # servers
+    ports: Ports
+    port_stride: int               # between ranks' ports: only where ranks share one host
+    ssh_port: int
+    env: dict[str, str]
+    container: Container
+    container_name: str
+    pyxis_mounts: str
+    tritonserver: str
+    server: Server
+    python: str                    # runs the client (and the ssh fan-out) on the job's host
+    served_model: str
+    client: ClientDefaults
+    run_client: bool
+    keep_serving: bool
+    mpi_check: bool
+    mpi_check_timeout: float
+    servers: bool
+    # the run folder
+    repo: str
+    logs: str
+    state: str
+    results: str
+    scripts: str
+    id_prefix: str
+    # docker styles
+    docker_run_args: list[str]
+    docker_label: str
+    ssh_dir: str
+    # ssh scheduler: the plan's hosts, rank 0 first
+    run_hosts: list[str]
+    mpirun: str
+    # The event kinds and the run folder's file names, defined once in Python.
+    ev: Kinds
+    files: RunFiles
+
+    def variables(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 def context(
     cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: RenderOptions
-) -> dict[str, Any]:
+) -> RenderContext:
     """Everything the templates see; pure."""
     style = launch_style(cluster)
-    client = model.client
     env = {**cluster.env, **opts.extra_env}
-    return {
-        "style": style,
-        "run_id": paths.run_id,
-        "run_dir": str(paths.run_dir),
-        "job_name": job_name(model, paths.run_id),
-        "nodes": plan.nodes,
-        "gpus_per_node": plan.gpus_per_node,
-        "tp": plan.tensor_para_size,
-        "pp": plan.pipeline_para_size,
-        "partition": cluster.partition,
-        "account": cluster.account,
-        "qos": cluster.qos,
-        "time_limit": cluster.time_limit,
-        "sbatch_args": list(cluster.sbatch_args),
-        "gpus_per_node_gres": cluster.request_gpus,
-        "exclusive": cluster.exclusive,
-        "mpi": cluster.mpi,
-        "ports": cluster.ports,
-        "port_stride": LOCAL_PORT_STRIDE if style == "local" else 0,
-        "ssh_port": cluster.ssh_port,
-        "env": env,
-        "container": cluster.container,
-        "container_name": container_name(paths.run_id),
-        "pyxis_mounts": pyxis_mounts(cluster, paths.run_dir),
-        "tritonserver": opts.tritonserver or cluster.server.binary,
-        "server": cluster.server,
-        # Runs the client (and the ssh fan-out) on the job's host, never inside a container.
-        "python": opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
-        "served_model": model.name,
-        "client": client,
-        "run_client": opts.client,
-        "keep_serving": opts.keep_serving,
+    return RenderContext(
+        style=style,
+        run_id=paths.run_id,
+        run_dir=str(paths.run_dir),
+        job_name=job_name(model, paths.run_id),
+        nodes=plan.nodes,
+        gpus_per_node=plan.gpus_per_node,
+        tp=plan.tensor_para_size,
+        pp=plan.pipeline_para_size,
+        partition=cluster.partition,
+        account=cluster.account,
+        qos=cluster.qos,
+        time_limit=cluster.time_limit,
+        sbatch_args=list(cluster.sbatch_args),
+        gpus_per_node_gres=cluster.request_gpus,
+        exclusive=cluster.exclusive,
+        mpi=cluster.mpi,
+        ports=cluster.ports,
+        port_stride=LOCAL_PORT_STRIDE if style == "local" else 0,
+        ssh_port=cluster.ssh_port,
+        env=env,
+        container=cluster.container,
+        container_name=container_name(paths.run_id),
+        pyxis_mounts=pyxis_mounts(cluster, paths.run_dir),
+        tritonserver=opts.tritonserver or cluster.server.binary,
+        server=cluster.server,
+        # Never inside a container: this interpreter where the job script runs here.
+        python=opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
+        served_model=model.name,
+        client=model.client,
+        run_client=opts.client,
+        keep_serving=opts.keep_serving,
         # The local style's world is this machine's own mpirun; there is nothing to check.
-        "mpi_check": opts.mpi_check and style != "local",
-        "mpi_check_timeout": opts.mpi_check_timeout,
-        "servers": opts.servers,
-        "repo": str(paths.repo),
-        "logs": str(paths.logs),
-        "state": str(paths.state),
-        "results": str(paths.results),
-        "scripts": str(paths.scripts),
-        "id_prefix": f"ftc-{paths.run_id}",
-        # docker style
-        "docker_run_args": docker_run_args(cluster, paths.run_dir, list(env)) if style in DOCKER_STYLES else [],
-        "docker_label": DOCKER_LABEL,
-        "ssh_dir": str(paths.state / "ssh"),
-        # ssh scheduler: the plan's hosts, rank 0 first
-        "run_hosts": list(cluster.hosts[: plan.nodes]),
-        "mpirun": opts.mpirun,
-    }
+        mpi_check=opts.mpi_check and style != "local",
+        mpi_check_timeout=opts.mpi_check_timeout,
+        servers=opts.servers,
+        repo=str(paths.repo),
+        logs=str(paths.logs),
+        state=str(paths.state),
+        results=str(paths.results),
+        scripts=str(paths.scripts),
+        id_prefix=f"ftc-{paths.run_id}",
+        docker_run_args=docker_run_args(cluster, paths.run_dir, list(env)) if style in DOCKER_STYLES else [],
+        docker_label=DOCKER_LABEL,
+        ssh_dir=str(paths.state / "ssh"),
+        run_hosts=list(cluster.hosts[: plan.nodes]),
+        mpirun=opts.mpirun,
+        ev=EV,
+        files=FILES,
+    )
 
 
 def render(
@@ -214,18 +278,19 @@ def render(
         raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
                         "cannot express", field="workspace", hint="choose a workspace path without them")
     ctx = context(cluster, model, plan, paths, opts)
-    style = ctx["style"]
+    style = ctx.style
     env = _env()
+    variables = ctx.variables()
     files = {
-        paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(ctx),
-        "rank_server.sh": env.get_template("rank_server.sh.j2").render(ctx),
+        paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(variables),
+        "rank_server.sh": env.get_template("rank_server.sh.j2").render(variables),
     }
-    if ctx["mpi_check"]:
+    if ctx.mpi_check:
         # Runs inside the user's image with its python3 and its MPI: plain files, stdlib only.
         for name in ("mpicheck.py", "ctmpi.py"):
             files[name] = (Path(__file__).parent / "rank" / name).read_text()
     if style in DOCKER_STYLES:
-        files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(ctx)
+        files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(variables)
     if style == "ssh_docker":
         files["nodes.json"] = fanout_config(cluster, plan).to_json()
     return RenderedScripts(style, files)

@@ -8,6 +8,7 @@ fall back to `scontrol show job` while Slurm still remembers the job.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -75,8 +76,9 @@ class Slurm:
         self.runner = runner
         self._has_sacct: bool | None = None
 
-    def submit(self, script: str, cwd: str) -> str:
-        res = self.runner.run(["sbatch", "--parsable", script], cwd=cwd, timeout=120)
+    def submit(self, argv: Sequence[str], cwd: str) -> str:
+        """Run an `sbatch --parsable ...` argv (a job request's) in cwd; the job id it prints."""
+        res = self.runner.run(list(argv), cwd=cwd, timeout=120)
         if res.returncode == 127:
             raise UserError("sbatch not found", hint="run on a Slurm login node or set login_host")
         if not res.ok:

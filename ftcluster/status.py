@@ -12,9 +12,9 @@ from typing import Any
 from ftcluster import sshkeys
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
-from ftcluster.events import parse_events
-from ftcluster.launchers import launcher_for_scheduler
-from ftcluster.layout import RunPaths
+from ftcluster.events import EV, parse_events
+from ftcluster.launchers import launcher_for_record
+from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
 from ftcluster.store import RunRecord, RunStore
 
@@ -40,7 +40,7 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
     never answer; only rank 0's readiness, which the job script saw, is known)."""
     ranks = []
     for r in range(nodes):
-        host_file = paths.state / f"rank{r}.host"
+        host_file = paths.rank_file(r, "host")
         node = host_file.read_text().strip() if host_file.is_file() else None
         exit_info = rank_exit(paths.state, r)
         code: str | None = None
@@ -51,7 +51,7 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
             if r == 0:
                 state = "ready" if rank0_ready else "loading"
             else:
-                state = "loaded" if (paths.state / f"rank{r}.loaded").exists() else "loading"
+                state = "loaded" if paths.rank_file(r, "loaded").exists() else "loading"
         elif node:
             state = "ended"
         else:
@@ -65,7 +65,7 @@ def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
     """(exit code, 'died' | 'stopped') from state/rank<R>.exit ("CODE EPOCH HOW", written by
     rank_server.sh); None when the rank was killed outright (its wrapper too) and wrote none."""
     try:
-        parts = (state / f"rank{rank}.exit").read_text().split()
+        parts = (state / FILES.rank(rank, "exit")).read_text().split()
     except OSError:
         return None
     if not parts:
@@ -79,8 +79,8 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     events = parse_events(paths.events.read_text()) if paths.events.is_file() else []
     phase_events = [e for e in events if e.kind in PHASES]
     phase = phase_events[-1].kind if phase_events else ("submitted" if rec.job_id else "created")
-    ready = [e for e in events if e.kind == "ready"]
-    failed = [e for e in events if e.kind == "failed"]
+    ready = [e for e in events if e.kind == EV.ready]
+    failed = [e for e in events if e.kind == EV.failed]
     st: dict[str, Any] = {
         "run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir, "scheduler": rec.scheduler,
         "style": rec.style, "phase": phase, "phase_label": PHASES.get(phase, phase),
@@ -90,7 +90,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     }
     hosts = run_hosts(rec.run_dir, rec.nodes, rec.plan)
     if rec.job_id:
-        info = launcher_for_scheduler(rec.scheduler, style=rec.style).info(rec.job_id, paths)
+        info = launcher_for_record(rec).info(rec.job_id, paths)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
                   source=info.source, exit_code=info.exit_code or None)
         # The scheduler's node list where it has one (Slurm), else the ranks' own records.
@@ -108,7 +108,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
     if not rec.job_id:
         raise UserError(f"run {rec.run_id} was never submitted")
-    launcher = launcher_for_scheduler(rec.scheduler, style=rec.style)
+    launcher = launcher_for_record(rec)
     launcher.cancel(rec.job_id, paths_of(rec))
     sshkeys.remove(paths_of(rec).state)  # the docker style's per-run keys, if any
     return (store or RunStore()).update(rec, status="STOPPED")

@@ -43,6 +43,9 @@ class RunRecord:
     status: str = "CREATED"
     endpoint: str | None = None
     plan: dict[str, Any] = field(default_factory=dict)
+    # The launcher that ran it (ftcluster.styles.LAUNCHERS); "" in runs recorded before it was
+    # kept: their scheduler and style name it.
+    launcher: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -185,7 +185,7 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
     launch = Launch(planned.cluster, planned.model, planned.plan, opts,
                     progress=None if as_json else _progress, run_id=run_id)
     if opts.dry_run:
-        click.echo(launch.dry_run(), nl=False)
+        click.echo(str(launch.dry_run()), nl=False)
         return None
     outcome = launch.run()
     if as_json:

@@ -9,7 +9,7 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.errors import EXIT_FAILED, UserError
-from ftcluster.launchers import launcher_for_scheduler
+from ftcluster.launchers import launcher_for_record
 from ftcluster.logs import Follower, LogSource, follow, sources, tail
 from ftcluster.slurm import JobState
 from ftcluster.status import paths_of
@@ -62,7 +62,7 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         for src, line in tail(srcs, tail_n):
             emit(src, line)
     follower = Follower(srcs, from_start=tail_n is None)
-    launcher = launcher_for_scheduler(rec.scheduler, style=rec.style)
+    launcher = launcher_for_record(rec)
     final: list[JobState] = []
 
     def ended() -> bool:

@@ -1,42 +1,45 @@
-"""Launch styles behind one interface: local process groups, Slurm (bare or Pyxis), Slurm + Docker."""
+"""Launch styles behind one interface: local process groups, Slurm (bare or Pyxis), Slurm + Docker,
+ssh + Docker. Which launcher runs which style is ftcluster.styles' table."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING
 
 from ftcluster.launchers.base import Launcher
 from ftcluster.runner import LocalRunner, Runner
+from ftcluster.styles import LAUNCHERS, launcher_name, style_name
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.spec import ClusterSpec
+    from ftcluster.store import RunRecord
+
+
+def launcher_class(name: str) -> type[Launcher]:
+    if name not in LAUNCHERS:
+        from ftcluster.errors import UserError
+
+        raise UserError(f"launching with {name!r} is not supported", field="scheduler",
+                        hint="use 'slurm', 'ssh' or 'local'")
+    module, _, cls = LAUNCHERS[name].partition(":")
+    found: type[Launcher] = getattr(import_module(module), cls)
+    return found
+
+
+def launcher_named(name: str, runner: Runner | None = None) -> Launcher:
+    return launcher_class(name)(runner or LocalRunner())
 
 
 def launcher_for(cluster: ClusterSpec, runner: Runner | None = None) -> Launcher:
-    from ftcluster.render import launch_style
-
-    return launcher_for_scheduler(cluster.scheduler, runner, style=launch_style(cluster))
+    return launcher_for_scheduler(cluster.scheduler, runner, style=style_name(cluster.scheduler,
+                                                                              cluster.container.runtime))
 
 
 def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
                            style: str | None = None) -> Launcher:
-    runner = runner or LocalRunner()
-    if scheduler == "slurm" and style == "docker":
-        from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
+    return launcher_named(launcher_name(scheduler, style or ""), runner)
 
-        return DockerSlurmLauncher(runner)
-    if scheduler == "ssh":
-        from ftcluster.launchers.ssh_docker import SshDockerLauncher
 
-        return SshDockerLauncher(runner)
-    if scheduler == "local":
-        from ftcluster.launchers.local import LocalLauncher
-
-        return LocalLauncher(runner)
-    if scheduler == "slurm":
-        from ftcluster.launchers.slurm import SlurmLauncher
-
-        return SlurmLauncher(runner)
-    from ftcluster.errors import UserError
-
-    raise UserError(f"launching with scheduler {scheduler!r} is not supported yet",
-                    field="scheduler", hint="use 'slurm', 'ssh' or 'local'")
+def launcher_for_record(rec: RunRecord, runner: Runner | None = None) -> Launcher:
+    """The launcher that ran a recorded run: the one it names, else its scheduler's and style's."""
+    return launcher_named(rec.launcher or launcher_name(rec.scheduler, rec.style), runner)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ftcluster.runner import Runner
@@ -12,6 +11,7 @@ from ftcluster.slurm import JobInfo
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
+    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
 
 
@@ -19,12 +19,17 @@ class Launcher(ABC):
     def __init__(self, runner: Runner):
         self.runner = runner
 
+    @staticmethod
+    @abstractmethod
+    def command(script: str) -> tuple[str, ...]:
+        """The argv that starts a job script from the run folder; pure: the job request holds it."""
+
     def check(self, cluster: ClusterSpec, plan: Plan) -> None:
         """Refuse what the cluster cannot run, before anything is written or submitted."""
 
     @abstractmethod
-    def submit(self, paths: RunPaths, script: Path) -> str:
-        """Start the job script; return a job id for info/cancel."""
+    def submit(self, request: JobRequest) -> str:
+        """Run the request's argv in its cwd (its files are written); return a job id for info/cancel."""
 
     @abstractmethod
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:

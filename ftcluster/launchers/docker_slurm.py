@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ftcluster.events import parse_events
+from ftcluster.events import EV, parse_events
 from ftcluster.launchers.slurm import SlurmLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
@@ -28,11 +28,11 @@ def teardown_state(paths: RunPaths) -> str:
         kinds = [e.kind for e in parse_events(paths.events.read_text())]
     except FileNotFoundError:
         return "none"
-    if "containers_starting" not in kinds:
+    if EV.containers_starting not in kinds:
         return "none"
-    if "teardown_failed" in kinds:
+    if EV.teardown_failed in kinds:
         return "failed"
-    return "done" if "containers_stopped" in kinds else "pending"
+    return "done" if EV.containers_stopped in kinds else "pending"
 
 
 class DockerSlurmLauncher(SlurmLauncher):

@@ -13,17 +13,18 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
-from ftcluster.events import last, parse_events
+from ftcluster.events import EV, last, parse_events
 from ftcluster.launchers.base import Launcher
+from ftcluster.layout import FILES
 from ftcluster.slurm import JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
+    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
 
 
@@ -107,11 +108,16 @@ class LocalLauncher(Launcher):
     # Seconds beyond the server's exit grace that a stopped job script gets for its teardown.
     teardown_grace = 5.0
 
-    def submit(self, paths: RunPaths, script: Path) -> str:
+    @staticmethod
+    def command(script: str) -> tuple[str, ...]:
+        return ("bash", script)
+
+    def submit(self, request: JobRequest) -> str:
+        paths = request.paths
         paths.logs.mkdir(parents=True, exist_ok=True)
-        with open(paths.logs / "job.out", "ab") as out:
+        with open(paths.logs / FILES.job_out, "ab") as out:
             proc = subprocess.Popen(
-                ["bash", str(script)], cwd=str(paths.run_dir), stdin=subprocess.DEVNULL,
+                list(request.argv), cwd=str(request.cwd), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self._children[proc.pid] = proc
@@ -147,12 +153,12 @@ class LocalLauncher(Launcher):
             events = parse_events(paths.events.read_text())
         except FileNotFoundError:
             events = []
-        done = last(events, "done")
+        done = last(events, EV.done)
         if done is None:
             return JobInfo(job_id, JobState.FAILED, "KILLED", reason="the job script was killed", source="local")
         rc = done.args[0] if done.args else "?"
         state = JobState.COMPLETED if rc == "0" else (
-            JobState.CANCELLED if last(events, "interrupted") else JobState.FAILED)
+            JobState.CANCELLED if last(events, EV.interrupted) else JobState.FAILED)
         return JobInfo(job_id, state, state.value, exit_code=rc, source="local")
 
     def _submitit_info(self, job_id: str, pid: int, paths: RunPaths) -> JobInfo:
@@ -197,7 +203,7 @@ class LocalLauncher(Launcher):
             time.sleep(0.05)
         _killpg(pid, signal.SIGKILL)
         # Ranks lead their own process groups; kill any the script could not stop.
-        for pidfile in paths.state.glob("rank*.pid") if self.kill_stray_ranks else ():
+        for pidfile in paths.state.glob(FILES.rank("*", "pid")) if self.kill_stray_ranks else ():
             try:
                 rank_pid = int(pidfile.read_text().strip())
             except (OSError, ValueError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
@@ -14,6 +13,7 @@ from ftcluster.slurm import JobInfo, Slurm
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
+    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
 
 
@@ -28,9 +28,13 @@ class SlurmLauncher(Launcher):
             raise UserError(f"{plan.nodes} nodes requested but partition {cluster.partition!r} has {total}",
                             field="--nodes", hint="lower --nodes or choose a bigger partition")
 
-    def submit(self, paths: RunPaths, script: Path) -> str:
-        # Submitted from the run folder: the script's #SBATCH --output paths are relative.
-        return self.slurm.submit(str(script), cwd=str(paths.run_dir))
+    @staticmethod
+    def command(script: str) -> tuple[str, ...]:
+        # Submitted from the run folder (the request's cwd): #SBATCH --output paths are relative.
+        return ("sbatch", "--parsable", script)
+
+    def submit(self, request: JobRequest) -> str:
+        return self.slurm.submit(request.argv, cwd=str(request.cwd))
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         return self.slurm.info(job_id)

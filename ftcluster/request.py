@@ -1,0 +1,88 @@
+"""The job request: everything a launch hands to a launcher, built by a pure function.
+
+`launch --dry-run` prints the request; `launch` hands the same object to the launcher, which
+writes its files and runs its argv from its cwd. What the dry run shows is what runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftcluster.layout import LOGS, RESULTS, SCRIPTS, STATE, RunPaths
+from ftcluster.plan import Plan
+from ftcluster.render import RenderOptions, render
+from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.styles import STYLES, style_name
+
+# What a request runs: the servers (and the client), or only the MPI world check (`check`).
+KINDS = ("serve", "check")
+
+
+@dataclass(frozen=True)
+class JobFile:
+    path: str        # relative to the run folder
+    text: str
+    mode: int
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    kind: str
+    launcher: str                  # a key of ftcluster.styles.LAUNCHERS; the run record keeps it
+    scheduler: str
+    style: str
+    paths: RunPaths
+    files: tuple[JobFile, ...]
+    argv: tuple[str, ...]          # run from cwd by the launcher, exactly
+    cwd: Path
+    ssh_keys: bool                 # per-run keys for mpirun over ssh (docker styles)
+
+    @property
+    def folders(self) -> tuple[Path, ...]:
+        """The run folder's subfolders that exist before the job starts."""
+        return tuple(self.paths.run_dir / d for d in (SCRIPTS, LOGS, STATE, RESULTS))
+
+    def command(self) -> str:
+        """The argv with its cwd, quoted for pasting into a shell."""
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self.argv)}"
+
+    def write_files(self) -> list[Path]:
+        for folder in self.folders:
+            folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        for f in self.files:
+            path = self.paths.run_dir / f.path
+            path.write_text(f.text)
+            path.chmod(f.mode)
+            written.append(path)
+        return written
+
+    def __str__(self) -> str:
+        head = (f"# run {self.paths.run_id} ({self.kind}): style {self.style}, launcher {self.launcher}, "
+                f"run folder {self.paths.run_dir}\n")
+        files = "\n".join(f"# ===== {f.path} ({f.mode:04o}) =====\n{f.text}" for f in self.files)
+        return f"{head}{files}\n# ===== would run =====\n{self.command()}\n"
+
+
+def _mode(name: str) -> int:
+    # Job scripts are run as `bash FILE` or by sbatch; the rest are data or `python3 FILE`.
+    return 0o755 if name.endswith((".sh", ".sbatch")) else 0o644
+
+
+def build_request(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths,
+                  opts: RenderOptions) -> JobRequest:
+    """The request for one run; pure (renders templates, touches nothing)."""
+    kind = "serve" if opts.servers else "check"
+    from ftcluster.launchers import launcher_class
+
+    style = STYLES[style_name(cluster.scheduler, cluster.container.runtime)]
+    scripts = render(cluster, model, plan, paths, opts)
+    script = paths.job_script(style.name)
+    return JobRequest(
+        kind=kind, launcher=style.launcher, scheduler=cluster.scheduler, style=style.name, paths=paths,
+        files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name)) for name, text in scripts.files.items()),
+        argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
+        ssh_keys=style.docker,
+    )

@@ -1,0 +1,124 @@
+"""The job request: built by a pure function, printed by the dry run, run as printed by `launch`;
+the run record names its launcher, so status/logs/stop find it."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ftcluster.launch import Launch, LaunchOptions
+from ftcluster.launchers import launcher_for_record, launcher_named
+from ftcluster.launchers.base import Launcher
+from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
+from ftcluster.launchers.local import LocalLauncher
+from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.layout import RunPaths
+from ftcluster.plan import make_plan
+from ftcluster.render import RenderOptions
+from ftcluster.request import JobRequest, build_request
+from ftcluster.runner import LocalRunner
+from ftcluster.slurm import JobInfo, JobState
+from ftcluster.spec import default_model_path, load_model
+from ftcluster.store import RunRecord, RunStore
+from ftcluster.styles import LAUNCHERS, STYLES
+from tests.helpers_specs import cluster
+
+SLURM = {"name": "s", "scheduler": "slurm", "partition": "gpu", "gpus_per_node": 1,
+         "server": {"binary": "/opt/tritonserver/bin/tritonserver"}}
+
+
+def _request(tmp_path: Path, **spec: object) -> JobRequest:
+    c = cluster(**{**SLURM, "workspace": str(tmp_path / "ws"), **spec})
+    m = load_model(default_model_path())
+    paths = RunPaths("r1", tmp_path / "ws" / "r1")
+    return build_request(c, m, make_plan(c, m, 1), paths, RenderOptions(tritonserver="/opt/t"))
+
+
+def test_every_style_names_a_template_and_a_launcher() -> None:
+    for style in STYLES.values():
+        assert style.launcher in LAUNCHERS
+        assert isinstance(launcher_named(style.launcher), Launcher)
+
+
+@pytest.mark.parametrize(("spec", "launcher", "argv0"), [
+    ({}, "slurm", ("sbatch", "--parsable")),
+    ({"container": {"runtime": "docker", "image": "i:1"}}, "docker_slurm", ("sbatch", "--parsable")),
+    ({"scheduler": "local", "partition": None}, "local", ("bash",)),
+])
+def test_the_request_is_pure_and_names_what_runs(tmp_path: Path, spec: dict[str, object], launcher: str,
+                                                 argv0: tuple[str, ...]) -> None:
+    req = _request(tmp_path, **spec)
+    assert req == _request(tmp_path, **spec)           # a function of its inputs
+    assert not (tmp_path / "ws").exists()               # that writes nothing
+    assert req.launcher == launcher and req.kind == "serve"
+    script = req.paths.job_script(req.style)
+    assert req.argv == (*argv0, str(script)) and req.cwd == req.paths.run_dir
+    assert f"scripts/{script.name}" in {f.path for f in req.files}
+    modes = {f.path: f.mode for f in req.files}
+    assert modes[f"scripts/{script.name}"] == 0o755 and modes["scripts/rank_server.sh"] == 0o755
+    # The dry run ends with the command, and a shell splits it back into cwd and argv.
+    text = str(req)
+    words = shlex.split(text.split("# ===== would run =====\n", 1)[1])
+    assert words[:3] == ["cd", str(req.cwd), "&&"] and tuple(words[3:]) == req.argv
+    assert req.ssh_keys == (launcher == "docker_slurm")
+
+
+def test_writing_a_request_lays_out_the_run_folder(tmp_path: Path) -> None:
+    req = _request(tmp_path, container={"runtime": "docker", "image": "i:1"})
+    written = req.write_files()
+    for folder in req.folders:
+        assert folder.is_dir()
+    assert {p.relative_to(req.paths.run_dir).as_posix() for p in written} == {f.path for f in req.files}
+    for f in req.files:
+        path = req.paths.run_dir / f.path
+        assert path.read_text() == f.text and path.stat().st_mode & 0o777 == f.mode
+
+
+class Recording(Launcher):
+    """Records the request it is given; the job ends at once."""
+
+    submitted: list[JobRequest] = []
+
+    @staticmethod
+    def command(script: str) -> tuple[str, ...]:
+        return SlurmLauncher.command(script)
+
+    def submit(self, request: JobRequest) -> str:
+        self.submitted.append(request)
+        return "42"
+
+    def info(self, job_id: str, paths: RunPaths) -> JobInfo:
+        return JobInfo(job_id, JobState.COMPLETED, "COMPLETED", source="squeue")
+
+    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
+        pass
+
+
+def test_launch_submits_the_request_the_dry_run_printed(tmp_path: Path) -> None:
+    c = cluster(**{**SLURM, "workspace": str(tmp_path / "ws")})
+    m = load_model(default_model_path())
+    plan = make_plan(c, m, 1)
+    store = RunStore(tmp_path / "runs.sqlite")
+    launch = Launch(c, m, plan, LaunchOptions(), store=store, launcher=Recording(LocalRunner()), run_id="r1")
+    dry = launch.dry_run()
+    outcome = launch.run()
+    assert Recording.submitted == [dry]
+    assert str(Recording.submitted[0]) == str(dry)
+    rec = store.get("r1")
+    assert (rec.launcher, rec.job_id) == ("slurm", "42") and not outcome.ok  # no `done` event
+
+
+@pytest.mark.parametrize(("scheduler", "style", "launcher", "cls"), [
+    ("slurm", "none", "", SlurmLauncher),
+    ("slurm", "docker", "", DockerSlurmLauncher),
+    ("slurm", "convert", "", SlurmLauncher),       # `convert` runs: their scheduler's jobs
+    ("local", "convert", "", LocalLauncher),
+    ("slurm", "none", "docker_slurm", DockerSlurmLauncher),  # the recorded launcher wins
+])
+def test_status_logs_and_stop_find_the_runs_launcher(scheduler: str, style: str, launcher: str,
+                                                     cls: type[Launcher]) -> None:
+    rec = RunRecord(run_id="r", created=0.0, cluster_name="c", cluster_source="", scheduler=scheduler,
+                    style=style, run_dir="/x", nodes=1, model="m", launcher=launcher)
+    assert type(launcher_for_record(rec)) is cls
