@@ -24,6 +24,10 @@ def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
         from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 
         return DockerSlurmLauncher(runner)
+    if scheduler == "slurm" and style == "pyxis":
+        from ftcluster.launchers.slurm import PyxisSlurmLauncher
+
+        return PyxisSlurmLauncher(runner)
     if scheduler == "ssh":
         from ftcluster.launchers.ssh_docker import SshDockerLauncher
 
