@@ -36,9 +36,36 @@ export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
 CNAME=ftc-gpt-2n
 NODE=${SLURMD_NODENAME:-$(hostname -s)}
 
-# Removes this run's containers on this node; prints what failed (nothing when all went).
+# Processes still running in this run's container on this node, found the way `enroot list -f`
+# finds them: another mount namespace whose "/" is the container's root filesystem. A process
+# whose parent ended (a python backend stub of a killed tritonserver) leaves Slurm's process
+# tracking and would outlive the job.
+container_pids() {
+  local p root mine
+  mine=$(readlink /proc/self/ns/mnt)
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" != "$mine" ] || continue
+    root=$(awk '($5 == "/"){print $4; exit}' "$p/mountinfo" 2>/dev/null) || continue
+    case ${root##*/} in
+      "pyxis_$CNAME" | "pyxis_${SLURM_JOB_ID:-none}_$CNAME") printf '%s\n' "${p#/proc/}" ;;
+    esac
+  done
+}
+
+# Removes this run's containers on this node (their processes first); prints what failed
+# (nothing when all went).
 remove_containers() {
-  local list name out problem=''
+  local list name out problem='' pids i
+  pids=$(container_pids)
+  if [ -n "$pids" ]; then
+    # One pid per line; word splitting is wanted here.
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null
+    for ((i = 0; i < 50; i++)); do
+      [ -n "$(container_pids)" ] || break
+      sleep 0.1
+    done
+  fi
   if ! list=$(enroot list 2>&1); then
     printf 'enroot list failed: %s' "$(tail -n 1 <<<"$list")"
     return 1
