@@ -43,7 +43,8 @@ def spec_dir(pyxis_bed: PyxisBed) -> Path:
     return Path(tempfile.mkdtemp(prefix="ftc-pyxis-test-"))
 
 
-def _write_spec(folder: Path, pb: PyxisBed, *, server: dict[str, Any] | None = None, **container: Any) -> Path:
+def _write_spec(folder: Path, pb: PyxisBed, *, server: dict[str, Any] | None = None,
+                env: dict[str, str] | None = None, **container: Any) -> Path:
     spec: dict[str, Any] = {
         "name": "tb-pyxis", "scheduler": "slurm", "partition": pb.tb.partition, "request_gpus": False,
         "exclusive": False, "gpus_per_node": 1, "time_limit": "00:10:00", "workspace": str(folder / "ws"),
@@ -58,6 +59,8 @@ def _write_spec(folder: Path, pb: PyxisBed, *, server: dict[str, Any] | None = N
         "server": {"binary": "/opt/tritonserver/bin/tritonserver", "ready_timeout": 90, "exit_grace": 5,
                    **(server or {})},
     }
+    if env:
+        spec["env"] = env
     path = folder / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -178,8 +181,9 @@ def test_rendered_script_submitted_by_hand(pb: PyxisBed, spec_dir: Path) -> None
 
 
 def test_pyxis_only_on_the_submitting_side_is_refused(pb: PyxisBed, spec_dir: Path) -> None:
-    """srun loads Pyxis (its slurm.conf names the plugstack file), the nodes' slurmstepd do not:
-    --container-image is accepted and the step runs on the host. The run must say so."""
+    """srun loads Pyxis (the job script's SLURM_CONF names a plugstack file with it), the nodes'
+    slurmstepd do not (their slurm.conf's plugstack file is empty): --container-image is
+    accepted and the step runs on the host. The run must say so."""
     client_stack = spec_dir / "client-plugstack.conf"
     bed.write_plugstack(client_stack)
     client_conf = spec_dir / "slurm.conf"
@@ -188,8 +192,7 @@ def test_pyxis_only_on_the_submitting_side_is_refused(pb: PyxisBed, spec_dir: Pa
     node_stack = pb.tb.plugstack.read_text()
     pb.tb.plugstack.write_text("")   # the nodes: no plugin
     try:
-        rc, out, err = launch_json(_write_spec(spec_dir, pb), "--nodes", "2",
-                                   env={"SLURM_CONF": str(client_conf)})
+        rc, out, err = launch_json(_write_spec(spec_dir, pb, env={"SLURM_CONF": str(client_conf)}), "--nodes", "2")
     finally:
         pb.tb.plugstack.write_text(node_stack)
     assert rc == 1, err
