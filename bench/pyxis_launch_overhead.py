@@ -62,7 +62,7 @@ wait
 def hand_once(tmp: Path, repo: Path, nodes: int, model: str, sqsh: Path, i: int) -> dict[str, float]:
     out = Path(tempfile.mkdtemp(dir=tmp))
     script = out / "hand.sbatch"
-    mounts = f"{DEMO_CHECKPOINT}:{DEMO_CHECKPOINT}:ro,{repo.parent}:{repo.parent}"
+    mounts = f"{DEMO_CHECKPOINT}:{DEMO_CHECKPOINT}:ro,{repo.parent}:{repo.parent},{out}:{out}"
     script.write_text(HAND.format(nodes=nodes, out=out, sqsh=sqsh, mounts=mounts, name=f"hand-{os.getpid()}-{i}",
                                   triton=TRITON, repo=repo, model=model, python=sys.executable))
     t0 = time.time()
