@@ -289,6 +289,8 @@ def render(
         # Runs inside the user's image with its python3 and its MPI: plain files, stdlib only.
         for name in ("mpicheck.py", "ctmpi.py"):
             files[name] = (Path(__file__).parent / "rank" / name).read_text()
+    if style == "pyxis":
+        files["pyxis_node.sh"] = env.get_template("pyxis_node.sh.j2").render(variables)
     if style in DOCKER_STYLES:
         files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(variables)
     if style == "ssh_docker":

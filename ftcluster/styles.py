@@ -21,7 +21,7 @@ class Style:
 
 STYLES: dict[str, Style] = {s.name: s for s in (
     Style("none", "sbatch.sh.j2", "slurm", runs_here=False, docker=False),
-    Style("pyxis", "sbatch.sh.j2", "slurm", runs_here=False, docker=False),
+    Style("pyxis", "sbatch.sh.j2", "pyxis_slurm", runs_here=False, docker=False),
     Style("docker", "sbatch_docker.sh.j2", "docker_slurm", runs_here=False, docker=True),
     Style("ssh_docker", "ssh_docker.sh.j2", "ssh_docker", runs_here=True, docker=True),
     Style("local", "local.sh.j2", "local", runs_here=True, docker=False),
@@ -30,6 +30,7 @@ STYLES: dict[str, Style] = {s.name: s for s in (
 # Launcher name -> "module:class"; imported on use (a launcher pulls in its scheduler's code).
 LAUNCHERS: dict[str, str] = {
     "slurm": "ftcluster.launchers.slurm:SlurmLauncher",
+    "pyxis_slurm": "ftcluster.launchers.slurm:PyxisSlurmLauncher",
     "docker_slurm": "ftcluster.launchers.docker_slurm:DockerSlurmLauncher",
     "ssh_docker": "ftcluster.launchers.ssh_docker:SshDockerLauncher",
     "local": "ftcluster.launchers.local:LocalLauncher",

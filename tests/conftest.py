@@ -8,10 +8,11 @@ from typing import Any, Iterator
 
 import pytest
 
-# The real test beds' session fixtures (slurm_cluster, sshd_nodes, docker_nodes), defined once
+# The real test beds' session fixtures (slurm_cluster, sshd_nodes, docker_nodes, pyxis_bed), defined once
 # here: a session fixture imported into several test modules would be set up once per module.
 from tests.cluster.fixtures import *  # noqa: F401,F403
 from tests.docker.fixtures import docker_nodes  # noqa: F401
+from tests.pyxis.fixtures import pyxis_bed  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"

@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   bash tests/cluster/install.sh
   bash tests/docker/install.sh
+  # Real Enroot + Pyxis, built from the sources beside the checkout when they are there (the
+  # Pyxis tests skip, saying so, when they are not).
+  if [ -f ../shared/third_party/enroot.tar.gz ] && [ -f ../shared/third_party/pyxis.tar.gz ]; then
+    bash tests/pyxis/install.sh ../shared/third_party
+  fi
 fi
 # A fresh environment's pip (23.x) may not resolve the extras' pins: bring pip up to date first.
 python3 -m pip install -q --disable-pip-version-check --upgrade pip

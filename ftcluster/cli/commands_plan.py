@@ -112,5 +112,8 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None
     with new_folder(run_dir):
         prepare_repository(planned.model, planned.plan, paths.repo)
         written = scripts.materialize(paths.scripts)
+        # sbatch opens the script's --output=logs/slurm-%j.out before the script runs: without
+        # the folder the job fails and leaves no trace.
+        paths.logs.mkdir(parents=True, exist_ok=True)
     for path in written:
         click.echo(str(path))

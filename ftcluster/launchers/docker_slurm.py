@@ -8,7 +8,6 @@ run on every node, then the job ends by itself. Only after a grace period is it 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from ftcluster.events import EV, parse_events
@@ -16,10 +15,6 @@ from ftcluster.launchers.slurm import SlurmLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
-
-
-# The node-side teardown: docker rm -f on every node through one srun step.
-TEARDOWN_GRACE = 60.0
 
 
 def teardown_state(paths: RunPaths) -> str:
@@ -36,14 +31,6 @@ def teardown_state(paths: RunPaths) -> str:
 
 
 class DockerSlurmLauncher(SlurmLauncher):
-    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
-        info = self.slurm.info(job_id)
-        if not info.state.terminal and info.source != "none":
-            self.runner.run(["scancel", "--batch", "--signal=TERM", job_id], timeout=60)
-            deadline = time.monotonic() + grace + TEARDOWN_GRACE
-            while time.monotonic() < deadline:
-                info = self.slurm.info(job_id)
-                if info.state.terminal or info.source == "none":
-                    return
-                time.sleep(0.2)
-        super().cancel(job_id, paths, grace)
+    """Slurm + Docker: the job script removes the run's containers on every node at its end."""
+
+    node_teardown = True

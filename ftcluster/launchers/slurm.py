@@ -1,4 +1,11 @@
-"""Slurm launch style: the rendered sbatch script (bare or Pyxis) submitted with sbatch."""
+"""Slurm launch style: the rendered sbatch script (bare or Pyxis) submitted with sbatch.
+
+The container styles (Pyxis, Docker) end with a teardown step on every node that removes the
+run's containers. A plain `scancel` would end the job before that step can run: a cancelled job
+may start no new job steps. So their cancel first sends SIGTERM to the batch shell alone; its
+trap stops the servers and runs the teardown, then the job ends by itself. Only after a grace
+period is it scancelled (the node guards then remove what is left).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +24,14 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.spec import ClusterSpec
 
 
+# The node-side teardown: one srun step over every node.
+TEARDOWN_GRACE = 60.0
+
+
 class SlurmLauncher(Launcher):
+    # Whether the job script runs a teardown step on the nodes (see the module's doc).
+    node_teardown = False
+
     def __init__(self, runner: Runner):
         super().__init__(runner)
         self.slurm = Slurm(runner)
@@ -40,6 +54,16 @@ class SlurmLauncher(Launcher):
         return self.slurm.info(job_id)
 
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
+        if self.node_teardown:
+            info = self.slurm.info(job_id)
+            if not info.state.terminal and info.source != "none":
+                self.runner.run(["scancel", "--batch", "--signal=TERM", job_id], timeout=60)
+                deadline = time.monotonic() + grace + TEARDOWN_GRACE
+                while time.monotonic() < deadline:
+                    info = self.slurm.info(job_id)
+                    if info.state.terminal or info.source == "none":
+                        return
+                    time.sleep(0.2)
         self.slurm.cancel(job_id)
         deadline = time.monotonic() + grace + 30
         while time.monotonic() < deadline:
@@ -47,3 +71,24 @@ class SlurmLauncher(Launcher):
             if info.state.terminal or info.source == "none":
                 return
             time.sleep(0.2)
+
+
+class PyxisSlurmLauncher(SlurmLauncher):
+    """Pyxis: the job script removes the run's named container on every node at its end."""
+
+    node_teardown = True
+
+    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
+        super().check(cluster, plan)
+        image = cluster.container.image or ""
+        # Pyxis takes an image that starts with '/' or '.' as a squashfs file on the nodes (the
+        # spec refuses other paths); a registry name is pulled by Enroot at run time.
+        if image[:1] not in ("/", "."):
+            return
+        if not image.startswith("/"):
+            raise UserError(f"{image!r} is relative: Pyxis would look for it in the job's working "
+                            "directory, the run folder", field="container.image",
+                            hint="give the .sqsh file's absolute path")
+        if not self.runner.exists(image):
+            raise UserError(f"{image} does not exist", field="container.image",
+                            hint="import the image first (ftcluster image import) or correct the path")

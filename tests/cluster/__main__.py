@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--octet", type=int, default=77, help="subnet 10.OCTET.0.0/24")
     up.add_argument("--sshd", action="store_true", help="also sshd on port 11068 per node")
+    up.add_argument("--pyxis", action=argparse.BooleanOptionalAction, default=None,
+                    help="load Pyxis (default: when tests/pyxis/install.sh installed it)")
     up.add_argument("--no-system-conf", action="store_true",
                     help="leave /etc/slurm/slurm.conf alone (use SLURM_CONF=DIR/slurm.conf)")
     for p in (up, sub.add_parser("down"), sub.add_parser("status")):
@@ -25,10 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "up":
             tb = SlurmTestbed(a.dir, a.nodes, octet=a.octet, sshd=a.sshd,
-                              system_conf=not a.no_system_conf).up()
+                              system_conf=not a.no_system_conf, pyxis=a.pyxis).up()
             print(f"up: {', '.join(f'{n}={tb.ip(n)}' for n in tb.nodes)}; conf {tb.conf_path}")
             if tb.with_sshd:
                 print(f"ssh {' '.join(tb.ssh_options)} {tb.nodes[0]}")
+            if tb.pyxis:
+                print(f"pyxis: {tb.plugstack}")
             print("timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in tb.timings.items()))
         elif a.cmd == "down":
             tb = SlurmTestbed.from_state(a.dir)

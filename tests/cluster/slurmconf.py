@@ -17,7 +17,8 @@ def slurmctld_port(net: Net) -> int:
     return 6800 + net.octet
 
 
-def render(net: Net, root: Path, munge_socket: Path) -> str:
+def render(net: Net, root: Path, munge_socket: Path, plugstack: Path | None = None) -> str:
+    """plugstack: a SPANK plugstack file (Pyxis) for slurmd, slurmstepd and every client."""
     host = socket.gethostname().split(".")[0]
     nodes = f"{net.prefix}[1-{net.nodes}]" if net.nodes > 1 else f"{net.prefix}1"
     lines = [
@@ -59,6 +60,8 @@ def render(net: Net, root: Path, munge_socket: Path) -> str:
         "KillWait=2",
         "MinJobAge=30",
     ]
+    if plugstack is not None:
+        lines.append(f"PlugStackConfig={plugstack}")
     for i, name in enumerate(net.names, 1):
         lines.append(
             f"NodeName={name} NodeAddr={net.ip(i)} NodeHostname={name} "

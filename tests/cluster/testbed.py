@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from tests.pyxis import bed as pyxis_bed
+
 from . import netns, slurmconf, sshd
 from .netns import Net
 from .statefile import locked_update, read_state
@@ -53,17 +55,21 @@ class SlurmTestbed:
     system_conf=True writes /etc/slurm/slurm.conf (so plain sbatch/srun work);
     False leaves it alone and tools must get `env` (SLURM_CONF) instead, which
     lets a second, independent cluster run next to the first.
+    pyxis=True loads the Pyxis SPANK plugin (tests/pyxis/install.sh) through <dir>/plugstack.conf;
+    None (the default): when Enroot and Pyxis are installed.
     """
 
     partition = "debug"  # Default=YES, all nodes
     small_partition = "small"  # only the first node
 
     def __init__(self, dir: str | Path = DEFAULT_DIR, n_nodes: int = 3, *, octet: int = 77,
-                 prefix: str = "node", sshd: bool = False, system_conf: bool = True) -> None:
+                 prefix: str = "node", sshd: bool = False, system_conf: bool = True,
+                 pyxis: bool | None = None) -> None:
         self.dir = Path(dir).resolve()
         self.net = Net(octet=octet, nodes=n_nodes, prefix=prefix)
         self.with_sshd = sshd
         self.system_conf = system_conf
+        self.pyxis = pyxis if pyxis is not None else pyxis_bed.unavailable() is None
         self.pids: dict[str, int] = {}
         self.timings: dict[str, float] = {}
         # How each supervised daemon was started, for the supervisor's restarts.
@@ -99,6 +105,11 @@ class SlurmTestbed:
 
     def ip(self, node: str) -> str:
         return self.net.ip(self.net.index(node))
+
+    @property
+    def plugstack(self) -> Path:
+        """Pyxis's plugstack file (its arguments may be changed between jobs)."""
+        return self.dir / pyxis_bed.PLUGSTACK_NAME
 
     @property
     def state_file(self) -> Path:
@@ -183,6 +194,9 @@ class SlurmTestbed:
         victims = [p for p in self.pids.values() if comm(p) in DAEMONS]
         kill_pids(victims + self._daemons_of_this_dir())
         netns.destroy(self.net)
+        if state.get("pyxis"):
+            # Named containers a killed job left (Pyxis's default container_scope is global).
+            pyxis_bed.remove_leftovers(self.nodes)
         if self.system_conf:
             slurmconf.restore_system(self._header(), self.dir / "slurm.conf.orig")
         shutil.rmtree(self.dir / "munge", ignore_errors=True)  # the key is per cluster
@@ -247,7 +261,13 @@ class SlurmTestbed:
         self.timings["munged"] = time.monotonic() - t0
 
     def _write_conf(self) -> None:
-        text = f"# {self._header()}\n" + slurmconf.render(self.net, self.dir, self.munge_socket)
+        if self.pyxis:
+            why = pyxis_bed.unavailable()
+            if why:
+                raise TestbedError(why)
+            pyxis_bed.write_plugstack(self.plugstack)
+        text = f"# {self._header()}\n" + slurmconf.render(self.net, self.dir, self.munge_socket,
+                                                         self.plugstack if self.pyxis else None)
         self.conf_path.write_text(text)
         if self.system_conf:
             slurmconf.install_system(text, self._header(), self.dir / "slurm.conf.orig")
@@ -345,7 +365,7 @@ class SlurmTestbed:
             state.clear()
             state.update({"dir": str(self.dir), "nodes": self.net.nodes, "octet": self.net.octet,
                           "prefix": self.net.prefix, "sshd": self.with_sshd,
-                          "system_conf": self.system_conf, "node_names": self.nodes,
+                          "system_conf": self.system_conf, "pyxis": self.pyxis, "node_names": self.nodes,
                           "ips": {n: self.ip(n) for n in self.nodes}, "conf": str(self.conf_path),
                           "key_path": str(self.key_path), "pids": self.pids, "timings": self.timings,
                           "argv": self.argv, "supervisor": self.supervisor, "restarts": restarts})
@@ -366,7 +386,7 @@ class SlurmTestbed:
         s = tb._load()
         if s:
             tb = cls(dir, s["nodes"], octet=s["octet"], prefix=s["prefix"], sshd=s["sshd"],
-                     system_conf=s["system_conf"])
+                     system_conf=s["system_conf"], pyxis=s.get("pyxis", False))
             tb.pids = dict(s.get("pids", {}))
             tb.timings = dict(s.get("timings", {}))
             tb.argv = dict(s.get("argv", {}))

@@ -120,7 +120,7 @@ def test_image_import_dry_run_and_without_enroot(tmp_path: Path) -> None:
     sqsh = tmp_path / "runs" / "images" / "ftc_t_1.sqsh"
     assert p.stdout.splitlines()[1] == f"enroot import -o {sqsh} dockerd://ftc/t:1"
     assert (tmp_path / "runs" / "images" / "import-ftc_t_1.sh").is_file()
-    env = {"PATH": "/usr/bin:/bin"}  # no enroot here (none is installable on the test machines)
+    env = {"PATH": str(tmp_path / "no-tools")}  # no enroot on this PATH (tests/pyxis installs one)
     p = ftc("image", "import", "--cluster", str(cluster), env=env)
     assert p.returncode == 1
     assert p.stderr.startswith("error: image import: enroot is not installed on this machine")
