@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import secrets
 import shutil
@@ -401,11 +400,7 @@ class SlurmTestbed:
         locked_update(self.dir, merge)
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self.state_file.read_text())
-            return data
-        except (FileNotFoundError, ValueError):
-            return {}
+        return read_state(self.dir)
 
     @classmethod
     def from_state(cls, dir: str | Path = DEFAULT_DIR) -> SlurmTestbed:
