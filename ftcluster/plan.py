@@ -56,6 +56,7 @@ class Plan:
     checkpoint_dir: str       # host-side <root>/<tp>-gpu
     model_type: str
     weight_data_type: str | None = None   # from the checkpoint's config.ini
+    input_hidden_size: int | None = None  # bert: the client's input_hidden_state width
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +118,7 @@ def plan_for(
     _check_model_config(facts, nodes)
     _check_model_type(model, facts)
     _check_client(model, facts)
+    _check_hidden_size(model, ckpt)
     names = node_names(cluster, nodes)
     ranks = tuple(RankSlot(rank=i, node_index=i, node=names[i], gpus=gpus_per_node) for i in range(nodes))
     assert ckpt.gpu_dir is not None
@@ -124,7 +126,7 @@ def plan_for(
         nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=tp, pipeline_para_size=pp,
         world_size=tp * pp, mpi_ranks=nodes, ranks=ranks, ft_model=facts.ft_model,
         checkpoint_dir=str(ckpt.gpu_dir), model_type=model.model_type,
-        weight_data_type=ckpt.weight_data_type,
+        weight_data_type=ckpt.weight_data_type, input_hidden_size=ckpt.input_hidden_size,
     )
 
 
@@ -216,6 +218,14 @@ def _check_client(model: ModelSpec, facts: ModelFacts) -> None:
         raise PlanError(
             f"client.batch_size {model.client.batch_size} is above max_batch_size {mbs} of {served}",
             field="client.batch_size", hint=f"set client.batch_size to at most {mbs}")
+
+
+def _check_hidden_size(model: ModelSpec, ckpt: CheckpointFacts) -> None:
+    """bert reads the width of input_hidden_state from the tensor: another width is garbage."""
+    want, said = ckpt.input_hidden_size, model.client.hidden_size
+    if said is not None and want is not None and said != want:
+        raise PlanError(f"client.hidden_size {said} but {ckpt.ini_path} says hidden_size {want}",
+                        field="client.hidden_size", hint=f"set it to {want} or leave it out")
 
 
 def read_model_facts(model: ModelSpec) -> ModelFacts:

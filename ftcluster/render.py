@@ -246,7 +246,8 @@ def context(
         # Never inside a container: this interpreter where the job script runs here.
         python=opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
         served_model=model.name,
-        client=model.client,
+        client=model.client if model.client.hidden_size or not plan.input_hidden_size
+        else model.client.model_copy(update={"hidden_size": plan.input_hidden_size}),
         run_client=opts.client,
         keep_serving=opts.keep_serving,
         # The local style's world is this machine's own mpirun; there is nothing to check.

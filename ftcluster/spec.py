@@ -464,6 +464,8 @@ class ClientDefaults(_Strict):
     input_len: int = Field(8, ge=1)
     output_len: int = Field(8, ge=1)
     protocol: Literal["http", "grpc"] = "http"
+    # bert's input is hidden states [batch, seq, hidden]; unset: the checkpoint's hidden size.
+    hidden_size: int | None = Field(None, ge=1)
 
 
 class ModelSpec(_Strict):

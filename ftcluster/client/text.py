@@ -244,6 +244,10 @@ async def run_text_async(endpoint: Endpoint, model: str, prompts: list[str], *,
         await client.check_model(model)
         cfg = await client.model_config(model)
         io = parse_config(cfg)
+        if io.style == "encoder":
+            raise UserError(f"model {model!r} is an encoder ({io.model_type or 'hidden-state outputs'}): it "
+                            "returns hidden states, not text", field="--model",
+                            hint="check it with `ftcluster client identity` or `bench`")
         names = output_names(io)
         batched = io.max_batch_size > 0
         if batch_size is None:

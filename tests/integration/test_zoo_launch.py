@@ -3,12 +3,14 @@
 two ranks of one MPI world (scheduler local), and ftcluster's client check against it.
 
 Only the backend line changes (`fastertransformer` -> the python test model beside it). The
-encoder-only types (T5-Encoder, bert) are not served here: the test model generates tokens and
-has no hidden-state outputs.
+encoder-only types (T5-Encoder, bert) return hidden states typed from data_type, as FT's
+auto-complete types them; bert's client sends input_hidden_state with the checkpoint's hidden
+size, which the launch takes from config.ini.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -22,7 +24,7 @@ from tests.unit.test_zoo import REPOS, make_checkpoint
 pytestmark = pytest.mark.triton
 
 TEST_MODEL = Path(__file__).resolve().parents[2] / "ftcluster/demo/model_repository/fastertransformer/1"
-SERVED = {(repo, t) for repo, t in REPOS.items() if t not in ("T5-Encoder", "bert")}
+SERVED = set(REPOS.items())
 IDS = [f"{p.name}-{t}" for p, t in sorted(SERVED)]
 
 
@@ -57,3 +59,9 @@ def test_each_type_serves_and_passes_the_client_check(repo: Path, model_type: st
     rc, out, err = launch_json(write_cluster(tmp_path), "--nodes", "2", model=model)
     assert rc == 0, (out.get("failure"), out.get("log_tail"), err[-2000:])
     assert out["client"]["ok"], out["client"]
+    if model_type in ("T5-Encoder", "bert"):
+        client = json.loads((Path(out["run_dir"]) / "results" / "client.json").read_text())
+        assert client["style"] == "encoder" and client["ok"], client
+        # FT's auto-complete: the hidden state comes back in the model's data_type (fp16 here).
+        assert any(c["name"] == "output_hidden_state dtype" and c["ok"] and "float16" in c["detail"]
+                   for c in client["checks"]), client["checks"]
