@@ -5,11 +5,12 @@ surfaces only as garbage output or a crash minutes into a multi-node start. Here
   - config.ini has the fields the backend reads for the model type;
   - every rank-split file `<name>.<rank>.bin` exists for ranks 0..N-1 and for no other rank
     (shards for another rank count mean the folder was converted for another GPU count);
-  - GPT and BLOOM: every file the converter writes is there with the size config.ini implies.
-    Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
-    huggingface_gpt_convert.py (split_and_convert_process) and huggingface_bloom_convert.py
-    (parameter_to_split): qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and
-    mlp.dense_4h_to_h.weight are split per rank; layernorms and the other biases are written once.
+  - GPT, BLOOM, OPT and bert: every file the converter writes is there with the size config.ini
+    implies. Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
+    huggingface_gpt_convert.py (split_and_convert_process), huggingface_bloom_convert.py
+    (parameter_to_split), huggingface_opt_convert.py and bert/utils/huggingface_bert_convert.py:
+    qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and mlp.dense_4h_to_h.weight
+    are split per rank; layernorms and the other biases are written once.
   - other model types (ftcluster.modeltypes.KINDS): the files written once are there, every layer
     of every stack has its files with a shard for every rank, and the shards of one tensor have
     equal sizes (np.split writes equal parts).
@@ -53,12 +54,18 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
     files = [Expected("model.wte.bin", int(s["vocab_size"]) * hidden * b),
              Expected("model.final_layernorm.weight.bin", hidden * b),
              Expected("model.final_layernorm.bias.bin", hidden * b)]
-    if model_type == "BLOOM":  # OPT and Megatron GPT write GPT's layout
+    if model_type == "BLOOM":  # Megatron GPT writes GPT's layout
         # ALiBi instead of position embeddings; an extra layernorm after the embedding.
         files += [Expected("model.pre_decoder_layernorm.weight.bin", hidden * b),
                   Expected("model.pre_decoder_layernorm.bias.bin", hidden * b)]
     else:
         files.append(Expected("model.wpe.bin", int(s["max_pos_seq_len"]) * hidden * b))
+    if model_type == "OPT":
+        # huggingface_opt_convert.py: an output embedding of its own, and the final layernorm
+        # only where the model has one (has_post_decoder_layernorm; OPT-350m has none).
+        files.append(Expected("model.lm_head.weight.bin", int(s["vocab_size"]) * hidden * b))
+        if s.get("has_post_decoder_layernorm", "1") == "0":
+            files = [f for f in files if not f.name.startswith("model.final_layernorm.")]
     for layer in range(int(s["num_layer"])):
         p = f"model.layers.{layer}."
         for once in ("input_layernorm.weight", "input_layernorm.bias", "attention.dense.bias",
@@ -73,6 +80,33 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
             "mlp.dense_h_to_4h.bias": inter // tp,
             "mlp.dense_4h_to_h.weight": inter // tp * hidden,
         }
+        for rank in range(tp):
+            files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+    return files
+
+
+def bert_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
+    """Every file huggingface_bert_convert.py writes for `tp` ranks: the encoder layers only
+    (split_and_convert_process: output biases and layernorms once; attention.output.dense and
+    output.dense weights split by rows, query/key/value and intermediate.dense by columns)."""
+    s = parser["bert"]
+    hidden = int(s.get("hidden_size", str(int(s["head_num"]) * int(s["size_per_head"]))))
+    inter = int(s.get("inter_size", str(4 * hidden)))
+    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
+    files = []
+    for layer in range(int(s["num_layer"])):
+        p = f"model.encoder.layer.{layer}."
+        for once in ("attention.output.dense.bias", "attention.output.LayerNorm.weight",
+                     "attention.output.LayerNorm.bias", "output.dense.bias", "output.LayerNorm.weight",
+                     "output.LayerNorm.bias"):
+            files.append(Expected(f"{p}{once}.bin", hidden * b))
+        split = {"attention.output.dense.weight": hidden // tp * hidden,
+                 "output.dense.weight": inter // tp * hidden,
+                 "intermediate.dense.weight": hidden * inter // tp,
+                 "intermediate.dense.bias": inter // tp}
+        for qkv in ("query", "key", "value"):
+            split[f"attention.self.{qkv}.weight"] = hidden * hidden // tp
+            split[f"attention.self.{qkv}.bias"] = hidden // tp
         for rank in range(tp):
             files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
     return files
@@ -184,6 +218,8 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
         return problems + shard
     if model_type in ("GPT", "BLOOM", "OPT"):
         return _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
+    if model_type == "bert":
+        return _layout_problems(gpu_dir, bert_layout(parser, tp))
     return _layer_problems(parser, gpu_dir, kind(model_type), tp) + shard
 
 

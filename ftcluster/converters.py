@@ -10,6 +10,11 @@ each script's argparse block:
                                           -weight_data_type
   gpt/utils/huggingface_bloom_convert.py  -i/--input-dir -o/--output-dir -tp/--tensor-para-size
                                           -dt/--data-type
+  gpt/utils/huggingface_opt_convert.py    -saved_dir/-o -in_file/-i -infer_gpu_num/-i_g -weight_data_type
+  t5/utils/huggingface_t5_ckpt_convert.py --encoder_only/-e (T5-Encoder: an empty [decoder], no
+                                          decoder weights)
+  bert/utils/huggingface_bert_convert.py  -saved_dir/-o -in_file/-i -infer_tensor_para_size/-i_g
+                                          -weight_data_type
 Every one of them writes into <output>/<N>-gpu/, which is what checkpoint_root holds. Their
 weight types are fp32 or fp16 only; FT casts fp32 weights to bf16 when it loads them.
 """
@@ -43,6 +48,13 @@ CONVERTERS: dict[str, Converter] = {
                     "-in_file", "-saved_dir", "-inference_tensor_para_size", "-weight_data_type"),
     "BLOOM": Converter("examples/pytorch/gpt/utils/huggingface_bloom_convert.py",
                        "-i", "-o", "-tp", "-dt"),
+    "OPT": Converter("examples/pytorch/gpt/utils/huggingface_opt_convert.py",
+                     "-i", "-o", "-i_g", "-weight_data_type"),
+    "T5-Encoder": Converter("examples/pytorch/t5/utils/huggingface_t5_ckpt_convert.py",
+                            "-in_file", "-saved_dir", "-inference_tensor_para_size", "-weight_data_type",
+                            ("--encoder_only",)),
+    "bert": Converter("examples/pytorch/bert/utils/huggingface_bert_convert.py",
+                      "-in_file", "-saved_dir", "-infer_tensor_para_size", "-weight_data_type"),
 }
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ftcluster.checkpoint_check import checkpoint_problems, gpt_layout
-from ftcluster.client.modelio import build_request, parse_config
+from ftcluster.checkpoint_check import bert_layout, checkpoint_problems, gpt_layout
+from ftcluster.client.identity import check_response
+from ftcluster.client.modelio import build_request, output_names, parse_config
 from ftcluster.errors import PlanError, UserError
 from ftcluster.ftconfig import read_ini, read_model_config
 from ftcluster.modelrepo import prepare_repository
@@ -58,8 +59,9 @@ def make_checkpoint(root: Path, repo: Path, model_type: str, tp: int, weights: b
         parser.write(fh)
     if not weights:
         return d
-    if model_type in ("GPT", "BLOOM", "OPT"):
-        for e in gpt_layout(parser, model_type, tp):
+    if model_type in ("GPT", "BLOOM", "OPT", "bert"):
+        layout = bert_layout(parser, tp) if model_type == "bert" else gpt_layout(parser, model_type, tp)
+        for e in layout:
             (d / e.name).write_bytes(b"\0" * e.nbytes)
         return d
     kind = KINDS[model_type]
@@ -209,6 +211,70 @@ def test_client_t5_encoder_and_bert() -> None:
     assert io.style == "encoder" and not io.sequence_batching
     req = build_request(io, 2, 6, 1)
     assert req.arrays["input_ids"].shape == (2, 6) and req.arrays["sequence_length"].shape == (2, 1)
-    if FT_FIXTURES.is_dir():
-        with pytest.raises(UserError, match="input_hidden_state"):
-            build_request(parse_config(_io(FT_FIXTURES / "bert")), 1, 4, 1)
+    if not FT_FIXTURES.is_dir():
+        return
+    cfg = _io(FT_FIXTURES / "bert")
+    with pytest.raises(UserError, match="input_hidden_state") as exc:
+        build_request(parse_config(cfg), 1, 4, 1)
+    assert exc.value.field == "--hidden-size"
+    # As the server returns it: FT's auto-complete typed input_hidden_state from data_type fp16.
+    cfg["input"][0]["data_type"] = "TYPE_FP16"
+    cfg["output"][0]["data_type"] = "TYPE_FP16"
+    io = parse_config(cfg)
+    assert io.style == "encoder" and io.roles == {"input_hidden_state": "hidden_state",
+                                                  "sequence_lengths": "input_lengths"}
+    req = build_request(io, 2, 6, 1, hidden_size=768)
+    assert req.arrays["input_hidden_state"].shape == (2, 6, 768)
+    assert req.arrays["input_hidden_state"].dtype == np.float16
+    assert req.arrays["sequence_lengths"].shape == (2, 1) and req.arrays["sequence_lengths"].dtype == np.int32
+    assert output_names(io) == ["output_hidden_state"]
+    # The identity checks: a hidden dimension 0 everywhere is a tensor-parallel share gone missing.
+    good = np.tanh(req.arrays["input_hidden_state"].astype(np.float32)).astype(np.float16)
+    assert all(c.ok for c in check_response(io, req, {"output_hidden_state": good}))
+    bad = good.copy()
+    bad[:, :, 1::2] = 0
+    failed = [c.name for c in check_response(io, req, {"output_hidden_state": bad}) if not c.ok]
+    assert failed == ["output_hidden_state has no all-zero dimension"]
+    failed = [c.name for c in check_response(io, req, {"output_hidden_state": good.astype(np.float32)})
+              if not c.ok]
+    assert failed == ["output_hidden_state dtype"]
+
+
+def test_plan_gives_bert_client_the_checkpoint_hidden_size(tmp_path: Path) -> None:
+    if not FT_FIXTURES.is_dir():
+        pytest.skip("../shared/fixtures absent")
+    from ftcluster.layout import RunPaths
+    from ftcluster.render import render
+
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, FT_FIXTURES / "bert", "bert", 1)
+    plan = make_plan(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root), 1)
+    assert plan.input_hidden_size == 768
+    with pytest.raises(PlanError) as exc:
+        make_plan(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root, client={"hidden_size": 512}), 1)
+    assert exc.value.field == "client.hidden_size" and "768" in str(exc.value)
+    scripts = render(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root), plan,
+                     RunPaths("r1", tmp_path / "r1"))
+    assert "--hidden-size 768" in "".join(scripts.files.values())
+
+
+def test_opt_and_bert_layouts_follow_their_converters(tmp_path: Path) -> None:
+    opt = read_ini(source_ini(ZOO / "opt"))
+    names = {e.name for e in gpt_layout(opt, "OPT", 1)}
+    assert {"model.lm_head.weight.bin", "model.wpe.bin", "model.final_layernorm.weight.bin"} <= names
+    opt.set("gpt", "has_post_decoder_layernorm", "0")   # OPT-350m: no final layernorm written
+    assert not any(n.startswith("model.final_layernorm") for n in (e.name for e in gpt_layout(opt, "OPT", 1)))
+    d = tmp_path / "2-gpu"
+    d.mkdir()
+    (d / "config.ini").write_text("[bert]\nhidden_size = 8\nnum_layer = 1\nhead_num = 2\nsize_per_head = 4\n"
+                                  "inter_size = 32\nweight_data_type = fp16\ntensor_para_size = 2\n")
+    layout = {e.name: e.nbytes for e in bert_layout(read_ini(d / "config.ini"), 2)}
+    assert len(layout) == 6 + 2 * 10
+    assert layout["model.encoder.layer.0.attention.self.query.weight.1.bin"] == 8 * 8 // 2 * 2
+    assert layout["model.encoder.layer.0.output.dense.weight.0.bin"] == 32 // 2 * 8 * 2
+    for name, n in layout.items():
+        (d / name).write_bytes(b"\0" * n)
+    assert checkpoint_problems(tmp_path, "bert", 2) == []
+    (d / "model.encoder.layer.0.intermediate.dense.bias.1.bin").write_bytes(b"\0" * 4)
+    assert checkpoint_problems(tmp_path, "bert", 2) == [
+        "model.encoder.layer.0.intermediate.dense.bias.1.bin is 4 bytes, config.ini implies 32 (truncated)"]
