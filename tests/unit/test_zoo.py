@@ -278,3 +278,18 @@ def test_opt_and_bert_layouts_follow_their_converters(tmp_path: Path) -> None:
     (d / "model.encoder.layer.0.intermediate.dense.bias.1.bin").write_bytes(b"\0" * 4)
     assert checkpoint_problems(tmp_path, "bert", 2) == [
         "model.encoder.layer.0.intermediate.dense.bias.1.bin is 4 bytes, config.ini implies 32 (truncated)"]
+
+
+def test_an_example_spec_per_type() -> None:
+    """configs/models (`ftcluster examples`): every model type, the interactive GPT, Megatron GPT
+    and a GPT ensemble, each naming the type the spec schema accepts."""
+    import yaml
+
+    from ftcluster.modeltypes import MODEL_TYPES
+
+    examples = Path(__file__).resolve().parents[2] / "ftcluster" / "examples" / "models"
+    specs = {p.stem: ModelSpec.model_validate(yaml.safe_load(p.read_text())) for p in examples.glob("*.yaml")}
+    assert set(MODEL_TYPES) <= {m.model_type for m in specs.values()}
+    assert specs["gpt-interactive"].model_type == "GPT" and "sequence" in (examples / "gpt-interactive.yaml").read_text()
+    assert specs["megatron-gpt"].model_type == "GPT"
+    assert any(m.name == "ensemble" for m in specs.values())
