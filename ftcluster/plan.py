@@ -33,6 +33,7 @@ class ModelFacts:
     input_ranks: tuple[tuple[str, int], ...] = ()     # (input name, len(dims)) of the FT model
     served: str = ""                                  # the model the client queries
     served_max_batch_size: int | None = None          # None: the client queries the FT model
+    source_params: tuple[tuple[str, str], ...] = ()   # the FT model's parameters as the source says
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def plan_for(
     _check_checkpoint(model, ckpt, tp, pp)
     _check_model_config(facts, nodes)
     _check_model_type(model, facts)
+    _check_type_params(model, facts)
     _check_client(model, facts)
     _check_hidden_size(model, ckpt)
     names = node_names(cluster, nodes)
@@ -199,6 +201,40 @@ def _check_model_type(model: ModelSpec, facts: ModelFacts) -> None:
         )
 
 
+# ModelFactory (libfastertransformer.cc) passes int8_mode to GPT (BLOOM, OPT) and bert only;
+# GPT-J, GPT-NeoX, T5 and T5-Encoder are built without it. BertTritonModel's constructor
+# aborts (FT_CHECK) on int8_mode != 0 and on is_sparse.
+_NO_INT8 = ("GPT-J", "GPT-NeoX", "T5", "T5-Encoder")
+
+
+def _check_type_params(model: ModelSpec, facts: ModelFacts) -> None:
+    where = f"{facts.ft_model}/config.pbtxt"
+    params = dict(facts.source_params)
+    said_int8 = model.int8_mode is not None or "int8_mode" in model.parameters
+    if model.int8_mode is not None:
+        params["int8_mode"] = str(model.int8_mode)
+    params.update(model.parameters)
+
+    def number(key: str) -> int:
+        try:
+            return int(params.get(key) or "0")
+        except ValueError:
+            raise PlanError(f"parameters.{key} is {params[key]!r}, not an integer", field=f"{where} {key}",
+                            hint="the FT backend reads it with stoi") from None
+
+    int8 = number("int8_mode")
+    if model.model_type == "bert":
+        if int8:
+            raise PlanError(f"int8_mode {int8}: the FT backend does not support int8 for bert "
+                            "(BertTritonModel aborts)", field="int8_mode", hint="set int8_mode: 0")
+        if number("is_sparse"):
+            raise PlanError("is_sparse is set: the FT backend does not support sparse bert "
+                            "(BertTritonModel aborts)", field=f"{where} is_sparse", hint="set it to 0")
+    elif model.model_type in _NO_INT8 and said_int8 and int8:
+        raise PlanError(f"int8_mode {int8}: the FT backend builds {model.model_type} without int8 and would "
+                        "ignore it", field="int8_mode", hint="leave int8_mode out (or 0) for this model type")
+
+
 def _check_client(model: ModelSpec, facts: ModelFacts) -> None:
     """The client's request must fit the model: refused here, not after the servers are up."""
     where = f"{facts.ft_model}/config.pbtxt"
@@ -254,6 +290,7 @@ def read_model_facts(model: ModelSpec) -> ModelFacts:
         input_ranks=tuple((i.name, len(i.dims)) for i in cfg.input),
         served=served.name if served is not None else ft.name,
         served_max_batch_size=served_mbs,
+        source_params=tuple((k, v.string_value) for k, v in sorted(cfg.parameters.items())),
     )
 
 

@@ -293,3 +293,21 @@ def test_an_example_spec_per_type() -> None:
     assert specs["gpt-interactive"].model_type == "GPT" and "sequence" in (examples / "gpt-interactive.yaml").read_text()
     assert specs["megatron-gpt"].model_type == "GPT"
     assert any(m.name == "ensemble" for m in specs.values())
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_plan_follows_ft_int8_and_sparse_rules(repo: Path, model_type: str, tmp_path: Path) -> None:
+    """ModelFactory: int8_mode reaches GPT (BLOOM, OPT) and bert only, and bert aborts on int8 or
+    is_sparse; a spec asking int8 of a type built without it is refused, not silently ignored."""
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, repo, model_type, 1)
+    if model_type in ("GPT", "BLOOM", "OPT"):
+        assert make_plan(cluster(), spec_for(repo, model_type, root, int8_mode=1), 1)
+        return
+    with pytest.raises(PlanError) as exc:
+        make_plan(cluster(), spec_for(repo, model_type, root, int8_mode=1), 1)
+    assert exc.value.field == "int8_mode" and "int8" in str(exc.value)
+    make_plan(cluster(), spec_for(repo, model_type, root, int8_mode=0), 1)
+    if model_type == "bert":
+        with pytest.raises(PlanError, match="sparse"):
+            make_plan(cluster(), spec_for(repo, model_type, root, parameters={"is_sparse": "1"}), 1)
