@@ -65,3 +65,20 @@ def test_each_type_serves_and_passes_the_client_check(repo: Path, model_type: st
         # FT's auto-complete: the hidden state comes back in the model's data_type (fp16 here).
         assert any(c["name"] == "output_hidden_state dtype" and c["ok"] and "float16" in c["detail"]
                    for c in client["checks"]), client["checks"]
+
+
+def test_gpt_ensemble_serves_on_two_ranks(tmp_path: Path) -> None:
+    """FT's GPT ensemble layout (preprocessing -> fastertransformer -> postprocessing, with the
+    demo's byte-level TEST tokenizers): the client queries `ensemble` with text while the FT
+    model inside spans two ranks."""
+    demo = TEST_MODEL.parents[2]
+    model = tmp_path / "model.yaml"
+    # ft_model named: the demo's FT model is the python test model, not backend fastertransformer.
+    model.write_text(yaml.safe_dump({"name": "ensemble", "model_type": "GPT", "ft_model": "fastertransformer",
+                                     "repository": str(demo / "ensemble_repository"),
+                                     "checkpoint_root": str(demo / "checkpoint"),
+                                     "client": {"batch_size": 2, "input_len": 4, "output_len": 3}}))
+    rc, out, err = launch_json(write_cluster(tmp_path), "--nodes", "2", model=model)
+    assert rc == 0, (out.get("failure"), out.get("log_tail"), err[-2000:])
+    client = json.loads((Path(out["run_dir"]) / "results" / "client.json").read_text())
+    assert client["ok"] and client["style"] == "text" and client["model"] == "ensemble", client
