@@ -311,3 +311,31 @@ def test_plan_follows_ft_int8_and_sparse_rules(repo: Path, model_type: str, tmp_
     if model_type == "bert":
         with pytest.raises(PlanError, match="sparse"):
             make_plan(cluster(), spec_for(repo, model_type, root, parameters={"is_sparse": "1"}), 1)
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_check_checkpoint_command_per_type(repo: Path, model_type: str, tmp_path: Path) -> None:
+    """`ftcluster check-checkpoint`: complete (exit 0), incomplete and wrong tp (exit 3, the
+    problems on stdout, one error line), never complete for a folder without weights."""
+    import yaml
+
+    from tests.helpers_specs import assert_one_line_error, run_cli
+
+    root = tmp_path / "ckpt"
+    d = make_checkpoint(root, repo, model_type, 2)
+    spec = tmp_path / "model.yaml"
+    spec.write_text(yaml.safe_dump({"name": "fastertransformer", "model_type": model_type,
+                                    "repository": str(repo), "checkpoint_root": str(root)}))
+    ok = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
+    assert ok.rc == 0 and "is complete for 2 GPU(s)" in ok.stdout, ok
+    assert_one_line_error(run_cli("check-checkpoint", "--model", str(spec), "--gpus", "1"), "problem(s)")
+    victim = max(d.glob("*.0.bin"))
+    victim.unlink()
+    bad = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
+    assert_one_line_error(bad, "problem(s)")
+    assert victim.name in bad.stdout or "rank 0" in bad.stdout, bad.stdout
+    for f in d.glob("*.bin"):
+        f.unlink()
+    empty = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
+    assert_one_line_error(empty, "problem(s)")
+    assert "no weight files" in empty.stdout
