@@ -1,6 +1,6 @@
 """Every model type the FT backend serves: plan, prepare and check-checkpoint per type.
 
-Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder) and, when
+Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder, Megatron GPT) and, when
 present, the shared fixtures of the backend's all_models/ (GPT, GPT-J, T5, bert). Weights are
 written here with the file names and sizes of FT's converters (ftcluster.modeltypes).
 """
@@ -28,7 +28,8 @@ from tests.unit.test_fixtures_ft import check_prepared
 ZOO = DATA / "zoo"
 # repository folder -> spec model_type
 REPOS: dict[Path, str] = {ZOO / "bloom": "BLOOM", ZOO / "opt": "OPT", ZOO / "gptneox": "GPT-NeoX",
-                          ZOO / "gpt-interactive": "GPT", ZOO / "t5-encoder": "T5-Encoder"}
+                          ZOO / "gpt-interactive": "GPT", ZOO / "t5-encoder": "T5-Encoder",
+                          ZOO / "megatron-gpt": "GPT"}
 if FT_FIXTURES.is_dir():
     REPOS.update({FT_FIXTURES / "gpt": "GPT", FT_FIXTURES / "gptj": "GPT-J", FT_FIXTURES / "t5": "T5",
                   FT_FIXTURES / "bert": "bert"})
