@@ -222,6 +222,16 @@ def _check_type_params(model: ModelSpec, facts: ModelFacts) -> None:
             raise PlanError(f"parameters.{key} is {params[key]!r}, not an integer", field=f"{where} {key}",
                             hint="the FT backend reads it with stoi") from None
 
+    if model.data_type is not None:
+        params["data_type"] = model.data_type
+    dtype = params.get("data_type")
+    if dtype is not None and dtype not in ("fp16", "bf16", "fp32"):
+        raise PlanError(f"parameters.data_type is {dtype!r}: the FT backend builds fp16, bf16 or fp32 only",
+                        field=f"{where} data_type", hint="set data_type: fp16, bf16 or fp32")
+    if model.model_type == "GPT-NeoX" and dtype == "bf16":
+        # ModelFactory: GPT-NeoX is half for fp16 and float for anything else.
+        raise PlanError("data_type bf16: the FT backend builds GPT-NeoX in fp16 or fp32 only and would "
+                        "run it in fp32", field="data_type", hint="set data_type: fp16 or fp32")
     int8 = number("int8_mode")
     if model.model_type == "bert":
         if int8:

@@ -340,3 +340,17 @@ def test_check_checkpoint_command_per_type(repo: Path, model_type: str, tmp_path
     empty = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
     assert_one_line_error(empty, "problem(s)")
     assert "no weight files" in empty.stdout
+
+
+def test_plan_follows_ft_data_type_rules(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, ZOO / "gptneox", "GPT-NeoX", 1)
+    with pytest.raises(PlanError, match="GPT-NeoX in fp16 or fp32 only") as exc:
+        make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, data_type="bf16"), 1)
+    assert exc.value.field == "data_type"
+    make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, data_type="fp32"), 1)
+    with pytest.raises(PlanError, match="'fp8'"):
+        make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, parameters={"data_type": "fp8"}), 1)
+    root = tmp_path / "opt"
+    make_checkpoint(root, ZOO / "opt", "OPT", 1)
+    make_plan(cluster(), spec_for(ZOO / "opt", "OPT", root, data_type="bf16"), 1)
