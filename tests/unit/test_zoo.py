@@ -354,3 +354,23 @@ def test_plan_follows_ft_data_type_rules(tmp_path: Path) -> None:
     root = tmp_path / "opt"
     make_checkpoint(root, ZOO / "opt", "OPT", 1)
     make_plan(cluster(), spec_for(ZOO / "opt", "OPT", root, data_type="bf16"), 1)
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_plan_refuses_splits_ft_cannot_make(repo: Path, model_type: str, tmp_path: Path) -> None:
+    """Every stack's heads split over tensor_para_size and its layers over pipeline_para_size
+    (T5: encoder and decoder both), per type."""
+    from ftcluster.checkpoint import read_checkpoint
+
+    probe = tmp_path / "probe"
+    make_checkpoint(probe, repo, model_type, 1, weights=False)
+    splits = read_checkpoint(probe, model_type, 1).splits
+    heads = min(s.head_num for s in splits)
+    tp = next(t for t in range(2, heads + 2) if any(s.head_num % t for s in splits))
+    root = tmp_path / "tp"
+    make_checkpoint(root, repo, model_type, tp, weights=False)
+    with pytest.raises(PlanError, match=f"head_num .* not divisible by tensor_para_size {tp}"):
+        make_plan(cluster(gpus_per_node=tp), spec_for(repo, model_type, root), 1)
+    pp = next(p for p in range(2, 64) if any(s.num_layer % p for s in splits))
+    with pytest.raises(PlanError, match=f"num_layer .* not divisible by pipeline_para_size {pp}"):
+        make_plan(cluster(gpus_per_node=1, max_nodes=64), spec_for(repo, model_type, probe), pp)
