@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
-
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,7 +104,7 @@ def encoder_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonS
         ckpt = make_checkpoint(tmp / f"ckpt-{name}", repo, model_type, tp=1, weights=False)
         config = (src / "config.pbtxt").read_text().replace('name: "fastertransformer"', f'name: "{name}"')
         config = re.sub(r'(key: "model_checkpoint_path"\s*value: \{\s*string_value: )"[^"]*"',
-                        lambda m: f'{m.group(1)}"{ckpt}"', config)
+                        lambda m, path=ckpt: f'{m.group(1)}"{path}"', config)
         # One server, one GPU's worth: FT (and the test model) refuse tp x pp != visible GPUs.
         config = re.sub(r'(key: "(?:tensor|pipeline)_para_size"\s*value: \{\s*string_value: )"\d+"',
                         r'\1"1"', config)
