@@ -23,7 +23,7 @@ from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
 from ftcluster.modeltypes import MODEL_TYPES
 from ftcluster.plan import make_plan
-from ftcluster.spec import ClusterSpec, load_cluster, load_model
+from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"
@@ -85,6 +85,21 @@ def test_converter_table_names_ft_scripts_and_flags() -> None:
     assert bert[1].endswith("bert/utils/huggingface_bert_convert.py")
     assert bert[2:] == ["-in_file", "/in", "-saved_dir", "/ckpt", "-infer_tensor_para_size", "4",
                         "-weight_data_type", "fp32"]
+
+
+def test_megatron_gpt_converter() -> None:
+    from ftcluster.errors import SpecError, UserError
+
+    argv = converter_argv("GPT", Path("/ft"), "/meg/iter_0001000", "/ckpt", 2, "fp16", "m", variant="megatron")
+    assert argv[1:] == ["/ft/examples/pytorch/gpt/utils/megatron_ckpt_convert.py", "-i", "/meg/iter_0001000",
+                        "-o", "/ckpt", "-i_g", "2", "--weight-data-type", "fp16"]
+    with pytest.raises(UserError, match="no megatron converter is known for model_type OPT"):
+        converter_argv("OPT", Path("/ft"), "/in", "/out", 1, "fp16", "m", variant="megatron")
+    spec = REPO / "ftcluster" / "examples" / "models" / "megatron-gpt.yaml"
+    assert ModelSpec.model_validate(yaml.safe_load(spec.read_text())).converter == "megatron"
+    with pytest.raises((SpecError, ValueError), match="megatron converts GPT checkpoints"):
+        ModelSpec.model_validate({"name": "m", "model_type": "bert", "repository": "r",
+                                  "checkpoint_root": "c", "converter": "megatron"})
 
 
 def test_unknown_model_type_has_no_converter() -> None:
