@@ -5,10 +5,11 @@ surfaces only as garbage output or a crash minutes into a multi-node start. Here
   - config.ini has the fields the backend reads for the model type;
   - every rank-split file `<name>.<rank>.bin` exists for ranks 0..N-1 and for no other rank
     (shards for another rank count mean the folder was converted for another GPU count);
-  - GPT, BLOOM, OPT and bert: every file the converter writes is there with the size config.ini
+  - GPT, BLOOM, OPT, bert, T5 and T5-Encoder: every file the converter writes is there with the size config.ini
     implies. Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
     huggingface_gpt_convert.py (split_and_convert_process), huggingface_bloom_convert.py
-    (parameter_to_split), huggingface_opt_convert.py and bert/utils/huggingface_bert_convert.py:
+    (parameter_to_split), huggingface_opt_convert.py, bert/utils/huggingface_bert_convert.py
+    and t5/utils/huggingface_t5_ckpt_convert.py (t5_layout):
     qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and mlp.dense_4h_to_h.weight
     are split per rank; layernorms and the other biases are written once.
   - other model types (ftcluster.modeltypes.KINDS): the files written once are there, every layer
@@ -109,6 +110,53 @@ def bert_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
             split[f"attention.self.{qkv}.bias"] = hidden // tp
         for rank in range(tp):
             files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+    return files
+
+
+def t5_layout(parser: configparser.ConfigParser, encoder_only: bool, tp: int) -> list[Expected]:
+    """Every file huggingface_t5_ckpt_convert.py writes for `tp` ranks (split_and_convert_process
+    and fuse_decoder_qkv; HF T5 has no biases): q/k/v and wi (wi2 when gated) split by columns,
+    o and wo by rows, relative_attention_bias (block 0) by heads, layer norms once; the decoder's
+    self-attention q/k/v fused into one qkv; shared.weight twice (as is and transposed) and
+    lm_head.weight for the full model."""
+    enc = parser["encoder"]
+    d_model, d_ff = int(enc["d_model"]), int(enc["d_ff"])
+    heads = int(enc["num_heads"])
+    inner = heads * int(enc["d_kv"])
+    buckets = int(enc.get("relative_attention_num_buckets_or_max_pos_seq_len", "32"))
+    b = _BYTES.get(enc.get("weight_data_type", "fp32"), 4)
+    gated = parser.get("structure", "use_gated_activation", fallback="0").lower() in ("1", "true")
+    vocab = int(enc["vocab_size"])
+    files = [Expected(n, vocab * d_model * b) for n in ("shared.weight.bin", "shared.weight_T.bin")]
+    if not encoder_only:
+        files.append(Expected("lm_head.weight.bin", vocab * d_model * b))
+
+    def stack(name: str, layers: int, attentions: tuple[str, ...]) -> None:
+        files.append(Expected(f"{name}.final_layer_norm.weight.bin", d_model * b))
+        bias = f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        split = {bias: heads // tp * buckets}
+        for i in range(layers):
+            p = f"{name}.block.{i}.layer."
+            for n, att in enumerate(attentions):
+                files.append(Expected(f"{p}{n}.layer_norm.weight.bin", d_model * b))
+                if name == "decoder" and att == "SelfAttention":
+                    split[f"{p}{n}.{att}.qkv.weight"] = d_model * 3 * inner // tp
+                else:
+                    split.update({f"{p}{n}.{att}.{x}.weight": d_model * inner // tp for x in "qkv"})
+                split[f"{p}{n}.{att}.o.weight"] = inner // tp * d_model
+            ff = f"{p}{len(attentions)}."
+            files.append(Expected(f"{ff}layer_norm.weight.bin", d_model * b))
+            for wi in ("wi", "wi2") if gated else ("wi",):
+                split[f"{ff}DenseReluDense.{wi}.weight"] = d_model * d_ff // tp
+            split[f"{ff}DenseReluDense.wo.weight"] = d_ff // tp * d_model
+        for rank in range(tp):
+            files.extend(Expected(f"{key}.{rank}.bin", n * b) for key, n in split.items())
+
+    stack("encoder", int(enc["num_layers"]), ("SelfAttention",))
+    if not encoder_only:
+        dec = parser["decoder"]
+        layers = dec.get("num_decoder_layers", dec.get("num_layers", "0"))
+        stack("decoder", int(layers or "0"), ("SelfAttention", "EncDecAttention"))
     return files
 
 
@@ -220,6 +268,8 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
         return _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
     if model_type == "bert":
         return _layout_problems(gpu_dir, bert_layout(parser, tp))
+    if model_type in ("T5", "T5-Encoder"):
+        return _layout_problems(gpu_dir, t5_layout(parser, model_type == "T5-Encoder", tp))
     return _layer_problems(parser, gpu_dir, kind(model_type), tp) + shard
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ftcluster.checkpoint_check import bert_layout, checkpoint_problems, gpt_layout
+from ftcluster.checkpoint_check import bert_layout, checkpoint_problems, gpt_layout, t5_layout
 from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, output_names, parse_config
 from ftcluster.errors import PlanError, UserError
@@ -60,10 +60,13 @@ def make_checkpoint(root: Path, repo: Path, model_type: str, tp: int, weights: b
         parser.write(fh)
     if not weights:
         return d
-    if model_type in ("GPT", "BLOOM", "OPT", "bert"):
-        layout = bert_layout(parser, tp) if model_type == "bert" else gpt_layout(parser, model_type, tp)
+    if model_type in ("GPT", "BLOOM", "OPT", "bert", "T5", "T5-Encoder"):
+        layout = (bert_layout(parser, tp) if model_type == "bert" else
+                  t5_layout(parser, model_type == "T5-Encoder", tp) if model_type.startswith("T5") else
+                  gpt_layout(parser, model_type, tp))
         for e in layout:
-            (d / e.name).write_bytes(b"\0" * e.nbytes)
+            with open(d / e.name, "wb") as fh:
+                fh.truncate(e.nbytes)   # sparse: the real sizes without writing them
         return d
     kind = KINDS[model_type]
     for name in kind.whole_files:
@@ -374,3 +377,23 @@ def test_plan_refuses_splits_ft_cannot_make(repo: Path, model_type: str, tmp_pat
     pp = next(p for p in range(2, 64) if any(s.num_layer % p for s in splits))
     with pytest.raises(PlanError, match=f"num_layer .* not divisible by pipeline_para_size {pp}"):
         make_plan(cluster(gpus_per_node=1, max_nodes=64), spec_for(repo, model_type, probe), pp)
+
+
+def test_t5_layouts_follow_the_t5_converter(tmp_path: Path) -> None:
+    ini = tmp_path / "config.ini"
+    ini.write_text("[encoder]\nvocab_size = 32\nd_model = 16\nd_kv = 4\nd_ff = 64\nnum_layers = 2\n"
+                   "num_heads = 4\nrelative_attention_num_buckets_or_max_pos_seq_len = 32\n"
+                   "weight_data_type = fp32\n[decoder]\nvocab_size = 32\nd_model = 16\nd_kv = 4\nd_ff = 64\n"
+                   "num_layers = 1\nnum_decoder_layers = 1\nnum_heads = 4\n[structure]\nuse_gated_activation = 1\n")
+    enc = {e.name: e.nbytes for e in t5_layout(read_ini(ini), True, 2)}
+    # once: shared (2), final norm, 2 norms x 2 layers; split x 2 ranks: q k v o wi wi2 wo x 2 layers + bias
+    assert len(enc) == 3 + 4 + 2 * (2 * 7 + 1)
+    assert enc["encoder.block.0.layer.0.SelfAttention.q.weight.1.bin"] == 16 * 16 // 2 * 4
+    assert enc["encoder.block.1.layer.1.DenseReluDense.wo.weight.0.bin"] == 64 // 2 * 16 * 4
+    assert enc["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight.1.bin"] == 4 // 2 * 32 * 4
+    assert "encoder.block.1.layer.1.DenseReluDense.wi2.weight.1.bin" in enc and "lm_head.weight.bin" not in enc
+    full = {e.name: e.nbytes for e in t5_layout(read_ini(ini), False, 2)}
+    assert full["decoder.block.0.layer.0.SelfAttention.qkv.weight.1.bin"] == 16 * 3 * 16 // 2 * 4
+    assert full["decoder.block.0.layer.1.EncDecAttention.k.weight.0.bin"] == 16 * 16 // 2 * 4
+    assert full["lm_head.weight.bin"] == 32 * 16 * 4
+    assert not any(n.startswith("decoder.block.0.layer.0.SelfAttention.q.") for n in full)
