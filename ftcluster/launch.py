@@ -160,13 +160,7 @@ class Launch:
         self.launcher.check(self.cluster, self.plan, servers=servers)
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         try:
-            if servers and self.model is not None:
-                prepare_repository(self.model, self.plan, self.paths.repo)
-            request.write_files()
-            if request.ssh_keys:
-                sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
-            if self.model is not None:
-                write_run_metadata(self.paths, self.cluster, self.model, self.plan)
+            write_run(request, self.cluster, self.model, self.plan)
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)
             raise
@@ -334,6 +328,21 @@ class Launch:
 
     def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:
         return rank_log_tail(self.paths, rank, n)
+
+
+def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan) -> list[Path]:
+    """Lay out the run folder as its job expects it: the request's files, the model repository
+    (a run with servers), the per-run ssh keys (Docker styles) and run.json. `launch` and
+    `render --out` both write a run this way."""
+    paths = request.paths
+    if request.kind in ("serve", "check") and model is not None:
+        prepare_repository(model, plan, paths.repo)
+    written = request.write_files()
+    if request.ssh_keys:
+        sshkeys.generate(paths.state, paths.run_id)  # mpirun over ssh
+    if model is not None:
+        written.append(write_run_metadata(paths, cluster, model, plan))
+    return written
 
 
 def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from typing import Any
 try:
     from ftcluster.rank.env import RankEnv, apply_nvls_off, detect_rank_env
 except ImportError:  # inside the user's image: rank_env.py lies beside this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # also under python -I
     from rank_env import RankEnv, apply_nvls_off, detect_rank_env  # type: ignore[no-redef]
 
 RANK_TAG = "FTC_PREFLIGHT_RANK"

@@ -1,5 +1,5 @@
 """Commands that write files: `examples`, `prepare`/`render --out` refusals, and the run
-commands on a `convert` run of a local cluster (submitit's local executor, for real)."""
+commands on a `convert` run of a local cluster (a job request run by the local launcher, for real)."""
 
 from __future__ import annotations
 
