@@ -93,8 +93,10 @@ def prepare_cmd(out: str, **kw: Any) -> None:
 @click.option("--keep-serving", is_flag=True, help="Scripts keep serving after the client step.")
 @click.option("--no-client", is_flag=True, help="Scripts run no client step.")
 def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None:
-    """Write launch scripts a person can read, edit and submit by hand: the run folder
-    `launch` would write (scripts, model repository, logs/, per-run ssh keys for Docker).
+    """Write launch scripts a person can read, edit and submit by hand.
+
+    The run folder is the one `launch` would write: scripts, model repository, logs/, run.json
+    and, for Docker, the run's ssh keys.
 
     \b
     Example:
