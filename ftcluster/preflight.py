@@ -48,6 +48,8 @@ def preflight_step(cluster: ClusterSpec, paths: RunPaths, opts: PreflightOptions
     argv = [rank_python(cluster), str(paths.scripts / "preflight.py"), "--sizes", opts.sizes,
             "--timeout", str(opts.timeout), "--expect-gpus-per-node", str(cluster.gpus_per_node),
             "--out", str(paths.results / FILES.preflight_dir)]
+    if cluster.server.binary != "auto":
+        argv += ["--tritonserver", cluster.server.binary]   # is the run's server there?
     if not opts.bandwidth:
         argv.append("--no-bandwidth")
     return JobStep(STEP, "the preflight", tuple(argv), per_node=True, rank_files=("preflight.py", "rank_env.py"))

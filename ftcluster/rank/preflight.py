@@ -77,9 +77,11 @@ class RankReport:
     note: str | None = None  # why no GPU was found
     transport: list[str] = field(default_factory=list)
     times_s: dict[str, float] = field(default_factory=dict)  # all-reduce size (bytes) -> seconds
-    # Where the rank ran: the OS (/etc/os-release's PRETTY_NAME) and Python of the image or host.
+    # Where the rank ran: the OS (/etc/os-release's PRETTY_NAME) and Python of the image or host,
+    # and the server binary the run would start there (None: not there, or not asked).
     os_release: str = ""
     python: str = ""
+    tritonserver: str | None = None
 
     @property
     def has_gpu(self) -> bool:
@@ -220,6 +222,12 @@ def os_release(path: str = "/etc/os-release") -> str:
     except OSError:
         pass
     return ""
+
+
+def find_binary(name: str) -> str | None:
+    """The executable a path or a command name leads to here, else None."""
+    found = name if "/" in name else shutil.which(name)
+    return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
 
 
 def collect_inventory(rank_env: RankEnv | None = None) -> RankReport:
@@ -509,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--expect-gpus-per-node", default=None,
                     help="an int or 'auto'; mismatches go to the report's errors")
     ap.add_argument("--timeout", type=float, default=300.0, help="rendezvous/gather timeout (s)")
+    ap.add_argument("--tritonserver", default=None,
+                    help="the server binary the run would start: reported when it is there")
     ap.add_argument("--master-addr", default=None,
                     help="rendezvous host when the launcher names none (mpirun across hosts)")
     args = ap.parse_args(argv)
@@ -522,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_nvls_off()
     rank_env = detect_rank_env()
     rep = collect_inventory(rank_env)
+    rep.tritonserver = find_binary(args.tritonserver) if args.tritonserver else None
     print(rep.summary(), flush=True)
     print(f"{RANK_TAG} {json.dumps(asdict(rep))}", flush=True)
 

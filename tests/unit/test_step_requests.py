@@ -102,7 +102,8 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     # Inside the image: its python3 and the copy in the run folder; the report in results/.
     assert _step_argv(script) == ["python3", f"{req.paths.scripts}/preflight.py", "--sizes", "1M,64M",
                                   "--timeout", "600.0", "--expect-gpus-per-node", "2",
-                                  "--out", f"{req.paths.results}/preflight"]
+                                  "--out", f"{req.paths.results}/preflight",
+                                  "--tritonserver", "/opt/tritonserver/bin/tritonserver"]
     _check_shell(req, tmp_path)
 
 
