@@ -13,7 +13,6 @@ and logs, that `status`/`stop` could not follow for a local cluster.)
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +79,6 @@ def check_request(req: ConvertRequest) -> None:
     if not script.is_file():
         raise UserError(f"{script} does not exist", field="--converter-root",
                         hint="point it at a FasterTransformer checkout (the converter is looked up by model_type)")
-
-
-def job_python(cluster: ClusterSpec) -> str:
-    # In a container the converter runs with the image's python (torch, transformers).
-    return cluster.python or ("python3" if cluster.container.runtime == "pyxis" else sys.executable)
 
 
 def check_scheduler(cluster: ClusterSpec) -> None:

@@ -16,8 +16,8 @@ from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import plan_json
 from ftcluster.errors import UserError
-from ftcluster.modelrepo import prepare_repository
 from ftcluster.layout import RunPaths
+from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
 
 

@@ -25,6 +25,7 @@ import argparse
 import glob
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -236,7 +237,7 @@ def collect_inventory(rank_env: RankEnv | None = None) -> RankReport:
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     rep = RankReport(rank=re_.rank, world_size=re_.world_size, local_rank=re_.local_rank,
                      host=socket.gethostname(), cuda_visible_devices=cvd, os_release=os_release(),
-                     python="%d.%d.%d" % sys.version_info[:3])
+                     python=platform.python_version())
     notes: list[str] = []
     gpus: list[GpuInfo] = []
     try:

@@ -62,3 +62,30 @@ def test_preflight_without_gpus_fails_naming_the_nodes(pb: PyxisBed, spec_dir: P
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("error: preflight failed: no GPU on rank 0 (node"), last
     assert "nvidia-smi not found" in last
+
+
+def test_convert_runs_in_the_image_with_its_paths_mounted(pb: PyxisBed, spec_dir: Path) -> None:  # noqa: F811
+    """`convert` through the same request: one task in the image, the converter, its input and
+    the checkpoint root mounted at their own paths; the result checked; the run recorded."""
+    repo = Path(__file__).resolve().parents[2]
+    converter = repo / "tests" / "data" / "ft_converter"
+    ckpt = spec_dir / "ckpt"
+    ckpt.mkdir()
+    model = spec_dir / "model.yaml"
+    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
+                                 "repository": str(repo / "tests" / "data" / "models" / "tiny" / "repo"),
+                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    p = ftcluster("convert", "--cluster", str(_write_spec(spec_dir, pb)), "--model", str(model),
+                  "--converter-root", str(converter), "--input", str(converter / "hf_tiny_gpt"), timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_id = p.stdout.split()[1].rstrip(":")
+    assert (ckpt / "1-gpu" / "config.ini").is_file()
+    run_dir = spec_dir / "ws" / run_id
+    events = _events(run_dir)
+    for want in ("containers_ready", "step_done convert 0", "containers_stopped", "done 0"):
+        assert want in events, events
+    assert "TEST CONVERTER: wrote" in ftcluster("logs", run_id).stdout
+    # The image's python3 ran it: the run's scripts name no interpreter of this machine.
+    step = next(ln for ln in (run_dir / "scripts" / "job.sbatch").read_text().splitlines() if ln.startswith("STEP=("))
+    assert step.startswith("STEP=(python3 ")
+    _assert_run_gone(run_id)
