@@ -52,7 +52,9 @@ def preflight_step(cluster: ClusterSpec, paths: RunPaths, opts: PreflightOptions
         argv += ["--tritonserver", cluster.server.binary]   # is the run's server there?
     if not opts.bandwidth:
         argv.append("--no-bandwidth")
-    return JobStep(STEP, "the preflight", tuple(argv), per_node=True, rank_files=("preflight.py", "rank_env.py"))
+    # The ranks' own gather timeout, then time for the all-reduce and the container start.
+    return JobStep(STEP, "the preflight", tuple(argv), per_node=True, rank_files=("preflight.py", "rank_env.py"),
+                   timeout=int(opts.timeout) + 120)
 
 
 def gpus_for_shape(cluster: ClusterSpec, nodes: int, probe: bool) -> int:

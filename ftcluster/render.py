@@ -131,6 +131,7 @@ class JobStep:
     per_node: bool                   # one task on every node; else one task on one node
     paths: tuple[str, ...] = ()      # host paths the step needs inside the container, at their own path
     rank_files: tuple[str, ...] = () # files of ftcluster/rank/ copied into scripts/ (stdlib only)
+    timeout: int | None = None       # seconds the step may take (None: the job's time limit)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,9 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     container = next(ln for ln in script.splitlines() if ln.startswith("CONTAINER=("))
     assert container in _script(serve).splitlines()
     assert '"${CONTAINER[@]}" "${STEP[@]}"' in script
-    assert 'run_step srun --mpi="$MPI" --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1' in script
+    assert ('run_step "${STEP_LIMIT[@]}" srun --mpi="$MPI" --nodes="$NODES" --ntasks="$NODES" '
+            '--ntasks-per-node=1') in script
+    assert "STEP_LIMIT=(timeout --kill-after=10 720)" in script   # its gather timeout + 120 s
     # Inside the image: its python3 and the copy in the run folder; the report in results/.
     assert _step_argv(script) == ["python3", f"{req.paths.scripts}/preflight.py", "--sizes", "1M,64M",
                                   "--timeout", "600.0", "--expect-gpus-per-node", "2",
@@ -121,7 +123,7 @@ def test_docker_preflight_runs_over_mpirun_from_rank0s_container(tmp_path: Path)
     req = _preflight(tmp_path, container=DOCKER)
     script = _script(req)
     assert req.launcher == "docker_slurm" and req.ssh_keys
-    assert ('run_step "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NODE_SCRIPT" mpirun "$MPI_HOSTS" \\\n'
+    assert ('run_step "${STEP_LIMIT[@]}" "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NODE_SCRIPT" mpirun "$MPI_HOSTS" \\\n'
             '  "${STEP[@]}" --master-addr "$RANK0_NODE"') in script
     assert _step_argv(script)[0] == "python3"
     # The containers and their teardown are the servers' (the step sits where the servers start).
@@ -133,7 +135,7 @@ def test_local_preflight_under_mpirun_with_gpu_slices(tmp_path: Path) -> None:
     req = _preflight(tmp_path, scheduler="local", partition=None, gpus_per_node=1, python=None)
     script = _script(req)
     assert req.launcher == "local" and req.argv == ("bash", str(req.paths.scripts / "job.sh"))
-    assert 'run_step "$MPIRUN" -np "$NODES"' in script and "GPU_POOL" in script
+    assert 'run_step "${STEP_LIMIT[@]}" "$MPIRUN" -np "$NODES"' in script and "GPU_POOL" in script
     assert _step_argv(script)[0] == sys.executable
     _check_shell(req, tmp_path)
 
@@ -153,7 +155,8 @@ def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None
     assert mounts[:2] == ["/data:/data:ro", f"{req.paths.run_dir}:{req.paths.run_dir}"]
     assert sorted(mounts[2:]) == sorted(["/hf/gpt2:/hf/gpt2", f"{TEST_CONVERTER}:{TEST_CONVERTER}",
                                          f"{tmp_path / 'ckpt'}:{tmp_path / 'ckpt'}"])
-    assert 'run_step srun --nodes=1 --ntasks=1 "${CONTAINER[@]}" "${STEP[@]}"' in script
+    assert 'run_step "${STEP_LIMIT[@]}" srun --nodes=1 --ntasks=1 "${CONTAINER[@]}" "${STEP[@]}"' in script
+    assert "STEP_LIMIT=()" in script   # the job's time limit bounds a conversion
     assert "#SBATCH --nodes=1" in script and "#SBATCH --gpus-per-node=1" in script
     assert _step_argv(script)[:2] == ["python3", str(TEST_CONVERTER / "examples/pytorch/gpt/utils/huggingface_gpt_convert.py")]
     _check_shell(req, tmp_path)
@@ -270,3 +273,19 @@ def test_status_logs_stop_of_a_local_preflight(tmp_path: Path) -> None:
     assert [(r["run_id"], r["style"], r["scheduler"]) for r in lst] == [(run_id, "preflight", "local")]
     stopped = ftc("stop", run_id)
     assert stopped.returncode == 0 and "Traceback" not in stopped.stderr
+
+
+def test_a_step_past_its_time_fails_naming_it(tmp_path: Path) -> None:
+    # A step that would outlive its limit is stopped, and the run fails saying so.
+    from ftcluster.launch import Launch, LaunchOptions
+    from ftcluster.render import JobStep
+    from ftcluster.request import job_shape
+    from ftcluster.store import RunStore
+
+    c = cluster(scheduler="local", workspace=str(tmp_path / "ws"))
+    step = JobStep("preflight", "the preflight", ("sleep", "60"), per_node=False, timeout=1)
+    launch = Launch(c, None, job_shape(c, 1, 0), LaunchOptions(step=step), store=RunStore(tmp_path / "runs.sqlite"))
+    outcome = launch.run()
+    assert not outcome.ok and outcome.failure == "the preflight did not finish in 1s", outcome.failure
+    assert outcome.phases["done"] < 15
+    assert outcome.record.style == "preflight" and outcome.record.launcher == "local"
