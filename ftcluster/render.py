@@ -36,7 +36,15 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
-from ftcluster.spec import ClientDefaults, ClusterSpec, Container, ModelSpec, Ports, Server
+from ftcluster.spec import (
+    ClientDefaults,
+    ClusterSpec,
+    Container,
+    ModelSpec,
+    Ports,
+    Server,
+    pyxis_mount_path_problem,
+)
 from ftcluster.styles import STYLES, style_name
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -303,11 +311,11 @@ def render(
         if "," in str(paths.run_dir) or ":" in str(paths.run_dir):
             raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
                             "cannot express", field="workspace", hint="choose a workspace path without them")
-        bad = [p for p in (opts.step.paths if opts.step else ()) if "," in p or ":" in p]
-        if bad:
-            raise UserError(f"{bad[0]} holds ',' or ':', which --container-mounts cannot express",
-                            field=opts.step.what if opts.step else "paths",
-                            hint="use a path without them (a symlink to it will do)")
+        # What a job step mounts reaches Pyxis and Enroot's bash as the spec's mounts do.
+        for path in opts.step.paths if opts.step else ():
+            problem = pyxis_mount_path_problem(path)
+            if problem and opts.step:
+                raise UserError(problem, field=opts.step.what, hint="use a plain path; a symlink to it will do")
     ctx = context(cluster, model, plan, paths, opts)
     style = ctx.style
     env = _env()

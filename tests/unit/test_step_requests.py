@@ -160,8 +160,12 @@ def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None
     assert "#SBATCH --nodes=1" in script and "#SBATCH --gpus-per-node=1" in script
     assert _step_argv(script)[:2] == ["python3", str(TEST_CONVERTER / "examples/pytorch/gpt/utils/huggingface_gpt_convert.py")]
     _check_shell(req, tmp_path)
-    with pytest.raises(UserError, match="/hf/a,b holds ','"):
-        convert_launch(_convert_req(tmp_path, "/hf/a,b", container=PYXIS)).dry_run()
+    # Pyxis splits a mount on ',' and ':', Enroot's bash would run a $(...): refused, before
+    # anything is written.
+    for bad, why in (("/hf/a,b", ","), ("/hf/$(touch PWNED)", "$")):
+        with pytest.raises(UserError, match=f"^convert: '/hf/.*' holds {re.escape(why)}"):
+            convert_launch(_convert_req(tmp_path, bad, container=PYXIS)).dry_run()
+    assert not (tmp_path / "ws").exists() and not list(tmp_path.rglob("PWNED"))
 
 
 def test_convert_refuses_the_docker_styles(tmp_path: Path) -> None:
@@ -289,3 +293,20 @@ def test_a_step_past_its_time_fails_naming_it(tmp_path: Path) -> None:
     assert not outcome.ok and outcome.failure == "the preflight did not finish in 1s", outcome.failure
     assert outcome.phases["done"] < 15
     assert outcome.record.style == "preflight" and outcome.record.launcher == "local"
+
+
+def test_hostile_paths_reach_the_step_as_data(tmp_path: Path) -> None:
+    # A local conversion whose input path would run commands if it were ever evaluated: the
+    # converter gets it as one argument, fails on it, and nothing ran.
+    from ftcluster.convert import run
+
+    weird = tmp_path / "in $(touch PWNED) `touch PWNED1` '; touch PWNED2 #"
+    req = _convert_req(tmp_path, str(weird), scheduler="local", partition=None, python=None)
+    req = ConvertRequest(req.cluster, req.model, 2, TEST_CONVERTER, str(weird), sys.executable)
+    from ftcluster.store import RunStore
+
+    launch = convert_launch(req, store=RunStore(tmp_path / "runs.sqlite"))
+    outcome = run(launch, req)
+    assert not outcome.ok and outcome.failure and outcome.failure.startswith("the converter exited 1: ")
+    assert str(weird) in (launch.paths.logs / "step.log").read_text()
+    assert not list(tmp_path.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
