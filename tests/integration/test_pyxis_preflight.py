@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_pyxis_launch import _assert_run_gone, _events, _write_spec, pb, spec_dir  # noqa: F401
-from tests.launch_helpers import ftcluster
+from tests.launch_helpers import ftcluster, wait_for
 from tests.pyxis.fixtures import PyxisBed
 
 pytestmark = pytest.mark.cluster
@@ -88,4 +88,33 @@ def test_convert_runs_in_the_image_with_its_paths_mounted(pb: PyxisBed, spec_dir
     # The image's python3 ran it: the run's scripts name no interpreter of this machine.
     step = next(ln for ln in (run_dir / "scripts" / "job.sbatch").read_text().splitlines() if ln.startswith("STEP=("))
     assert step.startswith("STEP=(python3 ")
+    _assert_run_gone(run_id)
+
+
+def test_stop_a_running_convert_removes_its_container(pb: PyxisBed, spec_dir: Path) -> None:  # noqa: F811
+    """A step still running when `ftcluster stop` comes: the batch shell stops the step, its
+    teardown removes the container on the node (the fixture checks), the run is not RUNNING."""
+    repo = Path(__file__).resolve().parents[2]
+    slow = spec_dir / "slow-ft"
+    script = slow / "examples" / "pytorch" / "gpt" / "utils" / "huggingface_gpt_convert.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import time\nprint('SLOW CONVERTER started', flush=True)\ntime.sleep(300)\n")
+    ckpt = spec_dir / "ckpt"
+    ckpt.mkdir()
+    model = spec_dir / "model.yaml"
+    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
+                                 "repository": str(repo / "tests" / "data" / "models" / "tiny" / "repo"),
+                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    p = ftcluster("convert", "--cluster", str(_write_spec(spec_dir, pb)), "--model", str(model),
+                  "--converter-root", str(slow), "--input", str(spec_dir), "--detach", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_id = p.stdout.split()[1].rstrip(":")
+    run_dir = spec_dir / "ws" / run_id
+    assert wait_for(lambda: "SLOW CONVERTER started" in ftcluster("logs", run_id).stdout, 90), _events(run_dir)
+    assert json.loads(ftcluster("status", run_id, "--json").stdout)["state"] == "RUNNING"
+    stopped = ftcluster("stop", run_id, timeout=180)
+    assert stopped.returncode == 0 and "Traceback" not in stopped.stderr, stopped.stderr
+    events = _events(run_dir)
+    assert "interrupted" in events and "containers_stopped" in events, events
+    assert json.loads(ftcluster("status", run_id, "--json").stdout)["state"] != "RUNNING"
     _assert_run_gone(run_id)
