@@ -105,6 +105,7 @@ def convert_launch(req: ConvertRequest, *, detach: bool = False, progress: Progr
 
 
 def run(launch: Launch, req: ConvertRequest) -> LaunchOutcome:
+    """Submit the conversion (and follow it unless detached); the output folder first."""
     req.output_root.mkdir(parents=True, exist_ok=True)
     return launch.run()
 
