@@ -13,7 +13,7 @@ same process:
   `raw`           ftcluster.client.rawtriton.TritonHttp.infer (ftcluster's keep-alive pool)
 - fixed request (the load test's pattern: the same encoded request again and again):
   `tritonclient fixed`  tritonclient.http.aio infer with InferInput objects built once
-  `raw fixed`           ftcluster.client.rawhttp.FixedRequestSender
+  `raw fixed`           TritonHttp.infer_payload once, then its pool (what `client bench` does)
 Prints the medians of req/s, p50 latency and this process's CPU per request, and the ratios
 raw / tritonclient (req/s; above 1: the hand-written client is faster).
 """
@@ -73,7 +73,6 @@ async def measure(url: str, model: str, concurrency: int, args: argparse.Namespa
     import tritonclient.http as th
     from tritonclient.http import aio
 
-    from ftcluster.client.rawhttp import FixedRequestSender
     from ftcluster.client.rawtriton import TritonHttp
 
     arrays = arrays_of(args)
@@ -93,7 +92,8 @@ async def measure(url: str, model: str, concurrency: int, args: argparse.Namespa
     tc = aio.InferenceServerClient(url, conn_limit=concurrency)
     raw = TritonHttp(url, 60.0, concurrency)
     body, json_size = th.InferenceServerClient.generate_request_body(inputs(), outputs=outputs())
-    fixed = FixedRequestSender(url, model, body, json_size, 60.0)
+    fixed = TritonHttp(url, 60.0, concurrency)
+    payload = fixed.infer_payload(model, body, json_size)
     fixed_in, fixed_out = inputs(), outputs()
 
     async def tc_send() -> None:
@@ -109,8 +109,8 @@ async def measure(url: str, model: str, concurrency: int, args: argparse.Namespa
         assert res.get_response() is not None
 
     async def raw_fixed() -> None:
-        status, _ = await fixed.send()
-        assert status == 200
+        reply = await fixed.pool.request(payload)
+        assert reply.status == 200
 
     phases = {"tritonclient": tc_send, "raw": raw_send,
               "tritonclient fixed": tc_fixed, "raw fixed": raw_fixed}

@@ -44,7 +44,7 @@ def test_nothing_or_no_triton_answering() -> None:
     assert not ours_ready("127.0.0.1", port, "x", timeout=1)
 
     class NotTriton(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             body = b"<html>hello</html>"
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
