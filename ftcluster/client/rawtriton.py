@@ -3,7 +3,7 @@
 The inference hot paths only: the gateway (a request is one JSON header plus the tensors' raw
 bytes, a response is sliced into numpy arrays without copies) and the load test (one encoded
 request sent again and again, `infer_payload`). Against tritonclient.http.aio on the test
-model at realistic sizes it sends 1.5-3x the requests per second for a quarter of the client
+model at realistic sizes it sends 1.5-4x the requests per second for a quarter of the client
 CPU (bench/http_transport.py, bench/README.md). Everything else -- the client commands,
 config reads, readiness -- uses tritonclient (`endpoint.AsyncTriton`) or `triton_probe`.
 """
