@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import report  # noqa: E402
+import report
 import yaml  # noqa: E402
 
 from ftcluster.events import parse_events  # noqa: E402
@@ -37,7 +37,7 @@ from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
 from ftcluster.plan import make_plan  # noqa: E402
 from ftcluster.spec import default_model_path, load_cluster, load_model  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
-from ftcluster.triton_probe import ours_ready  # noqa: E402
+from ftcluster.triton_probe import ours_ready
 
 # The columns every launch-overhead bench prints (metric, header, format).
 COLUMNS = [("wall", "wall s", ".2f"), ("server_startup", "server s", ".2f"), ("client", "client s", ".2f"),

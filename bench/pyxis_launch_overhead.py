@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import report  # noqa: E402
+import report
 import yaml  # noqa: E402
 from launch_overhead import COLUMNS, ftcluster_once  # noqa: E402
 
