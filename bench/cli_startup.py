@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import report
 
 from ftcluster.store import RunRecord, RunStore
 
@@ -81,17 +83,16 @@ def main() -> int:
             for name, argv in commands.items():
                 bare.append(timed(bare_argv, env))
                 times[name].append(timed(argv, env))
-    base = statistics.median(bare)
+    med = report.medians({"python -c pass": [{"s": t} for t in bare],
+                          **{f"ftcluster {name}": [{"s": t} for t in ts] for name, ts in times.items()}})
+    for m in med.values():
+        m["ratio"] = m["s"] / med["python -c pass"]["s"]
     print(f"{args.root.resolve()}: python {sys.version.split()[0]}, {len(os.sched_getaffinity(0))} CPUs, "
           f"load {os.getloadavg()[0]:.1f}, median of {args.repeats}")
-    print(f"{'command':30} {'median s':>9} {'ratio':>7}")
-    print(f"{'python -c pass':30} {base:9.3f} {1.0:7.1f}")
-    worst = 0.0
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        worst = max(worst, med / base)
-        print(f"{'ftcluster ' + name:30} {med:9.3f} {med / base:7.1f}")
+    report.table(med, [("s", "median s", ".3f"), ("ratio", "ratio", ".1f")], label="command")
+    worst = max(m["ratio"] for m in med.values())
     print(f"worst ratio {worst:.1f} (goal <= {args.goal:g})")
+    report.print_json(med, repeats=args.repeats, goal=args.goal)
     return 0 if worst <= args.goal else 1
 
 

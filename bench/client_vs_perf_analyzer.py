@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 from ftcluster.client import Endpoint, parse_steps, run_bench
-from ftcluster.serve import http_get
 from ftcluster.client.bench import prepare_load
 from ftcluster.triton_local import perf_analyzer_env, perf_analyzer_path
+from ftcluster.triton_probe import http_get, model_path
 
 
 def perf_analyzer_input(arrays: dict[str, np.ndarray], path: Path) -> None:
@@ -61,7 +61,7 @@ def run_perf_analyzer(pa: Path, url: str, protocol: str, model: str, concurrency
 def server_successes(http_url: str, model: str) -> int:
     """Triton's own count of successful inferences of `model` (statistics extension)."""
     host, _, port = http_url.rpartition(":")
-    _, body = http_get(host.strip("[]"), int(port), f"/v2/models/{model}/stats", timeout=10)
+    _, body = http_get(host, int(port), model_path(model, "stats"), timeout=10)
     stats = json.loads(body)
     return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
 

@@ -12,10 +12,8 @@ Prints medians; also the time to ready from the same runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import report
 import yaml
 
 from ftcluster.launch import Launch, LaunchOptions
@@ -98,13 +98,10 @@ def main() -> None:
                 path.write_text(yaml.safe_dump(spec))
                 results[style].append(once(path, args.nodes))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
-    med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
-    print(f"{'style':8} {'ready s':>8} {'rank death -> all stopped, job ended (s)':>42}")
-    for k, m in med.items():
-        print(f"{k:8} {m['ready_s']:8.2f} {m['fail_fast_s']:42.2f}")
-    print(json.dumps({"medians": med, "repeats": args.repeats, "nodes": args.nodes,
-                      "all": results}, default=float))
-
+    med = report.medians(results)
+    report.table(med, [("ready_s", "ready s", ".2f"),
+                       ("fail_fast_s", "rank death -> all stopped, job ended (s)", ".2f")], label="style")
+    report.print_json(med, repeats=args.repeats, nodes=args.nodes, all=results)
 
 if __name__ == "__main__":
     main()

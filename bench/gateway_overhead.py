@@ -45,6 +45,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import report
 
 from ftcluster.client.endpoint import AsyncTriton, Endpoint
 from tests.triton_server import free_ports, running_tritonserver, slow_demo_model
@@ -174,24 +177,20 @@ async def main_async(args: argparse.Namespace, triton_url: str,
         return await run(phases, args)
 
 
-def report(results: Results, args: argparse.Namespace) -> None:
+def summary(results: Results, args: argparse.Namespace) -> None:
     print(f"\nconcurrency {args.concurrency}, input {args.input_len} / output {args.output_len} tokens, "
-          f"{args.seconds:g} s x {args.repeats} repeats; medians:")
-    for scenario, by_phase in results.items():
-        what = "trivial model (<1 ms)" if scenario == "trivial" else f"model {args.model_ms:g} ms/batch"
-        direct = by_phase["direct"]
-        print(f"  {what}: direct {statistics.median(r.rate for r in direct):.1f} req/s, "
-              f"p50 {statistics.median(r.p50_ms for r in direct):.2f} ms, "
-              f"client CPU {statistics.median(r.client_ms for r in direct):.2f} ms/req")
-        for name, rows in by_phase.items():
-            if name == "direct":
-                continue
-            ratio = statistics.median(d.rate / g.rate for d, g in zip(direct, rows))
-            cpu = statistics.median(r.cpu_ms for r in rows if r.cpu_ms is not None)
-            print(f"  {'':{len(what)}s}  {name} {statistics.median(r.rate for r in rows):.1f} req/s, "
-                  f"p50 {statistics.median(r.p50_ms for r in rows):.2f} ms, "
-                  f"client CPU {statistics.median(r.client_ms for r in rows):.2f} ms/req, "
-                  f"gateway CPU {cpu:.2f} ms/req, ratio direct/{name} {ratio:.2f}")
+          f"{args.seconds:g} s x {args.repeats} repeats; medians (trivial: <1 ms, model: "
+          f"{args.model_ms:g} ms/batch):")
+    runs = {f"{scenario} {phase}": [{k: v for k, v in r._asdict().items() if v is not None} for r in rows]
+            for scenario, by_phase in results.items() for phase, rows in by_phase.items()}
+    med = report.medians(runs)
+    report.table(med, [("rate", "req/s", ".1f"), ("p50_ms", "p50 ms", ".2f"),
+                       ("client_ms", "client CPU ms/req", ".2f"), ("cpu_ms", "gateway CPU ms/req", ".2f")])
+    report.print_ratios(med, "rate", [(f"{scenario} direct", f"{scenario} {phase}")
+                                      for scenario, by_phase in results.items() for phase in by_phase
+                                      if phase != "direct"], what="req/s")
+    report.print_json(med, concurrency=args.concurrency, seconds=args.seconds, repeats=args.repeats,
+                      input_len=args.input_len, output_len=args.output_len, model_ms=args.model_ms)
 
 
 def main() -> int:
@@ -216,7 +215,7 @@ def main() -> int:
                     gateways[model]["compare"] = stack.enter_context(
                         gateway(args.compare.resolve(), server.http_url, model))
             results = asyncio.run(main_async(args, server.http_url, gateways))
-    report(results, args)
+    summary(results, args)
     return 0
 
 

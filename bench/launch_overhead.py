@@ -17,20 +17,19 @@ Prints medians and the ratio ftcluster / hand recipe.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import report
 import yaml  # noqa: E402
 
 from ftcluster.events import parse_events  # noqa: E402
@@ -38,6 +37,11 @@ from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
 from ftcluster.plan import make_plan  # noqa: E402
 from ftcluster.spec import default_model_path, load_cluster, load_model  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.triton_probe import ours_ready
+
+# The columns every launch-overhead bench prints (metric, header, format).
+COLUMNS = [("wall", "wall s", ".2f"), ("server_startup", "server s", ".2f"), ("client", "client s", ".2f"),
+           ("overhead", "overhead s", ".2f")]
 
 
 class Poller(threading.Thread):
@@ -51,14 +55,6 @@ class Poller(threading.Thread):
         self.first_ready: float | None = None
         self.stop = threading.Event()
 
-    @staticmethod
-    def _get(url: str) -> bytes | None:
-        try:
-            with urllib.request.urlopen(url, timeout=0.5) as r:
-                return r.read() if r.status == 200 else None
-        except OSError:
-            return None
-
     def _ready(self) -> bool:
         runs = sorted(self.ws.glob("*/state")) if self.ws.exists() else []
         if not runs:
@@ -67,11 +63,7 @@ class Poller(threading.Thread):
         host_file = state / "rank0.host"
         if not host_file.is_file() or not host_file.read_text().strip():
             return False
-        base = f"http://{host_file.read_text().strip()}:{self.port}"
-        meta = self._get(base + "/v2")
-        if not meta or f'"name":"ftc-{run_id}-rank0"'.encode() not in meta:
-            return False
-        if self._get(f"{base}/v2/models/{self.model}/ready") is None:
+        if not ours_ready(host_file.read_text().strip(), self.port, f"ftc-{run_id}-rank0", self.model, 0.5):
             return False
         for r in range(1, self.nodes):
             log = state.parent / "logs" / f"server-rank{r}.log"
@@ -173,15 +165,11 @@ def main() -> None:
             repo = sorted((tmp / "ws").glob("*/model_repository"))[-1]
             results["hand"].append(hand_once(tmp, repo, args.nodes, model.name))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
-    med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
-    print(f"{'':22} {'wall s':>8} {'server s':>9} {'client s':>9} {'overhead s':>11} {'lag ms (script/launcher)':>26}")
-    for k, m in med.items():
-        lag = f"{m['lag_script_ms']:.0f} / {m['lag_launcher_ms']:.0f}" if "lag_script_ms" in m else "-"
-        print(f"{k:22} {m['wall']:8.2f} {m['server_startup']:9.2f} {m['client']:9.2f} {m['overhead']:11.2f} {lag:>26}")
-    for k in ("ftcluster", "ftcluster+mpicheck"):
-        print(f"overhead ratio {k} / hand recipe: {med[k]['overhead'] / med['hand']['overhead']:.2f}")
-    print(json.dumps({"medians": med, "repeats": args.repeats, "nodes": args.nodes}, default=float))
-
+    med = report.medians(results)
+    report.table(med, [*COLUMNS, ("lag_script_ms", "lag ms script", ".0f"),
+                       ("lag_launcher_ms", "lag ms launcher", ".0f")])
+    report.print_ratios(med, "overhead", [("ftcluster", "hand"), ("ftcluster+mpicheck", "hand")])
+    report.print_json(med, repeats=args.repeats, nodes=args.nodes)
 
 if __name__ == "__main__":
     main()

@@ -19,10 +19,8 @@ Prints medians of the repeats and the ratios before / after from the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import report
 import yaml  # noqa: E402
 from launch_overhead import Poller  # noqa: E402
 
@@ -126,7 +125,7 @@ def main() -> None:
                 results[f"{name} long"].append(launch_once(code, cluster, ws, tmp, args.load, args.nodes))
                 results[f"{name} short"].append(launch_once(code, cluster, ws, tmp, 0, args.nodes))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
-    med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
+    med = report.medians(results)
     print(f"traces and runs in {tmp}", file=sys.stderr)
     print(f"before = {before_rev[:10]}, after = {args.after}; {args.nodes} nodes, load {args.load:.0f} s, "
           f"median of {args.repeats}")
@@ -136,8 +135,8 @@ def main() -> None:
                      else f"{'-':>24} {'-':>18}")
         print(f"{k:14} {m['window_s']:13.1f} {load_cols} {m['lag_ms']:8.0f}")
     for metric in ("fs_per_min", "queries_per_min"):
-        print(f"{metric} before / after (long load): {med['before long'][metric] / med['after long'][metric]:.1f}")
-    print(json.dumps({"medians": med, "repeats": args.repeats, "load": args.load, "before": before_rev}))
+        report.print_ratios(med, metric, [("before long", "after long")])
+    report.print_json(med, repeats=args.repeats, load=args.load, before=before_rev)
 
 
 if __name__ == "__main__":

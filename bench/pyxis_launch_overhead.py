@@ -20,9 +20,7 @@ Prints medians and the ratio ftcluster / hand recipe.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import report
 import yaml  # noqa: E402
-from launch_overhead import ftcluster_once  # noqa: E402
+from launch_overhead import COLUMNS, ftcluster_once  # noqa: E402
 
 from ftcluster.spec import default_model_path, load_model  # noqa: E402
 from tests.pyxis import bed, image  # noqa: E402
@@ -111,14 +110,10 @@ def main() -> None:
                 print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
         finally:
             bed.remove_leftovers(tb.nodes)
-    med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in results.items()}
-    print(f"{'':22} {'wall s':>8} {'server s':>9} {'client s':>9} {'overhead s':>11}")
-    for k, m in med.items():
-        print(f"{k:22} {m['wall']:8.2f} {m['server_startup']:9.2f} {m['client']:9.2f} {m['overhead']:11.2f}")
-    for k in ("ftcluster", "ftcluster+mpicheck"):
-        print(f"overhead ratio {k} / hand recipe: {med[k]['overhead'] / med['hand']['overhead']:.2f}")
-    print(json.dumps({"medians": med, "repeats": args.repeats, "nodes": args.nodes}, default=float))
-
+    med = report.medians(results)
+    report.table(med, COLUMNS)
+    report.print_ratios(med, "overhead", [("ftcluster", "hand"), ("ftcluster+mpicheck", "hand")])
+    report.print_json(med, repeats=args.repeats, nodes=args.nodes)
 
 if __name__ == "__main__":
     main()

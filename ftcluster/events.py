@@ -22,6 +22,8 @@ class Kinds:
     interrupted: str = "interrupted"            # INT/TERM acted on
     mpicheck_started: str = "mpicheck_started"
     mpicheck_ok: str = "mpicheck_ok"
+    step_started: str = "step_started"          # WHAT (preflight, convert): a run's one job step
+    step_done: str = "step_done"                # WHAT EXIT_CODE
     containers_starting: str = "containers_starting"   # HOSTS... (docker styles)
     node_ready: str = "node_ready"              # HOST DETAIL
     node_failed: str = "node_failed"            # HOST WHY

@@ -26,7 +26,7 @@ from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
 from ftcluster.plan import Plan
 from ftcluster.poll import Backoff
-from ftcluster.render import RenderOptions, RunPaths, launch_style
+from ftcluster.render import JobStep, RenderOptions, RunPaths, launch_style
 from ftcluster.request import JobRequest, build_request
 from ftcluster.slurm import JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
@@ -42,6 +42,7 @@ class LaunchOptions:
     client: bool = True
     mpi_check: bool = True
     servers: bool = True
+    step: JobStep | None = None    # a preflight or convert run: this step instead of the servers
     # Seconds between polls, each backing off from the first to the second value while nothing
     # changes: the events file (readiness is seen within event_poll_max; the goal is 50 ms), the
     # scheduler (a job that ends without writing `done`, killed or timed out, is seen within
@@ -94,39 +95,53 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
     return str(find_tritonserver())
 
 
-def render_options(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions,
-                   build: bool = True) -> RenderOptions:
+def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths,
+                   opts: LaunchOptions, build: bool = True) -> RenderOptions:
     """What the templates need beyond the specs: the binaries found on this machine."""
-    # Before anything is written: a checkpoint no mount shows inside the container fails at
-    # model load on every rank, after the allocation.
-    check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
     mpi: dict[str, Any] = {}
-    if launch_style(cluster) == "local" and build:
+    if launch_style(cluster) == "local" and build and (opts.step is None or opts.step.per_node):
         from ftcluster.local_mpi import find_local_mpi
 
         local = find_local_mpi()
         mpi = {"mpirun": local.mpirun, "extra_env": {"FTC_LIBMPI": local.libmpi} if local.libmpi else {}}
+    if opts.step is not None:
+        # No server, client or MPI check: the step alone.
+        return RenderOptions(client=False, mpi_check=False, servers=False, step=opts.step,
+                             tritonserver=cluster.server.binary, **mpi)
+    assert model is not None, "a run with servers needs its model"
+    # Before anything is written: a checkpoint no mount shows inside the container fails at
+    # model load on every rank, after the allocation.
+    check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
                          servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
-def job_request(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: LaunchOptions,
+def job_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: LaunchOptions,
                 build: bool = True) -> JobRequest:
     """The run's job request; build=False resolves nothing that would build or probe (dry run)."""
     return build_request(cluster, model, plan, paths, render_options(cluster, model, plan, paths, opts, build))
 
 
 class Launch:
-    """One launch from submission to its end."""
+    """One run from submission to its end: the servers, the MPI check alone, or a job step
+    (preflight, convert; `model` is None for a run that has none). `record_plan` replaces the
+    plan in the run record (a conversion records what it converts)."""
 
-    def __init__(self, cluster: ClusterSpec, model: ModelSpec, plan: Plan, opts: LaunchOptions,
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: LaunchOptions,
                  progress: Progress | None = None, store: RunStore | None = None,
-                 launcher: Launcher | None = None, run_id: str | None = None):
+                 launcher: Launcher | None = None, run_id: str | None = None,
+                 record_plan: dict[str, Any] | None = None):
         self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
         self.progress = progress or (lambda phase, t, detail: None)
         self._store = store
         self.launcher = launcher or launcher_for(cluster)
-        run_id = run_id or new_run_id(model.name)
+        self.record_plan = record_plan
+        if opts.step is None:
+            assert model is not None, "a run with servers needs its model"
+            name = model.name
+        else:
+            name = opts.step.what + (f"-{model.name}" if model else "")
+        run_id = run_id or new_run_id(name)
         self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
 
     @property
@@ -141,22 +156,23 @@ class Launch:
         return job_request(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
 
     def prepare(self) -> tuple[JobRequest, RunRecord]:
-        self.launcher.check(self.cluster, self.plan)
+        servers = self.opts.step is None
+        self.launcher.check(self.cluster, self.plan, servers=servers)
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         try:
-            prepare_repository(self.model, self.plan, self.paths.repo)
-            request.write_files()
-            if request.ssh_keys:
-                sshkeys.generate(self.paths.state, self.paths.run_id)  # mpirun over ssh
-            write_run_metadata(self.paths, self.cluster, self.model, self.plan)
+            write_run(request, self.cluster, self.model, self.plan)
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)
             raise
         record = RunRecord(
             run_id=self.paths.run_id, created=time.time(), cluster_name=self.cluster.name,
             cluster_source=self.cluster.source or "", scheduler=request.scheduler,
-            style=request.style, run_dir=str(self.paths.run_dir), nodes=self.plan.nodes,
-            model=self.model.name, plan=self.plan.to_dict(), launcher=request.launcher,
+            # A step's run is named by what it does (`status` shows no server ranks for it);
+            # the launcher recorded beside it runs it.
+            style=request.style if servers else request.kind, run_dir=str(self.paths.run_dir),
+            nodes=self.plan.nodes, model=self.model.name if self.model else "",
+            plan=self.record_plan if self.record_plan is not None else self.plan.to_dict(),
+            launcher=request.launcher,
         )
         self.store.add(record)
         return request, record
@@ -312,6 +328,21 @@ class Launch:
 
     def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:
         return rank_log_tail(self.paths, rank, n)
+
+
+def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan) -> list[Path]:
+    """Lay out the run folder as its job expects it: the request's files, the model repository
+    (a run with servers), the per-run ssh keys (Docker styles) and run.json. `launch` and
+    `render --out` both write a run this way."""
+    paths = request.paths
+    if request.kind in ("serve", "check") and model is not None:
+        prepare_repository(model, plan, paths.repo)
+    written = request.write_files()
+    if request.ssh_keys:
+        sshkeys.generate(paths.state, paths.run_id)  # mpirun over ssh
+    if model is not None:
+        written.append(write_run_metadata(paths, cluster, model, plan))
+    return written
 
 
 def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str) -> dict[str, Any]:

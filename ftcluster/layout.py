@@ -28,6 +28,8 @@ class RunFiles:
     client_log: str = "client.log"         # logs/
     mpicheck_log: str = "mpicheck.log"     # logs/
     mpirun_log: str = "mpirun.log"         # logs/
+    step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
+    preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
     client_json: str = "client.json"       # results/
     mpicheck_json: str = "mpicheck.json"   # results/
 

@@ -46,8 +46,12 @@ def tail_lines(path: str, n: int) -> list[str]:
     return [line.decode(errors="replace") for line in data.split(b"\n")[-n:]] if data else []
 
 
-def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client: bool) -> list[LogSource]:
-    """The log files to show, labelled with rank and node where known."""
+def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client: bool,
+            step: bool = False) -> list[LogSource]:
+    """The log files to show, labelled with rank and node where known. A step run (preflight,
+    convert) has its step's log alone: its output, every rank's."""
+    if step:
+        return [LogSource("step", str(paths.logs / FILES.step_log))]
     found = []
     ranks = [rank] if rank is not None else list(range(nodes))
     if server:
@@ -57,9 +61,6 @@ def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client:
             found.append(LogSource(f"rank{r} {host}", str(paths.server_log(r))))
     if client:
         found.append(LogSource("client", str(paths.logs / FILES.client_log)))
-    # Jobs submitted through submitit (`ftcluster convert`) log to <job>_<task>_log.{out,err}.
-    for log in sorted(paths.logs.glob("*_log.out")) + sorted(paths.logs.glob("*_log.err")):
-        found.append(LogSource(f"job {log.suffix[1:]}", str(log)))
     return found
 
 

@@ -12,6 +12,8 @@ PHASES = {
     EV.job_started: "job started",
     EV.mpicheck_started: "MPI check",
     EV.mpicheck_ok: "MPI check passed",
+    EV.step_started: "running",
+    EV.step_done: "step done",
     EV.servers_starting: "servers starting",
     EV.ready: "rank 0 ready",
     EV.client_started: "client running",

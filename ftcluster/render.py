@@ -36,10 +36,21 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
-from ftcluster.spec import ClientDefaults, ClusterSpec, Container, ModelSpec, Ports, Server
+from ftcluster.spec import (
+    ClientDefaults,
+    ClusterSpec,
+    Container,
+    ModelSpec,
+    Ports,
+    Server,
+    pyxis_mount_path_problem,
+)
 from ftcluster.styles import STYLES, style_name
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
+# Files copied into scripts/ under another name than their module's in ftcluster/rank/: a
+# plain `env.py` there could shadow a module of the image's Python.
+RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -71,9 +82,9 @@ def launch_style(cluster: ClusterSpec) -> str:
     return style_name(cluster.scheduler, cluster.container.runtime)
 
 
-def job_name(model: ModelSpec, run_id: str) -> str:
+def job_name(name: str, run_id: str) -> str:
     # Slurm job names are shown in squeue and used by scancel --name: keep them plain.
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"ftc-{model.name}-{run_id}")[:100]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"ftc-{name}-{run_id}")[:100]
 
 
 def container_name(run_id: str) -> str:
@@ -81,13 +92,13 @@ def container_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"ftc-{run_id}")
 
 
-def pyxis_mounts(cluster: ClusterSpec, run_dir: Path) -> str:
+def pyxis_mounts(cluster: ClusterSpec, run_dir: Path, extra: tuple[str, ...] = ()) -> str:
     """--container-mounts value: SRC:DST[:FLAGS] joined by ',', flags joined by '+'."""
     parts = []
     for m in cluster.container.mounts:
         parts.append(f"{m.src}:{m.dst}" + (f":{'+'.join(m.flags)}" if m.flags else ""))
-    # The run folder must be visible at the same path inside the container.
-    parts.append(f"{run_dir}:{run_dir}")
+    # The run folder (and what a job step touches) must be visible at the same path inside.
+    parts += [f"{p}:{p}" for p in (str(run_dir), *extra)]
     return ",".join(parts)
 
 
@@ -95,7 +106,8 @@ def pyxis_mounts(cluster: ClusterSpec, run_dir: Path) -> str:
 DOCKER_LABEL = "org.ftcluster.run"
 
 
-def docker_run_args(cluster: ClusterSpec, run_dir: Path, env_keys: list[str]) -> list[str]:
+def docker_run_args(cluster: ClusterSpec, run_dir: Path, env_keys: list[str],
+                    extra: tuple[str, ...] = ()) -> list[str]:
     """`docker run` options of the Docker path, without name, label, image and command."""
     c = cluster.container
     # Host network: ranks, sshd and the client see the node's interfaces and ports.
@@ -104,14 +116,30 @@ def docker_run_args(cluster: ClusterSpec, run_dir: Path, env_keys: list[str]) ->
         # -v binds anyway; other flags docker does not know fail loudly at `docker run`.
         flags = [f for f in m.flags if f not in ("bind", "rbind")]
         args += ["-v", f"{m.src}:{m.dst}" + (f":{','.join(flags)}" if flags else "")]
-    # The run folder at the same path inside: scripts, logs, state and keys.
-    args += ["-v", f"{run_dir}:{run_dir}"]
+    # The run folder at the same path inside: scripts, logs, state and keys; then what a job
+    # step touches.
+    for p in (str(run_dir), *extra):
+        args += ["-v", f"{p}:{p}"]
     for dev in c.devices:
         args += ["--device", dev]
     # Names only: docker takes each value from the node script's environment (_vars exports).
     for key in env_keys:
         args += ["-e", key]
     return args
+
+
+@dataclass(frozen=True)
+class JobStep:
+    """A run's one step in place of the servers, through the same path and container as they:
+    `preflight` (one task per node, one world) or `convert` (one task)."""
+
+    what: str                        # "preflight" or "convert": names the step in events and logs
+    label: str                       # in messages: "the preflight", "the converter"
+    argv: tuple[str, ...]            # what each task runs (inside the container, where there is one)
+    per_node: bool                   # one task on every node; else one task on one node
+    paths: tuple[str, ...] = ()      # host paths the step needs inside the container, at their own path
+    rank_files: tuple[str, ...] = () # files of ftcluster/rank/ copied into scripts/ (stdlib only)
+    timeout: int | None = None       # seconds the step may take (None: the job's time limit)
 
 
 @dataclass(frozen=True)
@@ -126,6 +154,7 @@ class RenderOptions:
                                          # here, else cluster.python or this interpreter
     mpirun: str = "mpirun"               # local style: the resolved Open MPI launcher
     extra_env: dict[str, str] = field(default_factory=dict)
+    step: JobStep | None = None          # a preflight or convert run (servers and client off)
 
 
 @dataclass(frozen=True)
@@ -189,6 +218,7 @@ class RenderContext:
     mpi_check: bool
     mpi_check_timeout: float
     servers: bool
+    step: JobStep | None           # a preflight or convert run: _step.sh.j2 instead of the servers
     # the run folder
     repo: str
     logs: str
@@ -211,17 +241,27 @@ class RenderContext:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
+    """The model's client settings; bert's hidden size from the checkpoint unless set."""
+    if model is None:
+        return ClientDefaults()
+    if model.client.hidden_size or not plan.input_hidden_size:
+        return model.client
+    return model.client.model_copy(update={"hidden_size": plan.input_hidden_size})
+
+
 def context(
-    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: RenderOptions
+    cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions
 ) -> RenderContext:
-    """Everything the templates see; pure."""
+    """Everything the templates see; pure. `model` is None for a run without one (preflight)."""
     style = launch_style(cluster)
     env = {**cluster.env, **opts.extra_env}
+    extra = opts.step.paths if opts.step else ()
     return RenderContext(
         style=style,
         run_id=paths.run_id,
         run_dir=str(paths.run_dir),
-        job_name=job_name(model, paths.run_id),
+        job_name=job_name(model.name if model else (opts.step.what if opts.step else "run"), paths.run_id),
         nodes=plan.nodes,
         gpus_per_node=plan.gpus_per_node,
         tp=plan.tensor_para_size,
@@ -231,7 +271,8 @@ def context(
         qos=cluster.qos,
         time_limit=cluster.time_limit,
         sbatch_args=list(cluster.sbatch_args),
-        gpus_per_node_gres=cluster.request_gpus,
+        # A GPU count not known yet (gpus_per_node: auto before the preflight) asks for none.
+        gpus_per_node_gres=cluster.request_gpus and plan.gpus_per_node > 0,
         exclusive=cluster.exclusive,
         mpi=cluster.mpi,
         ports=cluster.ports,
@@ -240,27 +281,27 @@ def context(
         env=env,
         container=cluster.container,
         container_name=container_name(paths.run_id),
-        pyxis_mounts=pyxis_mounts(cluster, paths.run_dir),
+        pyxis_mounts=pyxis_mounts(cluster, paths.run_dir, extra),
         tritonserver=opts.tritonserver or cluster.server.binary,
         server=cluster.server,
         # Never inside a container: this interpreter where the job script runs here.
         python=opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
-        served_model=model.name,
-        client=model.client if model.client.hidden_size or not plan.input_hidden_size
-        else model.client.model_copy(update={"hidden_size": plan.input_hidden_size}),
+        served_model=model.name if model else "",
+        client=_client(model, plan),
         run_client=opts.client,
         keep_serving=opts.keep_serving,
         # The local style's world is this machine's own mpirun; there is nothing to check.
         mpi_check=opts.mpi_check and style != "local",
         mpi_check_timeout=opts.mpi_check_timeout,
         servers=opts.servers,
+        step=opts.step,
         repo=str(paths.repo),
         logs=str(paths.logs),
         state=str(paths.state),
         results=str(paths.results),
         scripts=str(paths.scripts),
         id_prefix=f"ftc-{paths.run_id}",
-        docker_run_args=docker_run_args(cluster, paths.run_dir, list(env)) if style in DOCKER_STYLES else [],
+        docker_run_args=docker_run_args(cluster, paths.run_dir, list(env), extra) if style in DOCKER_STYLES else [],
         docker_label=DOCKER_LABEL,
         ssh_dir=str(paths.state / "ssh"),
         run_hosts=list(cluster.hosts[: plan.nodes]),
@@ -271,25 +312,30 @@ def context(
 
 
 def render(
-    cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths, opts: RenderOptions | None = None
+    cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions | None = None
 ) -> RenderedScripts:
     """Render the job script and the per-rank server wrapper for the cluster's launch style."""
     opts = opts or RenderOptions()
-    if launch_style(cluster) == "pyxis" and ("," in str(paths.run_dir) or ":" in str(paths.run_dir)):
-        raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
-                        "cannot express", field="workspace", hint="choose a workspace path without them")
+    if launch_style(cluster) == "pyxis":
+        if "," in str(paths.run_dir) or ":" in str(paths.run_dir):
+            raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
+                            "cannot express", field="workspace", hint="choose a workspace path without them")
+        # What a job step mounts reaches Pyxis and Enroot's bash as the spec's mounts do.
+        for path in opts.step.paths if opts.step else ():
+            problem = pyxis_mount_path_problem(path)
+            if problem and opts.step:
+                raise UserError(problem, field=opts.step.what, hint="use a plain path; a symlink to it will do")
     ctx = context(cluster, model, plan, paths, opts)
     style = ctx.style
     env = _env()
     variables = ctx.variables()
-    files = {
-        paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(variables),
-        "rank_server.sh": env.get_template("rank_server.sh.j2").render(variables),
-    }
-    if ctx.mpi_check:
-        # Runs inside the user's image with its python3 and its MPI: plain files, stdlib only.
-        for name in ("mpicheck.py", "ctmpi.py"):
-            files[name] = (Path(__file__).parent / "rank" / name).read_text()
+    files = {paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(variables)}
+    if opts.step is None:
+        files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
+    # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.
+    rank_files = (("mpicheck.py", "ctmpi.py") if ctx.mpi_check else ()) + (opts.step.rank_files if opts.step else ())
+    for name in rank_files:
+        files[name] = (Path(__file__).parent / "rank" / RANK_FILE_SOURCES.get(name, name)).read_text()
     if style == "pyxis":
         files["pyxis_node.sh"] = env.get_template("pyxis_node.sh.j2").render(variables)
     if style in DOCKER_STYLES:

@@ -1,7 +1,9 @@
-"""The job request: everything a launch hands to a launcher, built by a pure function.
+"""The job request: everything a run hands to a launcher, built by a pure function.
 
-`launch --dry-run` prints the request; `launch` hands the same object to the launcher, which
-writes its files and runs its argv from its cwd. What the dry run shows is what runs.
+`--dry-run` prints the request; the command hands the same object to the launcher, which
+writes its files and runs its argv from its cwd. What the dry run shows is what runs. Every
+way onto the nodes is one: `launch` and `check` (the servers, or the MPI check alone),
+`preflight` and `convert` (a job step in place of the servers: render.JobStep).
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftcluster.layout import LOGS, RESULTS, SCRIPTS, STATE, RunPaths
-from ftcluster.plan import Plan
+from ftcluster.plan import Plan, RankSlot, node_names
 from ftcluster.render import RenderOptions, render
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
 
-# What a request runs: the servers (and the client), or only the MPI world check (`check`).
-KINDS = ("serve", "check")
+# What a request runs: the servers (and the client), only the MPI world check (`check`), or a
+# job step: the GPU preflight on every node, or FT's checkpoint converter on one.
+KINDS = ("serve", "check", "preflight", "convert")
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,29 @@ def _mode(name: str) -> int:
     return 0o755 if name.endswith((".sh", ".sbatch")) else 0o644
 
 
-def build_request(cluster: ClusterSpec, model: ModelSpec, plan: Plan, paths: RunPaths,
+def job_shape(cluster: ClusterSpec, nodes: int, gpus_per_node: int) -> Plan:
+    """The plan of a run that serves no model (a preflight, a conversion): nodes and GPUs
+    only, one task per node. gpus_per_node 0: not known yet (`auto` before a preflight)."""
+    names = node_names(cluster, nodes)
+    return Plan(nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=gpus_per_node,
+                pipeline_para_size=nodes, world_size=nodes * gpus_per_node, mpi_ranks=nodes,
+                ranks=tuple(RankSlot(r, r, names[r], gpus_per_node) for r in range(nodes)),
+                ft_model="", checkpoint_dir="", model_type="")
+
+
+def request_kind(opts: RenderOptions) -> str:
+    if opts.step is not None:
+        return opts.step.what
+    return "serve" if opts.servers else "check"
+
+
+def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths,
                   opts: RenderOptions) -> JobRequest:
-    """The request for one run; pure (renders templates, touches nothing)."""
-    kind = "serve" if opts.servers else "check"
+    """The request for one run; pure (renders templates, touches nothing). `model` is None
+    for a run that serves none (preflight)."""
+    kind = request_kind(opts)
+    if kind not in KINDS:
+        raise ValueError(f"unknown job kind {kind!r}")
     from ftcluster.launchers import launcher_class
 
     style = STYLES[style_name(cluster.scheduler, cluster.container.runtime)]

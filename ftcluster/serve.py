@@ -1,14 +1,11 @@
 """Run a `ServiceSpec` through the Docker SDK, wait until our server is ready, remove it.
 
-Readiness is ours, not just any 200: the container must be running, `GET /v2` must name our
-`--id` (another server on the same port answers /v2/health/ready too), and the model must be
-ready.
+Readiness is ours, not just any 200: the container must be running and `triton_probe.ours_ready`
+(our `--id` answering, the model ready) must hold.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import socket
 import time
@@ -18,6 +15,7 @@ from urllib.parse import urlparse
 
 from ftcluster.compose import LABEL, ServiceSpec
 from ftcluster.errors import UserError
+from ftcluster.triton_probe import ours_ready
 
 _NS = 1_000_000_000  # the Engine API counts healthcheck durations in nanoseconds
 
@@ -127,30 +125,6 @@ def _have_image(client: Any, image: str) -> None:
                         hint="docker load/import it on that daemon first") from None
 
 
-def http_get(host: str, port: int, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    """Status and body of one GET (readiness probes, stats)."""
-    # http.client: proxy variables must not reroute a local readiness probe.
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
-def ours_ready(host: str, svc: ServiceSpec) -> bool:
-    port = svc.ports["http"]
-    try:
-        status, body = http_get(host, port, "/v2")
-        if status != 200 or json.loads(body).get("name") != svc.server_id:
-            return False
-        return (http_get(host, port, "/v2/health/ready")[0] == 200
-                and http_get(host, port, f"/v2/models/{svc.model}/ready")[0] == 200)
-    except (OSError, ValueError, http.client.HTTPException):
-        return False
-
-
 @dataclass(frozen=True)
 class Served:
     container_id: str
@@ -163,7 +137,7 @@ class Served:
 def wait_ready(container: Any, svc: ServiceSpec, host: str, timeout: float) -> Served:
     t0 = time.monotonic()
     while True:
-        if ours_ready(host, svc):
+        if ours_ready(host, svc.ports["http"], svc.server_id, svc.model):
             return Served(container.id, f"{host}:{svc.ports['http']}", f"{host}:{svc.ports['grpc']}",
                           f"{host}:{svc.ports['metrics']}", time.monotonic() - t0)
         container.reload()

@@ -17,6 +17,7 @@ from ftcluster.launchers import launcher_for_record
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
 from ftcluster.store import RunRecord, RunStore
+from ftcluster.styles import STEP_STYLES
 
 # A rank's state (machine value) -> the words `ftcluster status` shows.
 RANK_STATES = {
@@ -100,8 +101,8 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         st.update(state=rec.status, source="store")
         running = False
     st["nodes"] = hosts
-    # A conversion job (`ftcluster convert`) has no server ranks.
-    st["ranks"] = [] if rec.style == "convert" else _rank_states(paths, rec.nodes, running, bool(ready))
+    # A step run (`ftcluster preflight`, `convert`) has no server ranks.
+    st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)
 
 

@@ -27,6 +27,10 @@ STYLES: dict[str, Style] = {s.name: s for s in (
     Style("local", "local.sh.j2", "local", runs_here=True, docker=False),
 )}
 
+# The record of a run whose job is one step in place of the servers names that step as its
+# style (its launcher is recorded beside it): no server ranks, one step log.
+STEP_STYLES = ("preflight", "convert")
+
 # Launcher name -> "module:class"; imported on use (a launcher pulls in its scheduler's code).
 LAUNCHERS: dict[str, str] = {
     "slurm": "ftcluster.launchers.slurm:SlurmLauncher",
@@ -48,7 +52,7 @@ def style_name(scheduler: str, runtime: str) -> str:
 
 def launcher_name(scheduler: str, style: str) -> str:
     """The launcher of a recorded run. Runs recorded before the store kept it name only their
-    scheduler and style; `convert` runs (style "convert") are their scheduler's jobs."""
+    scheduler and style; step runs (STEP_STYLES) are their scheduler's jobs."""
     if style in STYLES:
         return STYLES[style].launcher
     if scheduler in ("slurm", "local", "ssh"):

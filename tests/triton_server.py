@@ -10,8 +10,6 @@ Guards against the traps seen on the test bed:
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import signal
 import socket
@@ -23,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftcluster.serve import http_get
+from ftcluster.triton_probe import ours_ready
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "triton_python_backend_shm_region_"
@@ -71,16 +69,7 @@ class TritonServer:
 
     def ours_ready(self) -> bool:
         """Ready, and it is really this process answering on the port."""
-        if not self.alive():
-            return False
-        try:
-            status, _ = http_get("127.0.0.1", self.http_port, "/v2/health/ready", timeout=1.0)
-            if status != 200:
-                return False
-            status, body = http_get("127.0.0.1", self.http_port, "/v2", timeout=1.0)
-            return status == 200 and json.loads(body).get("name") == self.server_id
-        except (OSError, ValueError, http.client.HTTPException):
-            return False
+        return self.alive() and ours_ready("127.0.0.1", self.http_port, self.server_id, timeout=1.0)
 
     def stop(self, grace: float = 5.0) -> int | None:
         """SIGTERM the process group, then SIGKILL it after `grace` s; clean our shm regions."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import shlex
 from pathlib import Path
 
 import click
@@ -13,7 +11,6 @@ from ftcluster.checkpoint_check import checkpoint_problems
 from ftcluster.cli import cli
 from ftcluster.errors import PlanError
 from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
-from ftcluster.store import RunStore
 
 
 @cli.command("convert")
@@ -28,7 +25,7 @@ from ftcluster.store import RunStore
 @click.option("--input", "input_dir", required=True, help="HF model folder or training checkpoint to convert.")
 @click.option("--python", default="python3", show_default=True,
               help="Python that runs the converter on the node (needs torch/transformers).")
-@click.option("--dry-run", is_flag=True, help="Print the converter command and the job; submit nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the job request (scripts and command); run nothing.")
 @click.option("--detach", is_flag=True, help="Submit and return; follow with `ftcluster logs RUN`.")
 @click.option("--timeout", type=float, default=None, help="Stop waiting after this many seconds.")
 def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gpus_per_node: int | None,
@@ -37,8 +34,9 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     """Convert weights with FT's converter for the model type, for tensor_para_size GPUs.
 
     The converter script and its arguments are looked up from model_type; the output is
-    <checkpoint_root>/<tp>-gpu/, checked after the job. Runs as a Slurm job through submitit
-    (submitit's local executor for a local cluster); logs: `ftcluster logs RUN`.
+    <checkpoint_root>/<tp>-gpu/, checked after the job. Runs as a job on one node through the
+    cluster's launch path (inside the Pyxis container where there is one; a process here for a
+    local cluster); `ftcluster status/logs/stop RUN` work for it.
 
     \b
     Example:
@@ -51,24 +49,21 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     # The job runs elsewhere: relative paths are made absolute here.
     inp = str(Path(input_dir).expanduser().resolve()) if not input_dir.startswith("/") else input_dir
     req = conv.ConvertRequest(cluster, model, size, Path(converter_root).expanduser().resolve(), inp, python)
-    conv.check_request(req)
+    out = model.checkpoint_root / f"{size}-gpu"
+
+    def progress(phase: str, t: float, detail: str) -> None:
+        if phase == "submitted" and detail.startswith("job "):
+            click.echo(f"run {launch.paths.run_id}: {detail} converting for {size} GPU(s) -> {out}")
+
+    launch = conv.convert_launch(req, detach=detach, progress=progress)
     if dry_run:
-        click.echo(f"converter: {shlex.join(req.argv())}")
-        click.echo(f"output:    {model.checkpoint_root / f'{size}-gpu'}")
-        if cluster.scheduler == "slurm":
-            params = conv.slurm_parameters(req, Path(cluster.workspace) / "RUN", "ftc-convert")
-            click.echo(f"job:       submitit SlurmExecutor {json.dumps(params, sort_keys=True)}")
-        else:
-            click.echo("job:       submitit LocalExecutor")
+        click.echo(str(launch.dry_run()), nl=False)
         return
-    store = RunStore()
-    sub = conv.submit(req, store)
-    click.echo(f"run {sub.record.run_id}: job {sub.record.job_id} converting for {size} GPU(s) "
-               f"-> {model.checkpoint_root / f'{size}-gpu'}")
+    outcome = conv.run(launch, req)
     if detach:
-        click.echo(f"follow with: ftcluster logs {sub.record.run_id} -f")
+        click.echo(f"follow with: ftcluster logs {outcome.record.run_id} -f")
         return
-    rec = conv.wait(sub, store, timeout=timeout)
+    rec = conv.finish(launch, outcome)
     click.echo(f"converted and checked: {rec.plan['checkpoint_dir']} (logs: ftcluster logs {rec.run_id})")
 
 

@@ -146,7 +146,8 @@ def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
 
 def preflight_gate(kw: dict[str, Any]) -> int | None:
     """Run the GPU preflight on the planned nodes; refuse on any problem; the GPUs per node."""
-    from ftcluster.cli.commands_preflight import report_errors, run_preflight
+    from ftcluster.cli.commands_preflight import report_errors
+    from ftcluster.preflight import run_preflight
     from ftcluster.rank.preflight import InventoryError, RankReport, detect_gpus_per_node
 
     cluster = load_cluster(kw.get("cluster_path") or default_cluster_path())

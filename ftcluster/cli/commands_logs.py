@@ -14,6 +14,7 @@ from ftcluster.logs import Follower, LogSource, follow, sources, tail
 from ftcluster.slurm import JobState
 from ftcluster.status import paths_of
 from ftcluster.store import RunStore
+from ftcluster.styles import STEP_STYLES
 
 
 @cli.command("logs")
@@ -48,7 +49,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     paths = paths_of(rec)
     # --rank R means that rank's server log; the client log only when asked or for all ranks.
     with_client = client_only or (rank is None and not server_only)
-    srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client)
+    step = rec.style in STEP_STYLES
+    srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client, step=step)
     labelled = len(srcs) > 1
 
     def emit(src: LogSource, line: str) -> None:
@@ -71,7 +73,7 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         # Labels carry the node once a rank has started.
         for i, src in enumerate(follower.srcs):
             if src.label.endswith(" ?"):
-                fresh = sources(paths, rec.nodes, rank, not client_only, with_client)[i]
+                fresh = sources(paths, rec.nodes, rank, not client_only, with_client, step)[i]
                 follower.srcs[i] = fresh
         info = launcher.info(rec.job_id, paths)
         if info.state.terminal or info.source == "none":

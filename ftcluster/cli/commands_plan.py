@@ -16,9 +16,9 @@ from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import plan_json
 from ftcluster.errors import UserError
+from ftcluster.layout import RunPaths
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
-from ftcluster.render import RenderOptions, RunPaths, render
 
 
 def plan_table(plan: Plan, title: str = "plan") -> Table:
@@ -95,25 +95,27 @@ def prepare_cmd(out: str, **kw: Any) -> None:
 def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None:
     """Write launch scripts a person can read, edit and submit by hand.
 
+    The run folder is the one `launch` would write: scripts, model repository, logs/, run.json
+    and, for Docker, the run's ssh keys.
+
     \b
     Example:
       ftcluster render --cluster configs/clusters/slurm-bare.yaml --model configs/models/gpt.yaml \\
           --nodes 2 --out /shared/runs/gpt-2n && cd /shared/runs/gpt-2n && sbatch scripts/job.sbatch
     """
+    from ftcluster.launch import LaunchOptions, job_request, write_run
+
     planned = load_and_plan(**kw)
     run_dir = Path(out).expanduser().resolve()
     try:
         paths = RunPaths.for_folder(run_dir)
     except ValueError as exc:
         raise UserError(str(exc), field="--out", hint="choose a plain folder name") from None
-    # Scripts first (pure; may refuse), then the folder: a refusal leaves nothing to clean up.
-    scripts = render(planned.cluster, planned.model, planned.plan, paths,
-                     RenderOptions(keep_serving=keep_serving, client=not no_client))
+    # The request first (pure; may refuse), then the folder: a refusal leaves nothing to clean
+    # up, and what is written is what `launch` would write for this run.
+    request = job_request(planned.cluster, planned.model, planned.plan, paths,
+                          LaunchOptions(keep_serving=keep_serving, client=not no_client))
     with new_folder(run_dir):
-        prepare_repository(planned.model, planned.plan, paths.repo)
-        written = scripts.materialize(paths.scripts)
-        # sbatch opens the script's --output=logs/slurm-%j.out before the script runs: without
-        # the folder the job fails and leaves no trace.
-        paths.logs.mkdir(parents=True, exist_ok=True)
+        written = write_run(request, planned.cluster, planned.model, planned.plan)
     for path in written:
         click.echo(str(path))

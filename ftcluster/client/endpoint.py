@@ -212,21 +212,25 @@ class AsyncTriton:
 
     def _http_sender(self, model: str, arrays: dict[str, np.ndarray],
                      output_names: list[str]) -> Callable[[], Awaitable[int]]:
-        from ftcluster.client.rawhttp import FixedRequestSender, HttpError
+        from ftcluster.client.rawhttp import HttpError
+        from ftcluster.client.rawtriton import TritonHttp, error_message
 
         body, json_size = self._mod.InferenceServerClient.generate_request_body(
             self.make_inputs(arrays), outputs=self.make_outputs(output_names))
-        sender = FixedRequestSender(self.endpoint.url, model, body, json_size, self.endpoint.timeout_s)
-        self._closers.append(sender.close)
+        # The hand-written keep-alive client: it sends up to 5.8x the requests per second of
+        # tritonclient's for a third to a sixth of its CPU (bench/http_transport.py).
+        triton = TritonHttp(self.endpoint.url, self.endpoint.timeout_s)
+        self._closers.append(triton.close)
+        payload = triton.infer_payload(model, body, json_size)
 
         async def send() -> int:
             try:
-                status, data = await sender.send()
+                reply = await triton.pool.request(payload)
             except HttpError as exc:
                 raise ClientError(f"infer {model}: {exc}") from exc
-            if status != 200:
-                raise ClientError(f"infer {model}: HTTP {status}: {data[:300].decode(errors='replace')}")
-            return len(data)
+            if reply.status != 200:
+                raise ClientError(f"infer {model}: HTTP {reply.status}: {error_message(reply)[:300]}")
+            return len(reply.body)
 
         return send
 

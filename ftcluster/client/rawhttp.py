@@ -1,20 +1,19 @@
 """A minimal keep-alive HTTP/1.1 client: a pool of connections to one server.
 
-Why not aiohttp: the load test sends the same request thousands of times per second, and a
-general HTTP client spends ~0.3 ms of Python per request on headers, cookies and streams,
-which capped HTTP throughput at ~0.45x perf_analyzer (C++/libcurl). Here a request is one
+Why not tritonclient.http.aio (aiohttp): on the test model at realistic sizes (batch 8 x 512
+tokens in, 128 out) it costs 4-6x the client CPU per request and about 3 ms more latency
+(bench/http_transport.py, figures in bench/README.md). Here a request is one
 `transport.write` of ready bytes and a response is one header scan plus a Content-Length
-read, in an asyncio.Protocol. Users: the load test (`FixedRequestSender`, one pre-encoded
-request sent again and again) and the gateway (`ftcluster.client.rawtriton`, Triton's
-inference protocol). Only what Triton's HTTP server sends is understood: Content-Length
-framing, no chunked bodies, no pipelining (one request in flight per connection).
+read, in an asyncio.Protocol. Its only user is `ftcluster.client.rawtriton` (Triton's
+inference protocol) for the two inference hot paths: the gateway and the load test.
+Only what Triton's HTTP server sends is understood: Content-Length framing, no chunked
+bodies, no pipelining (one request in flight per connection).
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import NamedTuple, cast
-from urllib.parse import quote
 
 
 class HttpError(Exception):
@@ -225,23 +224,3 @@ def request_head(method: str, path: str, host_port: str, headers: dict[str, str]
     if body_length is not None:
         lines.append(f"Content-Length: {body_length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-class FixedRequestSender:
-    """Sends one pre-encoded Triton infer request over a pool of keep-alive connections."""
-
-    def __init__(self, host_port: str, model: str, body: bytes, json_size: int | None, timeout: float):
-        headers = {"Content-Type": "application/octet-stream"}
-        if json_size is not None:
-            headers["Inference-Header-Content-Length"] = str(json_size)
-        self._payload = request_head("POST", f"/v2/models/{quote(model)}/infer", host_port,
-                                     headers, len(body)) + body
-        self._pool = HttpPool(host_port, timeout)
-
-    async def send(self) -> tuple[int, bytes]:
-        """(status, body) of one request; HttpError on transport failure."""
-        reply = await self._pool.request(self._payload)
-        return reply.status, reply.body
-
-    async def close(self) -> None:
-        await self._pool.close()

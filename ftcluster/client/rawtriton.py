@@ -1,10 +1,11 @@
 """Triton's HTTP/REST protocol (KServe v2 + the binary tensor extension) over `rawhttp`'s pool.
 
-For the gateway's per-request path: one pool of keep-alive connections shared by all
-requests, a request is one JSON header plus the tensors' raw bytes, a response is sliced
-into numpy arrays without copies. tritonclient.http.aio's infer (aiohttp, InferInput
-objects, its JSON handling) was about a third of the gateway's CPU per request (cProfile,
-see bench/README.md). The client commands keep using tritonclient (`endpoint.AsyncTriton`).
+The inference hot paths only: the gateway (a request is one JSON header plus the tensors' raw
+bytes, a response is sliced into numpy arrays without copies) and the load test (one encoded
+request sent again and again, `infer_payload`). Against tritonclient.http.aio on the test
+model at realistic sizes it sends 1.5-4x the requests per second for a quarter of the client
+CPU (bench/http_transport.py, bench/README.md). Everything else -- the client commands,
+config reads, readiness -- uses tritonclient (`endpoint.AsyncTriton`) or `triton_probe`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import json
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import numpy as np
 from tritonclient.utils import deserialize_bytes_tensor, np_to_triton_dtype, triton_to_np_dtype
 
 from ftcluster.client.rawhttp import HttpError, HttpPool, Reply, request_head
+from ftcluster.triton_probe import READY_PATH, model_path
 
 try:
     import orjson
@@ -109,7 +110,8 @@ def decode_infer(body: bytes, json_size: int | None) -> dict[str, np.ndarray]:
     return out
 
 
-def _error_message(reply: Reply) -> str:
+def error_message(reply: Reply) -> str:
+    """Triton's error text of a failed reply."""
     try:
         return str(_loads(reply.body)["error"])
     except (ValueError, KeyError, TypeError):
@@ -127,7 +129,7 @@ class TritonHttp:
         self.url = host_port
         self.pool = HttpPool(host_port, timeout, max_connections)
         self._control = HttpPool(host_port, timeout)
-        self._infer_heads: dict[str, tuple[bytes, bytes]] = {}
+        self._infer_heads: dict[str, bytes] = {}
 
     async def close(self) -> None:
         await self.pool.close()
@@ -138,28 +140,32 @@ class TritonHttp:
 
     async def ready(self, model: str | None = None, timeout: float | None = None) -> bool:
         """Server ready (model None) or model ready; HttpError when unreachable."""
-        path = "/v2/health/ready" if model is None else f"/v2/models/{quote(model, safe='')}/ready"
+        path = READY_PATH if model is None else model_path(model)
         return (await self._get(path, timeout)).status == 200
 
     async def model_config(self, model: str, timeout: float | None = None) -> dict[str, Any]:
-        reply = await self._get(f"/v2/models/{quote(model, safe='')}/config", timeout)
+        reply = await self._get(model_path(model, "config"), timeout)
         if reply.status != 200:
-            raise TritonError(_error_message(reply), reply.status)
+            raise TritonError(error_message(reply), reply.status)
         return dict(_loads(reply.body))
+
+    def infer_payload(self, model: str, body: bytes, json_size: int | None) -> bytes:
+        """The bytes of an infer request with an encoded body (`encode_infer`, tritonclient's
+        generate_request_body); send them with `self.pool.request` as often as wanted."""
+        head = self._infer_heads.get(model)
+        if head is None:  # the head without its final blank line; the lengths follow
+            head = self._infer_heads[model] = request_head(
+                "POST", model_path(model, "infer"), self.url, {"Content-Type": "application/octet-stream"})[:-2]
+        size = b"" if json_size is None else b"Inference-Header-Content-Length: %d\r\n" % json_size
+        return b"%s%sContent-Length: %d\r\n\r\n%s" % (head, size, len(body), body)
 
     async def infer(self, model: str, arrays: Mapping[str, np.ndarray], outputs: Sequence[str],
                     timeout: float | None = None) -> dict[str, np.ndarray]:
         """Output arrays; TritonError when Triton refuses, HttpError (HttpTimeout, ...) on the wire."""
         body, json_size = encode_infer(arrays, outputs)
-        parts = self._infer_heads.get(model)
-        if parts is None:
-            head = request_head("POST", f"/v2/models/{quote(model, safe='')}/infer", self.url,
-                                {"Content-Type": "application/octet-stream"})[:-2]
-            parts = self._infer_heads[model] = (head + b"Inference-Header-Content-Length: ", b"\r\n\r\n")
-        payload = b"%s%d\r\nContent-Length: %d%s%s" % (parts[0], json_size, len(body), parts[1], body)
-        reply = await self.pool.request(payload, timeout)
+        reply = await self.pool.request(self.infer_payload(model, body, json_size), timeout)
         if reply.status != 200:
-            raise TritonError(_error_message(reply), reply.status)
+            raise TritonError(error_message(reply), reply.status)
         size = reply.headers.get("inference-header-content-length")
         try:
             return decode_infer(reply.body, int(size) if size is not None else None)
@@ -167,4 +173,4 @@ class TritonHttp:
             raise HttpError(f"cannot read Triton's response: {type(exc).__name__}: {exc}") from exc
 
 
-__all__ = ["HttpError", "TritonError", "TritonHttp", "decode_infer", "encode_infer"]
+__all__ = ["HttpError", "TritonError", "TritonHttp", "decode_infer", "encode_infer", "error_message"]

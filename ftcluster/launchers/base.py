@@ -24,8 +24,9 @@ class Launcher(ABC):
     def command(script: str) -> tuple[str, ...]:
         """The argv that starts a job script from the run folder; pure: the job request holds it."""
 
-    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
-        """Refuse what the cluster cannot run, before anything is written or submitted."""
+    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
+        """Refuse what the cluster cannot run, before anything is written or submitted
+        (servers=False: a job step, no server ports)."""
 
     @abstractmethod
     def submit(self, request: JobRequest) -> str:

@@ -1,9 +1,7 @@
 """Local launch style: the rendered job.sh runs here, each rank in its own process group.
 
 The job id is `local:<pid>` of the job script, which leads its own session so that a stop
-from another ftcluster process can signal the whole group. `ftcluster convert` on a local
-cluster records submitit's local job id instead: the bare pid of submitit's controller process,
-which does not lead a session; its outcome is submitit's result file in the run's logs/.
+from another ftcluster process can signal the whole group.
 """
 
 from __future__ import annotations
@@ -35,39 +33,6 @@ def _pid(job_id: str) -> int:
     except ValueError:
         raise UserError(f"job id {job_id!r} is not a local job id (local:<pid> or <pid>)",
                         field="job_id", hint="the run store entry is damaged; remove the run") from None
-
-
-def _submitit_job(job_id: str) -> bool:
-    """True for submitit's local job ids (a bare pid), as `ftcluster convert` records them."""
-    return not job_id.startswith("local:")
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below pid (children first found by their parent in /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _kill(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _alive(pid: int, script: str | None = None) -> bool:
@@ -132,10 +97,12 @@ class LocalLauncher(Launcher):
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:
         return ("localhost",)
 
-    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
+    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         # The ranks serve on this machine: a port in use is refused before anything starts.
         from ftcluster.render import LOCAL_PORT_STRIDE
 
+        if not servers:
+            return
         for rank in range(plan.nodes):
             for name in ("http", "grpc", "metrics"):
                 port = getattr(cluster.ports, name) + rank * LOCAL_PORT_STRIDE
@@ -145,8 +112,6 @@ class LocalLauncher(Launcher):
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         pid = _pid(job_id)
-        if _submitit_job(job_id):
-            return self._submitit_info(job_id, pid, paths)
         if self._script_alive(pid, paths):
             return JobInfo(job_id, JobState.RUNNING, "RUNNING", self.nodes(paths), source="local")
         try:
@@ -161,41 +126,8 @@ class LocalLauncher(Launcher):
             JobState.CANCELLED if last(events, EV.interrupted) else JobState.FAILED)
         return JobInfo(job_id, state, state.value, exit_code=rc, source="local")
 
-    def _submitit_info(self, job_id: str, pid: int, paths: RunPaths) -> JobInfo:
-        # submitit's controller runs `python -m submitit.local._local`; its task writes the
-        # result pickle ("success" or "error", ...) into the folder it was given (logs/).
-        if _alive(pid, "submitit"):
-            return JobInfo(job_id, JobState.RUNNING, "RUNNING", self.nodes(paths), source="local")
-        result = paths.logs / f"{job_id}_0_result.pkl"
-        if not result.is_file():
-            return JobInfo(job_id, JobState.FAILED, "KILLED", reason="the job ended without a result",
-                           source="local")
-        import pickle
-
-        try:
-            with open(result, "rb") as fh:
-                outcome = pickle.load(fh)[0]
-        except Exception:  # noqa: BLE001  (a half-written or foreign pickle: no outcome)
-            outcome = "error"
-        state = JobState.COMPLETED if outcome == "success" else JobState.FAILED
-        return JobInfo(job_id, state, state.value, exit_code="0" if outcome == "success" else "1",
-                       source="local")
-
-    def _cancel_submitit(self, pid: int, grace: float) -> None:
-        if not _alive(pid, "submitit"):
-            return
-        procs = [pid, *_descendants(pid)]
-        _kill(procs, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while any(_alive(p) for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        _kill(procs, signal.SIGKILL)
-
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         pid = _pid(job_id)
-        if _submitit_job(job_id):
-            self._cancel_submitit(pid, grace)
-            return
         if self._script_alive(pid, paths):
             _killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace + self.teardown_grace

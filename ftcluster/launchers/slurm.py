@@ -36,7 +36,7 @@ class SlurmLauncher(Launcher):
         super().__init__(runner)
         self.slurm = Slurm(runner)
 
-    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
+    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         total = self.slurm.partition_nodes(cluster.partition)
         if total is not None and plan.nodes > total:
             raise UserError(f"{plan.nodes} nodes requested but partition {cluster.partition!r} has {total}",
@@ -78,8 +78,8 @@ class PyxisSlurmLauncher(SlurmLauncher):
 
     node_teardown = True
 
-    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
-        super().check(cluster, plan)
+    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
+        super().check(cluster, plan, servers)
         image = cluster.container.image or ""
         # Pyxis takes an image that starts with '/' or '.' as a squashfs file on the nodes (the
         # spec refuses other paths); a registry name is pulled by Enroot at run time.

@@ -23,7 +23,7 @@ class SshDockerLauncher(LocalLauncher):
     # The node-side teardown over ssh: stop the ranks, docker rm -f on every host.
     teardown_grace = 90.0
 
-    def check(self, cluster: ClusterSpec, plan: Plan) -> None:
+    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         if plan.nodes > len(cluster.hosts):
             raise UserError(f"{plan.nodes} nodes requested but hosts lists {len(cluster.hosts)}",
                             field="--nodes", hint="lower --nodes or add hosts to the cluster spec")

@@ -1,6 +1,12 @@
 """GPU preflight, run on every rank through the same launch path as the servers.
 
     python -m ftcluster.rank.preflight [--sizes 1M..1G] [--out DIR] [--no-bandwidth]
+    python3 scripts/preflight.py ...      (as `ftcluster preflight` runs it, inside the image)
+
+It runs inside the user's image, which has no ftcluster: the run copies this file and env.py
+(as rank_env.py) into its scripts/ folder; both need only Python >= 3.8's standard library.
+The GPUs come from the image's NVML (nvidia-ml-py) or nvidia-smi, the all-reduce from its torch
+and NCCL; without torch the bandwidth test is skipped and says so.
 
 Every rank reports its host and visible GPUs (NVML through nvidia-ml-py, else nvidia-smi):
 model, memory, driver, CUDA_VISIBLE_DEVICES; a CPU-only rank says "no GPU". Unless
@@ -19,6 +25,7 @@ import argparse
 import glob
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -31,7 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftcluster.rank.env import RankEnv, apply_nvls_off, detect_rank_env
+try:
+    from ftcluster.rank.env import RankEnv, apply_nvls_off, detect_rank_env
+except ImportError:  # inside the user's image: rank_env.py lies beside this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # also under python -I
+    from rank_env import RankEnv, apply_nvls_off, detect_rank_env  # type: ignore[no-redef]
 
 RANK_TAG = "FTC_PREFLIGHT_RANK"
 REPORT_TAG = "FTC_PREFLIGHT_REPORT"
@@ -67,6 +78,11 @@ class RankReport:
     note: str | None = None  # why no GPU was found
     transport: list[str] = field(default_factory=list)
     times_s: dict[str, float] = field(default_factory=dict)  # all-reduce size (bytes) -> seconds
+    # Where the rank ran: the OS (/etc/os-release's PRETTY_NAME) and Python of the image or host,
+    # and the server binary the run would start there (None: not there, or not asked).
+    os_release: str = ""
+    python: str = ""
+    tritonserver: str | None = None
 
     @property
     def has_gpu(self) -> bool:
@@ -196,12 +212,32 @@ def _nvidia_smi() -> tuple[list[GpuInfo], str | None]:
     return parse_nvidia_smi(proc.stdout)
 
 
+def os_release(path: str = "/etc/os-release") -> str:
+    """PRETTY_NAME of the system this runs on (in a container: the image's)."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                key, _, value = line.strip().partition("=")
+                if key == "PRETTY_NAME":
+                    return value.strip().strip('"')
+    except OSError:
+        pass
+    return ""
+
+
+def find_binary(name: str) -> str | None:
+    """The executable a path or a command name leads to here, else None."""
+    found = name if "/" in name else shutil.which(name)
+    return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
+
+
 def collect_inventory(rank_env: RankEnv | None = None) -> RankReport:
     """This rank's host and GPUs; never raises for a missing GPU or driver."""
     re_ = rank_env or RankEnv(0, 1, 0, "127.0.0.1", 0, "single")
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     rep = RankReport(rank=re_.rank, world_size=re_.world_size, local_rank=re_.local_rank,
-                     host=socket.gethostname(), cuda_visible_devices=cvd)
+                     host=socket.gethostname(), cuda_visible_devices=cvd, os_release=os_release(),
+                     python=platform.python_version())
     notes: list[str] = []
     gpus: list[GpuInfo] = []
     try:
@@ -360,7 +396,7 @@ def build_report(reports: Sequence[RankReport], bandwidth: bool, skipped: str | 
     lines = [ln for r in reps for ln in r.transport]
     report: dict[str, Any] = {
         "world_size": len(reps),
-        "ranks": [asdict(r) | {"has_gpu": r.has_gpu} for r in reps],
+        "ranks": [{**asdict(r), "has_gpu": r.has_gpu} for r in reps],
         "no_gpu_ranks": [r.rank for r in reps if not r.has_gpu],
         "errors": check_inventory(reps, expected_gpus_per_node, require_gpus=False),
         "bandwidth": rows,
@@ -482,7 +518,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--expect-gpus-per-node", default=None,
                     help="an int or 'auto'; mismatches go to the report's errors")
     ap.add_argument("--timeout", type=float, default=300.0, help="rendezvous/gather timeout (s)")
+    ap.add_argument("--tritonserver", default=None,
+                    help="the server binary the run would start: reported when it is there")
+    ap.add_argument("--master-addr", default=None,
+                    help="rendezvous host when the launcher names none (mpirun across hosts)")
     args = ap.parse_args(argv)
+    if args.master_addr:
+        os.environ.setdefault("MASTER_ADDR", args.master_addr)
     sizes = parse_sizes(args.sizes)
     expect: int | str | None = args.expect_gpus_per_node
     if isinstance(expect, str) and expect.isdigit():
@@ -491,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_nvls_off()
     rank_env = detect_rank_env()
     rep = collect_inventory(rank_env)
+    rep.tritonserver = find_binary(args.tritonserver) if args.tritonserver else None
     print(rep.summary(), flush=True)
     print(f"{RANK_TAG} {json.dumps(asdict(rep))}", flush=True)
 

@@ -1,4 +1,5 @@
-"""For real: `ftcluster convert` as a Slurm job on the test cluster through submitit, and
+"""For real: `ftcluster convert` as a Slurm job on the test cluster (its job request, submitted by
+the Slurm launcher like a launch's), and
 `ftcluster image build` against a test-bed dockerd (local base image, no registry), including a
 failing build whose error names the step.
 
@@ -35,7 +36,7 @@ def ftc(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
 
 
 @pytest.mark.cluster
-def test_convert_as_slurm_job_through_submitit(slurm_cluster: Any, tmp_path: Path) -> None:
+def test_convert_as_slurm_job(slurm_cluster: Any, tmp_path: Path) -> None:
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "model.yaml").write_text(yaml.safe_dump({
         "name": "tinygpt", "model_type": "GPT", "repository": str(TINY_REPO),
@@ -53,9 +54,13 @@ def test_convert_as_slurm_job_through_submitit(slurm_cluster: Any, tmp_path: Pat
     assert checkpoint_problems(tmp_path / "ckpt", "GPT", 2) == []
     # The job ran on a test-bed node, and its logs are the run's logs.
     logs = ftc("logs", run_id, env=env).stdout
-    assert "TEST CONVERTER: wrote" in logs and f"job_id={job_id}" in logs
-    assert "hostname=node" in logs, logs
-    sbatch = next((tmp_path / "runs" / run_id / "logs").glob("*_submission.sh")).read_text()
+    assert "TEST CONVERTER: wrote" in logs
+    events = (tmp_path / "runs" / run_id / "state" / "events").read_text()
+    assert any(line.split()[1:] == ["job_started", node, job_id] for line in events.splitlines()
+               for node in slurm_cluster.nodes), events
+    st = json.loads(ftc("status", run_id, "--json", env=env).stdout)
+    assert (st["state"], st["style"], st["job_id"]) == ("COMPLETED", "convert", job_id)
+    sbatch = (tmp_path / "runs" / run_id / "scripts" / "job.sbatch").read_text()
     assert f"#SBATCH --partition={slurm_cluster.partition}" in sbatch and "#SBATCH --time=5" in sbatch
 
     # The plan now checks the weights: a wrong GPU count, a missing shard, a truncated file.

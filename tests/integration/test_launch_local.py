@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch_helpers import assert_served_like_ft, ftcluster, launch_json, processes_matching, wait_for, write_cluster
+from ftcluster.triton_probe import ours_ready
+from tests.launch_helpers import (
+    assert_served_like_ft,
+    ftcluster,
+    launch_json,
+    processes_matching,
+    wait_for,
+    write_cluster,
+)
 
 pytestmark = pytest.mark.triton
 
@@ -110,13 +118,8 @@ def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
          f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        import urllib.request
-
         def stale_ready() -> bool:
-            try:
-                return urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=1).status == 200
-            except OSError:
-                return False
+            return ours_ready("127.0.0.1", ports["http"], "stale", timeout=1)
 
         assert wait_for(stale_ready, 30)
         p = ftcluster("launch", "--cluster", str(cluster), "--nodes", "2")

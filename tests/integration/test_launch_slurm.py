@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.launch_helpers import assert_served_like_ft, ftcluster, launch_json, processes_matching, wait_for
+from ftcluster.triton_probe import server_id
+from tests.launch_helpers import (
+    assert_served_like_ft,
+    ftcluster,
+    launch_json,
+    processes_matching,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -178,13 +185,8 @@ def test_stale_server_on_rank0_port_is_not_taken_for_ready(spec_dir: Path, slurm
         [*slurm_cluster.net.enter("node1"), str(find_tritonserver()), f"--model-repository={empty}",
          "--id=stale-server"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        import urllib.request
-
         def stale_up() -> bool:
-            try:
-                return b"stale-server" in urllib.request.urlopen("http://node1:8000/v2", timeout=1).read()
-            except OSError:
-                return False
+            return server_id("node1", 8000, timeout=1) == "stale-server"
 
         assert wait_for(stale_up, 30)
         cluster = _write_spec(spec_dir)

@@ -1,5 +1,5 @@
 """Commands that write files: `examples`, `prepare`/`render --out` refusals, and the run
-commands on a `convert` run of a local cluster (submitit's local executor, for real)."""
+commands on a `convert` run of a local cluster (a job request run by the local launcher, for real)."""
 
 from __future__ import annotations
 
@@ -72,15 +72,30 @@ def test_prepare_out_unwritable_is_one_line(tmp_path: Path) -> None:
 
 def test_refused_render_leaves_nothing_and_a_retry_works(tmp_path: Path) -> None:
     # Pyxis cannot mount a run folder holding ',' (--container-mounts syntax): refused.
+    # (The example's mounts plus the demo checkpoint's: render refuses what launch refuses.)
+    spec = yaml.safe_load((REPO / "ftcluster/examples/clusters/pyxis.yaml").read_text())
+    demo = REPO / "ftcluster" / "demo" / "checkpoint"
+    spec["container"]["mounts"].append(f"{demo}:{demo}:ro")
+    (tmp_path / "pyxis.yaml").write_text(yaml.safe_dump(spec))
     out = tmp_path / "new" / "a,b"
-    err = one_error_line(ftc("render", "--cluster", str(REPO / "ftcluster/examples/clusters/pyxis.yaml"),
+    err = one_error_line(ftc("render", "--cluster", str(tmp_path / "pyxis.yaml"),
                              "--nodes", "1", "--gpus-per-node", "1", "--out", str(out)))
     assert "workspace" in err and "','" in err
+    assert not (tmp_path / "new").exists()
+    # Nor does a checkpoint no mount shows inside the container (launch's refusal too).
+    err = one_error_line(ftc("render", "--cluster", str(REPO / "ftcluster/examples/clusters/pyxis.yaml"),
+                             "--nodes", "1", "--gpus-per-node", "1", "--out", str(tmp_path / "new" / "ok")))
+    assert err.startswith("error: container.mounts: model_checkpoint_path ") and "not visible" in err
     assert not (tmp_path / "new").exists()
     # The same folder for a style that can use it: written.
     p = ftc("render", "--nodes", "1", "--out", str(out))
     assert p.returncode == 0, p.stderr
     assert (out / "scripts" / "job.sh").is_file() and (out / "model_repository").is_dir()
+    # What launch lays out for the job: its folders and run.json, the scripts' modes.
+    for folder in ("logs", "state", "results"):
+        assert (out / folder).is_dir(), folder
+    assert json.loads((out / "run.json").read_text())["plan"]["nodes"] == 1
+    assert (out / "scripts" / "job.sh").stat().st_mode & 0o777 == 0o755
 
 
 @pytest.fixture

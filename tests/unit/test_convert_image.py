@@ -1,4 +1,4 @@
-"""Converter table, enroot command, checkpoint check, and `convert` through submitit's local executor.
+"""Converter table, enroot command, checkpoint check, and `convert` as a local run (the job request).
 
 Checkpoints come from the TEST converter in tests/data/ft_converter (FT's GPT converter's command
 line and file layout, tiny sizes), run for real.
@@ -17,7 +17,6 @@ import yaml
 
 from ftcluster import image as img
 from ftcluster.checkpoint_check import checkpoint_problems, gpt_layout, verify_checkpoint
-from ftcluster.convert import minutes
 from ftcluster.converters import CONVERTERS, converter_argv
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
@@ -107,12 +106,6 @@ def test_unknown_model_type_has_no_converter() -> None:
 
     with pytest.raises(UserError, match="no FT converter is known for model_type LLaMA"):
         converter_argv("LLaMA", Path("/ft"), "/in", "/out", 1, "fp16", "m")
-
-
-@pytest.mark.parametrize("text,expected", [("30", 30), ("01:00:00", 60), ("1-00:00:00", 1440),
-                                           ("10:30", 11), ("0-2", 120), ("UNLIMITED", 0)])
-def test_slurm_time_in_minutes(text: str, expected: int) -> None:
-    assert minutes(text) == expected
 
 
 # ---- image names and the enroot command ------------------------------------------------------
@@ -239,7 +232,7 @@ def test_plan_checks_weights_only_when_there_are_any(tmp_path: Path) -> None:
     assert p.returncode == 3 and p.stderr.count("\n") == 1 and "missing shard" in p.stderr
 
 
-# ---- convert through submitit's local executor -----------------------------------------------
+# ---- convert as a local run: the job request, the step log, the checkpoint check ---------------
 
 def test_convert_local_job_logs_and_check(tmp_path: Path) -> None:
     cluster, model = write_specs(tmp_path)
@@ -247,14 +240,18 @@ def test_convert_local_job_logs_and_check(tmp_path: Path) -> None:
             str(TEST_CONVERTER), "--input", str(HF_TINY), "--python", sys.executable]
     p = ftc(*args, "--dry-run")
     assert p.returncode == 0, p.stderr
+    # The request: the job script with the converter's command, and what would run it.
     assert f"-i {HF_TINY} -o {tmp_path / 'ckpt'} -i_g 2 -weight_data_type fp16" in p.stdout
-    assert not (tmp_path / "runs").exists()
+    assert "# ===== scripts/job.sh (0755) =====" in p.stdout
+    assert p.stdout.rstrip().splitlines()[-1].endswith("&& bash " + p.stdout.split("run folder ", 1)[1].split()[0]
+                                                       + "/scripts/job.sh")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "ckpt" / "2-gpu").exists()
     p = ftc(*args)
     assert p.returncode == 0, p.stderr
     run_id = p.stdout.split()[1].rstrip(":")
     assert checkpoint_problems(tmp_path / "ckpt", "GPT", 2) == []
     logs = ftc("logs", run_id)
-    assert "TEST CONVERTER: wrote" in logs.stdout and "[job out]" in logs.stdout
+    assert "TEST CONVERTER: wrote" in logs.stdout
     # A failing converter: non-zero exit, one error line naming the run's logs.
     p = ftc(*args[:-4], "--input", str(tmp_path / "nope"), "--python", sys.executable, "--gpus-per-node", "1")
     assert p.returncode == 1 and "error: conversion failed: the converter exited 1" in p.stderr

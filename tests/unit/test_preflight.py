@@ -263,25 +263,3 @@ def test_cli_json_allow_no_gpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["no_gpu_ranks"] == [0, 1] and report["errors"] == []
-
-
-def test_srun_command_line() -> None:
-    from ftcluster.cli.commands_preflight import rank_argv, srun_argv
-    from ftcluster.spec import ClusterSpec
-
-    cluster = ClusterSpec(scheduler="slurm", partition="gpu", mpi="pmix_v4", gpus_per_node=4,
-                          python="/opt/py/bin/python")
-    argv = srun_argv(cluster, 3, rank_argv(cluster, "1M..1G", True, 60))
-    assert argv[:7] == ["srun", "--mpi=pmix_v4", "-N", "3", "--ntasks-per-node=1",
-                        "--partition=gpu", "--gpus-per-node=4"]
-    assert argv[7:10] == ["/opt/py/bin/python", "-m", "ftcluster.rank.preflight"]
-    assert "--no-bandwidth" not in argv
-
-
-def test_report_from_rank_lines_when_rank0_could_not_gather() -> None:
-    from ftcluster.cli.commands_preflight import _from_output
-
-    lines = "".join(f"FTC_PREFLIGHT_RANK {json.dumps(r)}\n" for r in
-                    (build_report([rep(0, 2), rep(1, 2)], bandwidth=False)["ranks"]))
-    report = _from_output("noise\n" + lines, 2)
-    assert report["world_size"] == 2 and report["gpus_per_node"] == 2

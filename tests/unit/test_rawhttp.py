@@ -15,14 +15,20 @@ import numpy as np
 import pytest
 
 from ftcluster.client.rawhttp import (
-    FixedRequestSender,
     HttpConnectError,
     HttpError,
     HttpPool,
     HttpTimeout,
+    Reply,
     request_head,
 )
-from ftcluster.client.rawtriton import TritonError, decode_infer, encode_infer
+from ftcluster.client.rawtriton import (
+    TritonError,
+    TritonHttp,
+    decode_infer,
+    encode_infer,
+    error_message,
+)
 from tests.triton_server import free_ports
 
 LOOPS = ["asyncio", "uvloop"]
@@ -145,16 +151,25 @@ def test_connection_close_timeout_refused_and_bad_framing(loop: str) -> None:
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_fixed_request_sender(loop: str) -> None:
+def test_fixed_infer_payload_sent_again(loop: str) -> None:
+    """The load test's path: one encoded infer request, sent as often as wanted on the pool."""
     async def main() -> None:
         heads: list[bytes] = []
         srv = Server(lambda head: heads.append(head) or ok(b"x" * 10))  # type: ignore[func-returns-value]
         url = await srv.start()
-        sender = FixedRequestSender(url, "my model", b"{}body", 2, timeout=5)
-        assert await sender.send() == (200, b"x" * 10)
-        assert heads[0].startswith(b"POST /v2/models/my%20model/infer HTTP/1.1\r\n")
+        triton = TritonHttp(url, timeout=5)
+        payload = triton.infer_payload("my model/v", b"{}body", 2)
+        for _ in range(3):
+            reply = await triton.pool.request(payload)
+            assert (reply.status, reply.body) == (200, b"x" * 10)
+        assert heads[0] == heads[2] and srv.connections == 1
+        assert heads[0].startswith(b"POST /v2/models/my%20model%2Fv/infer HTTP/1.1\r\n")
         assert b"Inference-Header-Content-Length: 2\r\n" in heads[0] and b"Content-Length: 6\r\n" in heads[0]
-        await sender.close()
+        assert b"Inference-Header-Content-Length" not in triton.infer_payload("m", b"{}", None)
+        bad = Reply(400, {}, b'{"error":"unexpected shape for input \'x\'"}')
+        assert error_message(bad) == "unexpected shape for input 'x'"
+        assert error_message(Reply(502, {}, b"")) == "HTTP 502"
+        await triton.close()
 
     run(loop, main)
 
