@@ -36,6 +36,8 @@ class CheckpointFacts:
     splits: tuple[Split, ...]            # empty when no config.ini was read
     ini_tensor_para_size: int | None     # what config.ini says it was converted for
     weight_data_type: str | None
+    # bert: the hidden size of input_hidden_state, which the client must send
+    input_hidden_size: int | None = None
 
 
 def available_gpu_counts(root: Path) -> tuple[int, ...]:
@@ -107,4 +109,8 @@ def read_checkpoint(root: Path, model_type: str, tp: int) -> CheckpointFacts:
             ini_tp = _int(parser, section, "tensor_para_size", ini)
         if parser.has_option(section, "weight_data_type"):
             wdt = parser.get(section, "weight_data_type")
-    return CheckpointFacts(root, available, gpu_dir, ini, tuple(splits), ini_tp, wdt)
+    hidden: int | None = None
+    if model_type == "bert":  # huggingface_bert_convert.py writes hidden_size
+        hidden = (_int(parser, "bert", "hidden_size", ini) if parser.has_option("bert", "hidden_size")
+                  else splits[0].head_num * _int(parser, "bert", "size_per_head", ini))
+    return CheckpointFacts(root, available, gpu_dir, ini, tuple(splits), ini_tp, wdt, hidden)

@@ -5,11 +5,13 @@ surfaces only as garbage output or a crash minutes into a multi-node start. Here
   - config.ini has the fields the backend reads for the model type;
   - every rank-split file `<name>.<rank>.bin` exists for ranks 0..N-1 and for no other rank
     (shards for another rank count mean the folder was converted for another GPU count);
-  - GPT and BLOOM: every file the converter writes is there with the size config.ini implies.
-    Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
-    huggingface_gpt_convert.py (split_and_convert_process) and huggingface_bloom_convert.py
-    (parameter_to_split): qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and
-    mlp.dense_4h_to_h.weight are split per rank; layernorms and the other biases are written once.
+  - GPT, BLOOM, OPT, bert, T5 and T5-Encoder: every file the converter writes is there with the size config.ini
+    implies. Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
+    huggingface_gpt_convert.py (split_and_convert_process), huggingface_bloom_convert.py
+    (parameter_to_split), huggingface_opt_convert.py, bert/utils/huggingface_bert_convert.py
+    and t5/utils/huggingface_t5_ckpt_convert.py (t5_layout):
+    qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and mlp.dense_4h_to_h.weight
+    are split per rank; layernorms and the other biases are written once.
   - other model types (ftcluster.modeltypes.KINDS): the files written once are there, every layer
     of every stack has its files with a shard for every rank, and the shards of one tensor have
     equal sizes (np.split writes equal parts).
@@ -53,12 +55,18 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
     files = [Expected("model.wte.bin", int(s["vocab_size"]) * hidden * b),
              Expected("model.final_layernorm.weight.bin", hidden * b),
              Expected("model.final_layernorm.bias.bin", hidden * b)]
-    if model_type == "BLOOM":  # OPT and Megatron GPT write GPT's layout
+    if model_type == "BLOOM":  # Megatron GPT writes GPT's layout
         # ALiBi instead of position embeddings; an extra layernorm after the embedding.
         files += [Expected("model.pre_decoder_layernorm.weight.bin", hidden * b),
                   Expected("model.pre_decoder_layernorm.bias.bin", hidden * b)]
     else:
         files.append(Expected("model.wpe.bin", int(s["max_pos_seq_len"]) * hidden * b))
+    if model_type == "OPT":
+        # huggingface_opt_convert.py: an output embedding of its own, and the final layernorm
+        # only where the model has one (has_post_decoder_layernorm; OPT-350m has none).
+        files.append(Expected("model.lm_head.weight.bin", int(s["vocab_size"]) * hidden * b))
+        if s.get("has_post_decoder_layernorm", "1") == "0":
+            files = [f for f in files if not f.name.startswith("model.final_layernorm.")]
     for layer in range(int(s["num_layer"])):
         p = f"model.layers.{layer}."
         for once in ("input_layernorm.weight", "input_layernorm.bias", "attention.dense.bias",
@@ -75,6 +83,80 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
         }
         for rank in range(tp):
             files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+    return files
+
+
+def bert_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
+    """Every file huggingface_bert_convert.py writes for `tp` ranks: the encoder layers only
+    (split_and_convert_process: output biases and layernorms once; attention.output.dense and
+    output.dense weights split by rows, query/key/value and intermediate.dense by columns)."""
+    s = parser["bert"]
+    hidden = int(s.get("hidden_size", str(int(s["head_num"]) * int(s["size_per_head"]))))
+    inter = int(s.get("inter_size", str(4 * hidden)))
+    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
+    files = []
+    for layer in range(int(s["num_layer"])):
+        p = f"model.encoder.layer.{layer}."
+        for once in ("attention.output.dense.bias", "attention.output.LayerNorm.weight",
+                     "attention.output.LayerNorm.bias", "output.dense.bias", "output.LayerNorm.weight",
+                     "output.LayerNorm.bias"):
+            files.append(Expected(f"{p}{once}.bin", hidden * b))
+        split = {"attention.output.dense.weight": hidden // tp * hidden,
+                 "output.dense.weight": inter // tp * hidden,
+                 "intermediate.dense.weight": hidden * inter // tp,
+                 "intermediate.dense.bias": inter // tp}
+        for qkv in ("query", "key", "value"):
+            split[f"attention.self.{qkv}.weight"] = hidden * hidden // tp
+            split[f"attention.self.{qkv}.bias"] = hidden // tp
+        for rank in range(tp):
+            files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+    return files
+
+
+def t5_layout(parser: configparser.ConfigParser, encoder_only: bool, tp: int) -> list[Expected]:
+    """Every file huggingface_t5_ckpt_convert.py writes for `tp` ranks (split_and_convert_process
+    and fuse_decoder_qkv; HF T5 has no biases): q/k/v and wi (wi2 when gated) split by columns,
+    o and wo by rows, relative_attention_bias (block 0) by heads, layer norms once; the decoder's
+    self-attention q/k/v fused into one qkv; shared.weight twice (as is and transposed) and
+    lm_head.weight for the full model."""
+    enc = parser["encoder"]
+    d_model, d_ff = int(enc["d_model"]), int(enc["d_ff"])
+    heads = int(enc["num_heads"])
+    inner = heads * int(enc["d_kv"])
+    buckets = int(enc.get("relative_attention_num_buckets_or_max_pos_seq_len", "32"))
+    b = _BYTES.get(enc.get("weight_data_type", "fp32"), 4)
+    gated = parser.get("structure", "use_gated_activation", fallback="0").lower() in ("1", "true")
+    vocab = int(enc["vocab_size"])
+    files = [Expected(n, vocab * d_model * b) for n in ("shared.weight.bin", "shared.weight_T.bin")]
+    if not encoder_only:
+        files.append(Expected("lm_head.weight.bin", vocab * d_model * b))
+
+    def stack(name: str, layers: int, attentions: tuple[str, ...]) -> None:
+        files.append(Expected(f"{name}.final_layer_norm.weight.bin", d_model * b))
+        bias = f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        split = {bias: heads // tp * buckets}
+        for i in range(layers):
+            p = f"{name}.block.{i}.layer."
+            for n, att in enumerate(attentions):
+                files.append(Expected(f"{p}{n}.layer_norm.weight.bin", d_model * b))
+                if name == "decoder" and att == "SelfAttention":
+                    split[f"{p}{n}.{att}.qkv.weight"] = d_model * 3 * inner // tp
+                else:
+                    split.update({f"{p}{n}.{att}.{x}.weight": d_model * inner // tp for x in "qkv"})
+                split[f"{p}{n}.{att}.o.weight"] = inner // tp * d_model
+            ff = f"{p}{len(attentions)}."
+            files.append(Expected(f"{ff}layer_norm.weight.bin", d_model * b))
+            for wi in ("wi", "wi2") if gated else ("wi",):
+                split[f"{ff}DenseReluDense.{wi}.weight"] = d_model * d_ff // tp
+            split[f"{ff}DenseReluDense.wo.weight"] = d_ff // tp * d_model
+        for rank in range(tp):
+            files.extend(Expected(f"{key}.{rank}.bin", n * b) for key, n in split.items())
+
+    stack("encoder", int(enc["num_layers"]), ("SelfAttention",))
+    if not encoder_only:
+        dec = parser["decoder"]
+        layers = dec.get("num_decoder_layers", dec.get("num_layers", "0"))
+        stack("decoder", int(layers or "0"), ("SelfAttention", "EncDecAttention"))
     return files
 
 
@@ -184,6 +266,10 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
         return problems + shard
     if model_type in ("GPT", "BLOOM", "OPT"):
         return _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
+    if model_type == "bert":
+        return _layout_problems(gpu_dir, bert_layout(parser, tp))
+    if model_type in ("T5", "T5-Encoder"):
+        return _layout_problems(gpu_dir, t5_layout(parser, model_type == "T5-Encoder", tp))
     return _layer_problems(parser, gpu_dir, kind(model_type), tp) + shard
 
 

@@ -47,7 +47,7 @@ class ConvertRequest:
     def argv(self) -> list[str]:
         return converter_argv(self.model.model_type, self.converter_root, self.input_dir,
                               str(self.output_root), self.tp, self.model.data_type or "fp16", self.model.name,
-                              python=self.python)
+                              python=self.python, variant=self.model.converter)
 
 
 def convert_step(req: ConvertRequest) -> JobStep:
@@ -75,7 +75,7 @@ def plan_tp(cluster: ClusterSpec, nodes: int, gpus_per_node: int | None, tp: int
 
 def check_request(req: ConvertRequest) -> None:
     check_scheduler(req.cluster)
-    script = req.converter_root / converter_for(req.model.model_type).script
+    script = req.converter_root / converter_for(req.model.model_type, req.model.converter).script
     if not script.is_file():
         raise UserError(f"{script} does not exist", field="--converter-root",
                         hint="point it at a FasterTransformer checkout (the converter is looked up by model_type)")

@@ -54,7 +54,7 @@ KINDS: dict[str, ModelKind] = {k.name: k for k in (
     ModelKind("GPT", "GPT", _GPT_STACK, (("gpt", (*_GPT_KEYS, "max_pos_seq_len")),),
               (*_GPT_FILES, "model.wpe.bin"), "decoder"),
     ModelKind("OPT", "GPT", _GPT_STACK, (("gpt", (*_GPT_KEYS, "max_pos_seq_len")),),
-              (*_GPT_FILES, "model.wpe.bin"), "decoder"),
+              (*_GPT_FILES, "model.wpe.bin", "model.lm_head.weight.bin"), "decoder"),
     # ALiBi: no max_pos_seq_len and no position table; a layernorm after the embedding.
     ModelKind("BLOOM", "GPT", _GPT_STACK, (("gpt", _GPT_KEYS),),
               (*_GPT_FILES, "model.pre_decoder_layernorm.weight.bin",

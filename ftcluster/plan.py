@@ -33,6 +33,7 @@ class ModelFacts:
     input_ranks: tuple[tuple[str, int], ...] = ()     # (input name, len(dims)) of the FT model
     served: str = ""                                  # the model the client queries
     served_max_batch_size: int | None = None          # None: the client queries the FT model
+    source_params: tuple[tuple[str, str], ...] = ()   # the FT model's parameters as the source says
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Plan:
     checkpoint_dir: str       # host-side <root>/<tp>-gpu
     model_type: str
     weight_data_type: str | None = None   # from the checkpoint's config.ini
+    input_hidden_size: int | None = None  # bert: the client's input_hidden_state width
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,7 +118,9 @@ def plan_for(
     _check_checkpoint(model, ckpt, tp, pp)
     _check_model_config(facts, nodes)
     _check_model_type(model, facts)
+    _check_type_params(model, facts)
     _check_client(model, facts)
+    _check_hidden_size(model, ckpt)
     names = node_names(cluster, nodes)
     ranks = tuple(RankSlot(rank=i, node_index=i, node=names[i], gpus=gpus_per_node) for i in range(nodes))
     assert ckpt.gpu_dir is not None
@@ -124,7 +128,7 @@ def plan_for(
         nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=tp, pipeline_para_size=pp,
         world_size=tp * pp, mpi_ranks=nodes, ranks=ranks, ft_model=facts.ft_model,
         checkpoint_dir=str(ckpt.gpu_dir), model_type=model.model_type,
-        weight_data_type=ckpt.weight_data_type,
+        weight_data_type=ckpt.weight_data_type, input_hidden_size=ckpt.input_hidden_size,
     )
 
 
@@ -197,6 +201,50 @@ def _check_model_type(model: ModelSpec, facts: ModelFacts) -> None:
         )
 
 
+# ModelFactory (libfastertransformer.cc) passes int8_mode to GPT (BLOOM, OPT) and bert only;
+# GPT-J, GPT-NeoX, T5 and T5-Encoder are built without it. BertTritonModel's constructor
+# aborts (FT_CHECK) on int8_mode != 0 and on is_sparse.
+_NO_INT8 = ("GPT-J", "GPT-NeoX", "T5", "T5-Encoder")
+
+
+def _check_type_params(model: ModelSpec, facts: ModelFacts) -> None:
+    where = f"{facts.ft_model}/config.pbtxt"
+    params = dict(facts.source_params)
+    said_int8 = model.int8_mode is not None or "int8_mode" in model.parameters
+    if model.int8_mode is not None:
+        params["int8_mode"] = str(model.int8_mode)
+    params.update(model.parameters)
+
+    def number(key: str) -> int:
+        try:
+            return int(params.get(key) or "0")
+        except ValueError:
+            raise PlanError(f"parameters.{key} is {params[key]!r}, not an integer", field=f"{where} {key}",
+                            hint="the FT backend reads it with stoi") from None
+
+    if model.data_type is not None:
+        params["data_type"] = model.data_type
+    dtype = params.get("data_type")
+    if dtype is not None and dtype not in ("fp16", "bf16", "fp32"):
+        raise PlanError(f"parameters.data_type is {dtype!r}: the FT backend builds fp16, bf16 or fp32 only",
+                        field=f"{where} data_type", hint="set data_type: fp16, bf16 or fp32")
+    if model.model_type == "GPT-NeoX" and dtype == "bf16":
+        # ModelFactory: GPT-NeoX is half for fp16 and float for anything else.
+        raise PlanError("data_type bf16: the FT backend builds GPT-NeoX in fp16 or fp32 only and would "
+                        "run it in fp32", field="data_type", hint="set data_type: fp16 or fp32")
+    int8 = number("int8_mode")
+    if model.model_type == "bert":
+        if int8:
+            raise PlanError(f"int8_mode {int8}: the FT backend does not support int8 for bert "
+                            "(BertTritonModel aborts)", field="int8_mode", hint="set int8_mode: 0")
+        if number("is_sparse"):
+            raise PlanError("is_sparse is set: the FT backend does not support sparse bert "
+                            "(BertTritonModel aborts)", field=f"{where} is_sparse", hint="set it to 0")
+    elif model.model_type in _NO_INT8 and said_int8 and int8:
+        raise PlanError(f"int8_mode {int8}: the FT backend builds {model.model_type} without int8 and would "
+                        "ignore it", field="int8_mode", hint="leave int8_mode out (or 0) for this model type")
+
+
 def _check_client(model: ModelSpec, facts: ModelFacts) -> None:
     """The client's request must fit the model: refused here, not after the servers are up."""
     where = f"{facts.ft_model}/config.pbtxt"
@@ -216,6 +264,14 @@ def _check_client(model: ModelSpec, facts: ModelFacts) -> None:
         raise PlanError(
             f"client.batch_size {model.client.batch_size} is above max_batch_size {mbs} of {served}",
             field="client.batch_size", hint=f"set client.batch_size to at most {mbs}")
+
+
+def _check_hidden_size(model: ModelSpec, ckpt: CheckpointFacts) -> None:
+    """bert reads the width of input_hidden_state from the tensor: another width is garbage."""
+    want, said = ckpt.input_hidden_size, model.client.hidden_size
+    if said is not None and want is not None and said != want:
+        raise PlanError(f"client.hidden_size {said} but {ckpt.ini_path} says hidden_size {want}",
+                        field="client.hidden_size", hint=f"set it to {want} or leave it out")
 
 
 def read_model_facts(model: ModelSpec) -> ModelFacts:
@@ -244,6 +300,7 @@ def read_model_facts(model: ModelSpec) -> ModelFacts:
         input_ranks=tuple((i.name, len(i.dims)) for i in cfg.input),
         served=served.name if served is not None else ft.name,
         served_max_batch_size=served_mbs,
+        source_params=tuple((k, v.string_value) for k, v in sorted(cfg.parameters.items())),
     )
 
 

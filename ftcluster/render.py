@@ -241,6 +241,15 @@ class RenderContext:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
+    """The model's client settings; bert's hidden size from the checkpoint unless set."""
+    if model is None:
+        return ClientDefaults()
+    if model.client.hidden_size or not plan.input_hidden_size:
+        return model.client
+    return model.client.model_copy(update={"hidden_size": plan.input_hidden_size})
+
+
 def context(
     cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions
 ) -> RenderContext:
@@ -278,7 +287,7 @@ def context(
         # Never inside a container: this interpreter where the job script runs here.
         python=opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
         served_model=model.name if model else "",
-        client=model.client if model else ClientDefaults(),
+        client=_client(model, plan),
         run_client=opts.client,
         keep_serving=opts.keep_serving,
         # The local style's world is this machine's own mpirun; there is nothing to check.

@@ -464,6 +464,8 @@ class ClientDefaults(_Strict):
     input_len: int = Field(8, ge=1)
     output_len: int = Field(8, ge=1)
     protocol: Literal["http", "grpc"] = "http"
+    # bert's input is hidden states [batch, seq, hidden]; unset: the checkpoint's hidden size.
+    hidden_size: int | None = Field(None, ge=1)
 
 
 class ModelSpec(_Strict):
@@ -485,6 +487,9 @@ class ModelSpec(_Strict):
     max_batch_size: int | None = Field(None, ge=0)
     parameters: dict[str, str] = Field(default_factory=dict)
     client: ClientDefaults = ClientDefaults()
+    # Which FT converter `ftcluster convert` runs when the type has several (GPT: Megatron
+    # checkpoints); unset: the Hugging Face one.
+    converter: Literal["megatron"] | None = None
     source: str | None = Field(None, exclude=True)
 
     @field_validator("name", "ft_model")
@@ -500,6 +505,13 @@ class ModelSpec(_Strict):
         if isinstance(v, dict):
             return {str(k): str(val) for k, val in v.items()}
         return v
+
+    @model_validator(mode="after")
+    def _converter(self) -> ModelSpec:
+        if self.converter == "megatron" and self.model_type != "GPT":
+            raise ValueError(f"converter: megatron converts GPT checkpoints, not {self.model_type} "
+                             "(leave converter out)")
+        return self
 
 
 _S = TypeVar("_S", bound=BaseModel)

@@ -29,6 +29,8 @@ def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Prompt tokens (words, for a text ensemble)."),
         click.option("--output-len", type=int, default=8, show_default=True, help="Tokens to generate."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompt."),
+        click.option("--hidden-size", type=int, default=None,
+                     help="bert: the hidden size of input_hidden_state (config.ini [bert] hidden_size)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -68,7 +70,8 @@ def client_group() -> None:
 @click.option("--against", "against_path", type=click.Path(dir_okay=False),
               help="Also check that the tokens equal those of a reference written by --save.")
 def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None,
-                 input_len: int, output_len: int, seed: int, repeats: int, vocab_size: int,
+                 input_len: int, output_len: int, seed: int, hidden_size: int | None, repeats: int,
+                 vocab_size: int,
                  as_json: bool, result_file: str | None, save_path: str | None,
                  against_path: str | None) -> int:
     """Send random token ids (or text, for an ensemble) with the inputs the model's config
@@ -91,7 +94,8 @@ def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size
     reference = load_reference(against_path) if against_path else None
     endpoint = Endpoint.parse(url, protocol, timeout)
     result = run_identity(endpoint, model, batch_size=batch_size or 2, input_len=input_len,
-                          output_len=output_len, repeats=repeats, seed=seed, vocab_size=vocab_size)
+                          output_len=output_len, repeats=repeats, seed=seed, vocab_size=vocab_size,
+                          hidden_size=hidden_size)
     if reference is not None and result.ok:
         result.checks.append(check_against(result, reference, Path(against_path or "").name))
     if save_path:
@@ -116,7 +120,7 @@ def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write latency vs throughput PNG.")
 @click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None, input_len: int,
-              output_len: int, seed: int, concurrency: str | None, rate: str | None, duration: float,
+              output_len: int, seed: int, hidden_size: int | None, concurrency: str | None, rate: str | None, duration: float,
               warmup: float, windows: int, stability: float, processes: int, as_json: bool,
               csv_path: str | None, plot_path: str | None, result_file: str | None) -> int:
     """Closed-loop concurrency sweep and/or open-loop Poisson rates: req/s, tokens/s and
@@ -132,7 +136,7 @@ def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: i
     steps = parse_steps(concurrency if concurrency or rate else "1,2,4,8,16", rate)
     result = run_bench(endpoint, model, steps, batch_size=batch_size or 1, input_len=input_len,
                        output_len=output_len, warmup_s=warmup, duration_s=duration, windows=windows,
-                       stability=stability, processes=processes, seed=seed)
+                       stability=stability, processes=processes, seed=seed, hidden_size=hidden_size)
     _write_result(result_file, result.to_dict())
     if csv_path:
         write_csv(result, csv_path)

@@ -106,7 +106,7 @@ class StepResult:
     dropped: int
     req_per_s: float
     seq_per_s: float           # req/s x batch size (perf_analyzer's infer/s)
-    tokens_per_s: float        # seq/s x requested output length
+    tokens_per_s: float        # seq/s x requested output length (encoders: input length)
     latency_ms: Latency
     window_req_per_s: list[float]
     stable: bool
@@ -290,13 +290,14 @@ def parse_steps(concurrency: str | None, rate: str | None) -> list[Step]:
 
 
 async def prepare_load(endpoint: Endpoint, model: str, batch_size: int, input_len: int,
-                       output_len: int, seed: int) -> tuple[str, dict[str, np.ndarray], list[str], bool]:
+                       output_len: int, seed: int,
+                       hidden_size: int | None = None) -> tuple[str, dict[str, np.ndarray], list[str], bool]:
     """(style, request arrays, output names, sequence batching) for the model; one request is
     sent as a check."""
     async with AsyncTriton(endpoint) as client:
         await client.check_model(model)
         io = parse_config(await client.model_config(model))
-        req = build_request(io, batch_size, input_len, output_len, seed=seed)
+        req = build_request(io, batch_size, input_len, output_len, seed=seed, hidden_size=hidden_size)
         names = output_names(io)
         try:  # one request first: a model that rejects it should fail here, not in every step
             await client.infer_arrays(model, req.arrays, names, sequence=io.sequence_batching)
@@ -308,11 +309,11 @@ async def prepare_load(endpoint: Endpoint, model: str, batch_size: int, input_le
 def run_bench(endpoint: Endpoint, model: str, steps: list[Step], *, batch_size: int = 1,
               input_len: int = 8, output_len: int = 8, warmup_s: float = 1.0, duration_s: float = 5.0,
               windows: int = 3, stability: float = 0.1, processes: int = 1, seed: int = 0,
-              max_inflight: int = 1024) -> BenchResult:
+              max_inflight: int = 1024, hidden_size: int | None = None) -> BenchResult:
     if duration_s <= 0 or warmup_s < 0 or windows < 1 or processes < 1:
         raise UserError("duration must be > 0, warm-up >= 0, windows and processes >= 1")
     style, arrays, names, sequence = asyncio.run(
-        prepare_load(endpoint, model, batch_size, input_len, output_len, seed))
+        prepare_load(endpoint, model, batch_size, input_len, output_len, seed, hidden_size))
     spec = LoadSpec(endpoint, model, arrays, names, warmup_s, duration_s, max_inflight, sequence)
     shares = [[(s, _split(s, processes)[p]) for s in steps] for p in range(processes)]
     if processes == 1:
@@ -333,7 +334,9 @@ def run_bench(endpoint: Endpoint, model: str, steps: list[Step], *, batch_size: 
         for recs in per_process:
             merged.merge(recs[i])
         window_start = t0 + i * spec.slot_s + warmup_s
-        result.steps.append(summarize(step, merged, window_start, spec, batch_size, output_len,
+        # An encoder (T5-Encoder, bert) generates nothing: its tokens are the ones it read.
+        tokens = input_len if style == "encoder" else output_len
+        result.steps.append(summarize(step, merged, window_start, spec, batch_size, tokens,
                                       windows, stability))
     return result
 

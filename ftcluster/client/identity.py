@@ -140,6 +140,14 @@ def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> lis
         checks.append(Check(f"{hs.name} shape", ok, f"{list(arr.shape)}, want [{b}, {n_in}, hidden]"))
         if ok and arr.dtype.kind == "f":
             checks.append(Check(f"{hs.name} finite", bool(np.isfinite(arr).all()), "NaN or inf in the output"))
+            # A dimension exactly 0 at every position is no trained encoder's output: the
+            # part of the hidden state some tensor-parallel rank computes went missing.
+            dead = np.flatnonzero(~np.any(arr != 0, axis=(0, 1))).tolist()
+            checks.append(Check(f"{hs.name} has no all-zero dimension", not dead,
+                                f"dimensions {dead[:8]} are 0 everywhere" if dead else ""))
+            if req.hidden is not None:
+                checks.append(Check(f"{hs.name} hidden size", arr.shape[2] == req.hidden.shape[2],
+                                    f"{arr.shape[2]}, sent {req.hidden.shape[2]}"))
         return checks
 
     ids_spec = io.output_ids
@@ -188,7 +196,7 @@ def _sample(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> dict[str, 
 
 async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int = 2, input_len: int = 8,
                              output_len: int = 8, repeats: int = 3, seed: int = 0,
-                             vocab_size: int = 50257) -> IdentityResult:
+                             vocab_size: int = 50257, hidden_size: int | None = None) -> IdentityResult:
     """Send the request `repeats` times (same input), check every response, time each.
 
     Raises UserError for things the user must fix (server unreachable, unknown model,
@@ -197,7 +205,8 @@ async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int 
     async with AsyncTriton(endpoint) as client:
         await client.check_model(model)
         io = parse_config(await client.model_config(model))
-        req = build_request(io, batch_size, input_len, output_len, seed=seed, vocab_size=vocab_size)
+        req = build_request(io, batch_size, input_len, output_len, seed=seed, vocab_size=vocab_size,
+                            hidden_size=hidden_size)
         names = output_names(io)
         result = IdentityResult(endpoint.url, endpoint.protocol, model, io.style, batch_size, input_len,
                                 output_len, list(req.arrays), seed=seed,

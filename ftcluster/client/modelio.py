@@ -18,13 +18,15 @@ from tritonclient.utils import triton_to_np_dtype
 
 from ftcluster.errors import UserError
 
-Role = Literal["input_ids", "input_lengths", "output_len", "text", "words_list", "unknown"]
+Role = Literal["input_ids", "input_lengths", "output_len", "text", "words_list", "hidden_state", "unknown"]
 Style = Literal["decoder", "encoder-decoder", "encoder", "text"]
 
 _ROLE_OF_KEY: dict[str, Role] = {
     "input_ids": "input_ids", "input_id": "input_ids",
     "input_lengths": "input_lengths", "input_length": "input_lengths",
     "request_input_len": "input_lengths", "sequence_length": "input_lengths",
+    "sequence_lengths": "input_lengths",          # bert
+    "input_hidden_state": "hidden_state",         # bert: the embedding output, [batch, seq, hidden]
     "request_output_len": "output_len", "max_output_len": "output_len", "output_len": "output_len",
 }
 _ENCODER_DECODER_TYPES = {"T5", "BART", "MBART"}
@@ -154,6 +156,7 @@ class Request:
     output_len: int
     prompt_ids: np.ndarray | None      # [batch, input_len] token ids, None for text
     prompts: list[str] | None          # text prompts, None for token ids
+    hidden: np.ndarray | None = None   # [batch, input_len, hidden] (bert), else None
 
 
 def _shape(spec: TensorSpec, batch: int, fill: int, batched: bool, pseudo: bool = False) -> list[int]:
@@ -170,9 +173,25 @@ def _filled(spec: TensorSpec, shape: list[int], value: Any) -> np.ndarray:
     return np.full(shape, value, dtype=spec.np_dtype)
 
 
+def _hidden_check(io: ModelIO, hidden_size: int | None) -> None:
+    spec = io.input_with("hidden_state")
+    if spec is None:
+        return
+    if hidden_size is None:
+        raise UserError(f"model {io.name!r} takes {spec.name} [batch, seq, hidden], whose hidden size its "
+                        "config does not say", field="--hidden-size",
+                        hint="give --hidden-size (bert: hidden_size in the checkpoint's config.ini)")
+    if hidden_size < 1:
+        raise UserError("must be at least 1", field="--hidden-size")
+    if spec.dtype not in ("FP16", "FP32", "FP64"):
+        raise UserError(f"{spec.name} is {spec.dtype}: the client sends FP16 or FP32 hidden states",
+                        field="--model", hint="serve the model with data_type fp16 or fp32")
+
+
 def build_request(io: ModelIO, batch_size: int, input_len: int, output_len: int,
-                  *, seed: int = 0, vocab_size: int = 50257) -> Request:
-    """Random token ids (or words, for text models) in the inputs the config declares."""
+                  *, seed: int = 0, vocab_size: int = 50257, hidden_size: int | None = None) -> Request:
+    """Random token ids (or words, for text models; or hidden states, for bert) in the inputs
+    the config declares."""
     if batch_size < 1 or input_len < 1 or output_len < 1:
         raise UserError("batch size, input length and output length must be at least 1")
     batched = io.max_batch_size > 0
@@ -188,7 +207,9 @@ def build_request(io: ModelIO, batch_size: int, input_len: int, output_len: int,
                         field="--model",
                         hint="the client fills token ids, lengths and text (FT GPT/GPT-J/GPT-NeoX/BLOOM, "
                              "T5, T5-Encoder and their ensembles); query such a model with your own client")
+    _hidden_check(io, hidden_size)
     rng = np.random.default_rng(seed)
+    hidden: np.ndarray | None = None
     arrays: dict[str, np.ndarray] = {}
     prompt_ids: np.ndarray | None = None
     prompts: list[str] | None = None
@@ -211,9 +232,14 @@ def build_request(io: ModelIO, batch_size: int, input_len: int, output_len: int,
             arrays[spec.name] = np.array([p.encode() for p in prompts], dtype=np.object_).reshape(shape)
         elif role == "words_list":
             arrays[spec.name] = _filled(spec, _shape(spec, batch_size, 1, batched, pseudo), b"")
-    if prompt_ids is None and prompts is None:
-        raise UserError(f"model {io.name!r} has no input_ids or text input", field="--model")
-    return Request(arrays, batch_size, input_len, output_len, prompt_ids, prompts)
+        elif role == "hidden_state":
+            assert hidden_size is not None  # _hidden_check
+            hidden = rng.standard_normal((batch_size, input_len, hidden_size))
+            shape = _shape(spec, batch_size, input_len, batched, pseudo)[:-1] + [hidden_size]
+            arrays[spec.name] = hidden.reshape(shape).astype(spec.np_dtype)
+    if prompt_ids is None and prompts is None and hidden is None:
+        raise UserError(f"model {io.name!r} has no input_ids, text or input_hidden_state input", field="--model")
+    return Request(arrays, batch_size, input_len, output_len, prompt_ids, prompts, hidden)
 
 
 def output_names(io: ModelIO) -> list[str]:

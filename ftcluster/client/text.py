@@ -139,6 +139,10 @@ def build_arrays(io: ModelIO, prompts: list[str], output_len: int,
                  tok: Tokenizer | None) -> tuple[dict[str, np.ndarray], list[int] | None]:
     """The inputs the config declares for these prompts, and the prompts' token counts
     (None for text models)."""
+    if io.style == "encoder":
+        raise UserError(f"model {io.name!r} is an encoder ({io.model_type or 'hidden-state outputs'}): it "
+                        "returns hidden states, not text", field="--model",
+                        hint="check it with `ftcluster client identity` or `bench`")
     batch, batched = len(prompts), io.max_batch_size > 0
     unknown = [i.name for i in io.inputs if not i.optional and io.roles.get(i.name) == "unknown"]
     if unknown:

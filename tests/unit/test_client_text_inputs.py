@@ -162,3 +162,11 @@ def test_cli_user_errors_are_one_line(tmp_path: Path) -> None:
                           "--url")
     res = run_cli("client", "--help")
     assert res.rc == 0 and "client text" in res.stdout and "text " in res.stdout
+
+
+def test_text_refuses_encoders_in_one_line() -> None:
+    zoo = Path(__file__).resolve().parents[1] / "data" / "zoo" / "t5-encoder" / "fastertransformer" / "config.pbtxt"
+    io = parse_config(load(zoo))
+    with pytest.raises(UserError, match="is an encoder .T5-Encoder.: it returns hidden states, not text") as exc:
+        build_arrays(io, ["abc"], 4, ByteTokenizer())
+    assert exc.value.field == "--model" and "identity" in (exc.value.hint or "")

@@ -20,8 +20,9 @@ from ftcluster.checkpoint_check import checkpoint_problems, gpt_layout, verify_c
 from ftcluster.converters import CONVERTERS, converter_argv
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
+from ftcluster.modeltypes import MODEL_TYPES
 from ftcluster.plan import make_plan
-from ftcluster.spec import ClusterSpec, load_cluster, load_model
+from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"
@@ -55,7 +56,7 @@ def write_specs(tmp_path: Path, **cluster: object) -> tuple[Path, Path]:
 # ---- the converter table --------------------------------------------------------------------
 
 def test_converter_table_names_ft_scripts_and_flags() -> None:
-    assert set(CONVERTERS) == {"GPT", "GPT-J", "GPT-NeoX", "T5", "BLOOM"}
+    assert set(CONVERTERS) == set(MODEL_TYPES)   # one per type the spec accepts
     root = Path("/ft")
     gpt = converter_argv("GPT", root, "/hf/gpt2", "/ckpt", 4, "fp16", "m")
     assert gpt == ["python3", "/ft/examples/pytorch/gpt/utils/huggingface_gpt_convert.py",
@@ -72,13 +73,39 @@ def test_converter_table_names_ft_scripts_and_flags() -> None:
     bloom = converter_argv("BLOOM", root, "/in", "/ckpt", 2, "fp16", "m")
     assert bloom[1].endswith("gpt/utils/huggingface_bloom_convert.py")
     assert bloom[2:] == ["-i", "/in", "-o", "/ckpt", "-tp", "2", "-dt", "fp16"]
+    opt = converter_argv("OPT", root, "/in", "/ckpt", 2, "fp16", "m")
+    assert opt[1].endswith("gpt/utils/huggingface_opt_convert.py")
+    assert opt[2:] == ["-i", "/in", "-o", "/ckpt", "-i_g", "2", "-weight_data_type", "fp16"]
+    t5e = converter_argv("T5-Encoder", root, "/in", "/ckpt", 2, "fp16", "m")
+    assert t5e[1].endswith("t5/utils/huggingface_t5_ckpt_convert.py")
+    assert t5e[2:] == ["-in_file", "/in", "-saved_dir", "/ckpt", "-inference_tensor_para_size", "2",
+                       "-weight_data_type", "fp16", "--encoder_only"]
+    bert = converter_argv("bert", root, "/in", "/ckpt", 4, "bf16", "m")
+    assert bert[1].endswith("bert/utils/huggingface_bert_convert.py")
+    assert bert[2:] == ["-in_file", "/in", "-saved_dir", "/ckpt", "-infer_tensor_para_size", "4",
+                        "-weight_data_type", "fp32"]
+
+
+def test_megatron_gpt_converter() -> None:
+    from ftcluster.errors import SpecError, UserError
+
+    argv = converter_argv("GPT", Path("/ft"), "/meg/iter_0001000", "/ckpt", 2, "fp16", "m", variant="megatron")
+    assert argv[1:] == ["/ft/examples/pytorch/gpt/utils/megatron_ckpt_convert.py", "-i", "/meg/iter_0001000",
+                        "-o", "/ckpt", "-i_g", "2", "--weight-data-type", "fp16"]
+    with pytest.raises(UserError, match="no megatron converter is known for model_type OPT"):
+        converter_argv("OPT", Path("/ft"), "/in", "/out", 1, "fp16", "m", variant="megatron")
+    spec = REPO / "ftcluster" / "examples" / "models" / "megatron-gpt.yaml"
+    assert ModelSpec.model_validate(yaml.safe_load(spec.read_text())).converter == "megatron"
+    with pytest.raises((SpecError, ValueError), match="megatron converts GPT checkpoints"):
+        ModelSpec.model_validate({"name": "m", "model_type": "bert", "repository": "r",
+                                  "checkpoint_root": "c", "converter": "megatron"})
 
 
 def test_unknown_model_type_has_no_converter() -> None:
     from ftcluster.errors import UserError
 
-    with pytest.raises(UserError, match="no FT converter is known for model_type bert"):
-        converter_argv("bert", Path("/ft"), "/in", "/out", 1, "fp16", "m")
+    with pytest.raises(UserError, match="no FT converter is known for model_type LLaMA"):
+        converter_argv("LLaMA", Path("/ft"), "/in", "/out", 1, "fp16", "m")
 
 
 # ---- image names and the enroot command ------------------------------------------------------

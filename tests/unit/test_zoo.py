@@ -1,6 +1,6 @@
 """Every model type the FT backend serves: plan, prepare and check-checkpoint per type.
 
-Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder) and, when
+Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder, Megatron GPT) and, when
 present, the shared fixtures of the backend's all_models/ (GPT, GPT-J, T5, bert). Weights are
 written here with the file names and sizes of FT's converters (ftcluster.modeltypes).
 """
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ftcluster.checkpoint_check import checkpoint_problems, gpt_layout
-from ftcluster.client.modelio import build_request, parse_config
+from ftcluster.checkpoint_check import bert_layout, checkpoint_problems, gpt_layout, t5_layout
+from ftcluster.client.identity import check_response
+from ftcluster.client.modelio import build_request, output_names, parse_config
 from ftcluster.errors import PlanError, UserError
 from ftcluster.ftconfig import read_ini, read_model_config
 from ftcluster.modelrepo import prepare_repository
@@ -27,7 +28,8 @@ from tests.unit.test_fixtures_ft import check_prepared
 ZOO = DATA / "zoo"
 # repository folder -> spec model_type
 REPOS: dict[Path, str] = {ZOO / "bloom": "BLOOM", ZOO / "opt": "OPT", ZOO / "gptneox": "GPT-NeoX",
-                          ZOO / "gpt-interactive": "GPT", ZOO / "t5-encoder": "T5-Encoder"}
+                          ZOO / "gpt-interactive": "GPT", ZOO / "t5-encoder": "T5-Encoder",
+                          ZOO / "megatron-gpt": "GPT"}
 if FT_FIXTURES.is_dir():
     REPOS.update({FT_FIXTURES / "gpt": "GPT", FT_FIXTURES / "gptj": "GPT-J", FT_FIXTURES / "t5": "T5",
                   FT_FIXTURES / "bert": "bert"})
@@ -58,9 +60,13 @@ def make_checkpoint(root: Path, repo: Path, model_type: str, tp: int, weights: b
         parser.write(fh)
     if not weights:
         return d
-    if model_type in ("GPT", "BLOOM", "OPT"):
-        for e in gpt_layout(parser, model_type, tp):
-            (d / e.name).write_bytes(b"\0" * e.nbytes)
+    if model_type in ("GPT", "BLOOM", "OPT", "bert", "T5", "T5-Encoder"):
+        layout = (bert_layout(parser, tp) if model_type == "bert" else
+                  t5_layout(parser, model_type == "T5-Encoder", tp) if model_type.startswith("T5") else
+                  gpt_layout(parser, model_type, tp))
+        for e in layout:
+            with open(d / e.name, "wb") as fh:
+                fh.truncate(e.nbytes)   # sparse: the real sizes without writing them
         return d
     kind = KINDS[model_type]
     for name in kind.whole_files:
@@ -209,6 +215,185 @@ def test_client_t5_encoder_and_bert() -> None:
     assert io.style == "encoder" and not io.sequence_batching
     req = build_request(io, 2, 6, 1)
     assert req.arrays["input_ids"].shape == (2, 6) and req.arrays["sequence_length"].shape == (2, 1)
-    if FT_FIXTURES.is_dir():
-        with pytest.raises(UserError, match="input_hidden_state"):
-            build_request(parse_config(_io(FT_FIXTURES / "bert")), 1, 4, 1)
+    if not FT_FIXTURES.is_dir():
+        return
+    cfg = _io(FT_FIXTURES / "bert")
+    with pytest.raises(UserError, match="input_hidden_state") as exc:
+        build_request(parse_config(cfg), 1, 4, 1)
+    assert exc.value.field == "--hidden-size"
+    # As the server returns it: FT's auto-complete typed input_hidden_state from data_type fp16.
+    cfg["input"][0]["data_type"] = "TYPE_FP16"
+    cfg["output"][0]["data_type"] = "TYPE_FP16"
+    io = parse_config(cfg)
+    assert io.style == "encoder" and io.roles == {"input_hidden_state": "hidden_state",
+                                                  "sequence_lengths": "input_lengths"}
+    req = build_request(io, 2, 6, 1, hidden_size=768)
+    assert req.arrays["input_hidden_state"].shape == (2, 6, 768)
+    assert req.arrays["input_hidden_state"].dtype == np.float16
+    assert req.arrays["sequence_lengths"].shape == (2, 1) and req.arrays["sequence_lengths"].dtype == np.int32
+    assert output_names(io) == ["output_hidden_state"]
+    # The identity checks: a hidden dimension 0 everywhere is a tensor-parallel share gone missing.
+    good = np.tanh(req.arrays["input_hidden_state"].astype(np.float32)).astype(np.float16)
+    assert all(c.ok for c in check_response(io, req, {"output_hidden_state": good}))
+    bad = good.copy()
+    bad[:, :, 1::2] = 0
+    failed = [c.name for c in check_response(io, req, {"output_hidden_state": bad}) if not c.ok]
+    assert failed == ["output_hidden_state has no all-zero dimension"]
+    failed = [c.name for c in check_response(io, req, {"output_hidden_state": good.astype(np.float32)})
+              if not c.ok]
+    assert failed == ["output_hidden_state dtype"]
+
+
+def test_plan_gives_bert_client_the_checkpoint_hidden_size(tmp_path: Path) -> None:
+    if not FT_FIXTURES.is_dir():
+        pytest.skip("../shared/fixtures absent")
+    from ftcluster.layout import RunPaths
+    from ftcluster.render import render
+
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, FT_FIXTURES / "bert", "bert", 1)
+    plan = make_plan(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root), 1)
+    assert plan.input_hidden_size == 768
+    with pytest.raises(PlanError) as exc:
+        make_plan(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root, client={"hidden_size": 512}), 1)
+    assert exc.value.field == "client.hidden_size" and "768" in str(exc.value)
+    scripts = render(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root), plan,
+                     RunPaths("r1", tmp_path / "r1"))
+    assert "--hidden-size 768" in "".join(scripts.files.values())
+
+
+def test_opt_and_bert_layouts_follow_their_converters(tmp_path: Path) -> None:
+    opt = read_ini(source_ini(ZOO / "opt"))
+    names = {e.name for e in gpt_layout(opt, "OPT", 1)}
+    assert {"model.lm_head.weight.bin", "model.wpe.bin", "model.final_layernorm.weight.bin"} <= names
+    opt.set("gpt", "has_post_decoder_layernorm", "0")   # OPT-350m: no final layernorm written
+    assert not any(n.startswith("model.final_layernorm") for n in (e.name for e in gpt_layout(opt, "OPT", 1)))
+    d = tmp_path / "2-gpu"
+    d.mkdir()
+    (d / "config.ini").write_text("[bert]\nhidden_size = 8\nnum_layer = 1\nhead_num = 2\nsize_per_head = 4\n"
+                                  "inter_size = 32\nweight_data_type = fp16\ntensor_para_size = 2\n")
+    layout = {e.name: e.nbytes for e in bert_layout(read_ini(d / "config.ini"), 2)}
+    assert len(layout) == 6 + 2 * 10
+    assert layout["model.encoder.layer.0.attention.self.query.weight.1.bin"] == 8 * 8 // 2 * 2
+    assert layout["model.encoder.layer.0.output.dense.weight.0.bin"] == 32 // 2 * 8 * 2
+    for name, n in layout.items():
+        (d / name).write_bytes(b"\0" * n)
+    assert checkpoint_problems(tmp_path, "bert", 2) == []
+    (d / "model.encoder.layer.0.intermediate.dense.bias.1.bin").write_bytes(b"\0" * 4)
+    assert checkpoint_problems(tmp_path, "bert", 2) == [
+        "model.encoder.layer.0.intermediate.dense.bias.1.bin is 4 bytes, config.ini implies 32 (truncated)"]
+
+
+def test_an_example_spec_per_type() -> None:
+    """configs/models (`ftcluster examples`): every model type, the interactive GPT, Megatron GPT
+    and a GPT ensemble, each naming the type the spec schema accepts."""
+    import yaml
+
+    from ftcluster.modeltypes import MODEL_TYPES
+
+    examples = Path(__file__).resolve().parents[2] / "ftcluster" / "examples" / "models"
+    specs = {p.stem: ModelSpec.model_validate(yaml.safe_load(p.read_text())) for p in examples.glob("*.yaml")}
+    assert set(MODEL_TYPES) <= {m.model_type for m in specs.values()}
+    assert specs["gpt-interactive"].model_type == "GPT" and "sequence" in (examples / "gpt-interactive.yaml").read_text()
+    assert specs["megatron-gpt"].model_type == "GPT"
+    assert any(m.name == "ensemble" for m in specs.values())
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_plan_follows_ft_int8_and_sparse_rules(repo: Path, model_type: str, tmp_path: Path) -> None:
+    """ModelFactory: int8_mode reaches GPT (BLOOM, OPT) and bert only, and bert aborts on int8 or
+    is_sparse; a spec asking int8 of a type built without it is refused, not silently ignored."""
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, repo, model_type, 1)
+    if model_type in ("GPT", "BLOOM", "OPT"):
+        assert make_plan(cluster(), spec_for(repo, model_type, root, int8_mode=1), 1)
+        return
+    with pytest.raises(PlanError) as exc:
+        make_plan(cluster(), spec_for(repo, model_type, root, int8_mode=1), 1)
+    assert exc.value.field == "int8_mode" and "int8" in str(exc.value)
+    make_plan(cluster(), spec_for(repo, model_type, root, int8_mode=0), 1)
+    if model_type == "bert":
+        with pytest.raises(PlanError, match="sparse"):
+            make_plan(cluster(), spec_for(repo, model_type, root, parameters={"is_sparse": "1"}), 1)
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_check_checkpoint_command_per_type(repo: Path, model_type: str, tmp_path: Path) -> None:
+    """`ftcluster check-checkpoint`: complete (exit 0), incomplete and wrong tp (exit 3, the
+    problems on stdout, one error line), never complete for a folder without weights."""
+    import yaml
+
+    from tests.helpers_specs import assert_one_line_error, run_cli
+
+    root = tmp_path / "ckpt"
+    d = make_checkpoint(root, repo, model_type, 2)
+    spec = tmp_path / "model.yaml"
+    spec.write_text(yaml.safe_dump({"name": "fastertransformer", "model_type": model_type,
+                                    "repository": str(repo), "checkpoint_root": str(root)}))
+    ok = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
+    assert ok.rc == 0 and "is complete for 2 GPU(s)" in ok.stdout, ok
+    assert_one_line_error(run_cli("check-checkpoint", "--model", str(spec), "--gpus", "1"), "problem(s)")
+    victim = max(d.glob("*.0.bin"))
+    victim.unlink()
+    bad = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
+    assert_one_line_error(bad, "problem(s)")
+    assert victim.name in bad.stdout or "rank 0" in bad.stdout, bad.stdout
+    for f in d.glob("*.bin"):
+        f.unlink()
+    empty = run_cli("check-checkpoint", "--model", str(spec), "--gpus", "2")
+    assert_one_line_error(empty, "problem(s)")
+    assert "no weight files" in empty.stdout
+
+
+def test_plan_follows_ft_data_type_rules(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    make_checkpoint(root, ZOO / "gptneox", "GPT-NeoX", 1)
+    with pytest.raises(PlanError, match="GPT-NeoX in fp16 or fp32 only") as exc:
+        make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, data_type="bf16"), 1)
+    assert exc.value.field == "data_type"
+    make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, data_type="fp32"), 1)
+    with pytest.raises(PlanError, match="'fp8'"):
+        make_plan(cluster(), spec_for(ZOO / "gptneox", "GPT-NeoX", root, parameters={"data_type": "fp8"}), 1)
+    root = tmp_path / "opt"
+    make_checkpoint(root, ZOO / "opt", "OPT", 1)
+    make_plan(cluster(), spec_for(ZOO / "opt", "OPT", root, data_type="bf16"), 1)
+
+
+@pytest.mark.parametrize(("repo", "model_type"), REPOS.items(), ids=IDS)
+def test_plan_refuses_splits_ft_cannot_make(repo: Path, model_type: str, tmp_path: Path) -> None:
+    """Every stack's heads split over tensor_para_size and its layers over pipeline_para_size
+    (T5: encoder and decoder both), per type."""
+    from ftcluster.checkpoint import read_checkpoint
+
+    probe = tmp_path / "probe"
+    make_checkpoint(probe, repo, model_type, 1, weights=False)
+    splits = read_checkpoint(probe, model_type, 1).splits
+    heads = min(s.head_num for s in splits)
+    tp = next(t for t in range(2, heads + 2) if any(s.head_num % t for s in splits))
+    root = tmp_path / "tp"
+    make_checkpoint(root, repo, model_type, tp, weights=False)
+    with pytest.raises(PlanError, match=f"head_num .* not divisible by tensor_para_size {tp}"):
+        make_plan(cluster(gpus_per_node=tp), spec_for(repo, model_type, root), 1)
+    pp = next(p for p in range(2, 64) if any(s.num_layer % p for s in splits))
+    with pytest.raises(PlanError, match=f"num_layer .* not divisible by pipeline_para_size {pp}"):
+        make_plan(cluster(gpus_per_node=1, max_nodes=64), spec_for(repo, model_type, probe), pp)
+
+
+def test_t5_layouts_follow_the_t5_converter(tmp_path: Path) -> None:
+    ini = tmp_path / "config.ini"
+    ini.write_text("[encoder]\nvocab_size = 32\nd_model = 16\nd_kv = 4\nd_ff = 64\nnum_layers = 2\n"
+                   "num_heads = 4\nrelative_attention_num_buckets_or_max_pos_seq_len = 32\n"
+                   "weight_data_type = fp32\n[decoder]\nvocab_size = 32\nd_model = 16\nd_kv = 4\nd_ff = 64\n"
+                   "num_layers = 1\nnum_decoder_layers = 1\nnum_heads = 4\n[structure]\nuse_gated_activation = 1\n")
+    enc = {e.name: e.nbytes for e in t5_layout(read_ini(ini), True, 2)}
+    # once: shared (2), final norm, 2 norms x 2 layers; split x 2 ranks: q k v o wi wi2 wo x 2 layers + bias
+    assert len(enc) == 3 + 4 + 2 * (2 * 7 + 1)
+    assert enc["encoder.block.0.layer.0.SelfAttention.q.weight.1.bin"] == 16 * 16 // 2 * 4
+    assert enc["encoder.block.1.layer.1.DenseReluDense.wo.weight.0.bin"] == 64 // 2 * 16 * 4
+    assert enc["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight.1.bin"] == 4 // 2 * 32 * 4
+    assert "encoder.block.1.layer.1.DenseReluDense.wi2.weight.1.bin" in enc and "lm_head.weight.bin" not in enc
+    full = {e.name: e.nbytes for e in t5_layout(read_ini(ini), False, 2)}
+    assert full["decoder.block.0.layer.0.SelfAttention.qkv.weight.1.bin"] == 16 * 3 * 16 // 2 * 4
+    assert full["decoder.block.0.layer.1.EncDecAttention.k.weight.0.bin"] == 16 * 16 // 2 * 4
+    assert full["lm_head.weight.bin"] == 32 * 16 * 4
+    assert not any(n.startswith("decoder.block.0.layer.0.SelfAttention.q.") for n in full)

@@ -19,6 +19,19 @@ What it imitates, from the FT backend's src/libfastertransformer.cc
 
 The outputs (GPT: output_ids = prompt + (last + i + 1) % vocab_size, padded with end_id;
 T5: only the generated tokens; sequence_length to match) are what ftcluster's client checks.
+The encoder-only types return hidden states instead, with FT's tensors
+(fastertransformer_backend c6936c3 all_models/{t5-encoder,bert}, FasterTransformer
+triton_backend/{t5-encoder,bert}/*TritonModelInstance.cc):
+- T5-Encoder: input_ids [batch, seq] + sequence_length [batch] -> output_hidden_state
+  [batch, seq, d_model] (and output_attentions [batch, layers, heads, seq, seq] when
+  is_return_attentions is set);
+- bert: input_hidden_state [batch, seq, hidden] + sequence_lengths [batch] (INT32) ->
+  output_hidden_state [batch, seq, hidden].
+Hidden dimension j is computed by rank j % world size (positions past the sequence length are
+0). FT's ModelState::AutoCompleteConfig gives those hidden-state tensors the model's data_type
+(fp16 -> TYPE_FP16, whatever config.pbtxt declared), and so does auto_complete_config here
+(FT forces it for these types; the python backend runs it unless tritonserver was started
+with --disable-auto-complete-config).
 "Visible GPUs" on CPU: FTCLUSTER_TEST_GPUS, else the entries of CUDA_VISIBLE_DEVICES, else 1.
 
 With torch and CUDA importable (and FTCLUSTER_TEST_DEVICE not `cpu`) the model computes for
@@ -125,6 +138,28 @@ def _output(name, array):
 _NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
 
 
+# FT's ModelState::AutoCompleteConfig: which tensors take the model's data_type.
+_AUTO_TYPED = {"T5-Encoder": {"output": ("output_hidden_state", "output_attentions")},
+               "bert": {"input": ("input_hidden_state",), "output": ("output_hidden_state",)}}
+_HIDDEN_TYPES = {"fp16": "TYPE_FP16", "fp32": "TYPE_FP32", "bf16": "TYPE_BF16"}
+
+
+def _hidden_size(ini, model_type):
+    """d_model of [encoder] (T5-Encoder), hidden_size of [bert] (else head_num x size_per_head)."""
+    if model_type == "T5-Encoder":
+        return ini.getint("encoder", "d_model")
+    fallback = ini.getint("bert", "head_num") * ini.getint("bert", "size_per_head")
+    return ini.getint("bert", "hidden_size", fallback=fallback)
+
+
+def _hidden_share(values, lens, rank, world):
+    """This rank's hidden dimensions (j % world == rank) of f(values), 0 past each length."""
+    hidden = values.shape[2]
+    mine = (np.arange(hidden) % world) == rank
+    valid = np.arange(values.shape[1])[None, :] < lens[:, None]
+    return np.where(mine[None, None, :] & valid[:, :, None], values, 0.0)
+
+
 def _pack(arrays):
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -174,10 +209,19 @@ class TritonPythonModel:
         self.vocab_size = ini.getint(section, "vocab_size", fallback=50257)
         self.end_id = ini.getint(section, "end_id", fallback=self.vocab_size - 1)
         declared = {o["name"]: o["data_type"] for o in cfg["output"]}
-        self.ids_dtype = pb_utils.triton_string_to_numpy(declared["output_ids"])
-        self.len_dtype = pb_utils.triton_string_to_numpy(declared["sequence_length"])
+        self.encoder = self.model_type in _AUTO_TYPED
         self.engine = None
-        if self.cuda is not None:
+        if self.encoder:
+            self.hidden = _hidden_size(ini, self.model_type)
+            self.layers = ini.getint("encoder", "num_layers", fallback=1)
+            self.heads = ini.getint("encoder", "num_heads", fallback=1)
+            if declared.get("output_hidden_state") == "TYPE_BF16":
+                raise RuntimeError("test model: bf16 hidden states cannot leave numpy; use fp16 or fp32")
+            self.hidden_dtype = pb_utils.triton_string_to_numpy(declared["output_hidden_state"])
+        else:
+            self.ids_dtype = pb_utils.triton_string_to_numpy(declared["output_ids"])
+            self.len_dtype = pb_utils.triton_string_to_numpy(declared["sequence_length"])
+        if self.cuda is not None and not self.encoder:  # the CUDA decoder generates tokens only
             self.engine = self.cuda.Engine(self.world, self.cuda.Dims(ini, section), tp,
                                            int(_param(cfg, "pipeline_para_size", "1")),
                                            _param(cfg, "data_type", "fp32"),
@@ -196,6 +240,17 @@ class TritonPythonModel:
         if rank != 0:
             while True:          # FT: `if (node_id) { while (true) { instance_state->Execute(...); } }`
                 self._serve_broadcast(None)
+
+    @staticmethod
+    def auto_complete_config(config):
+        """FT's AutoCompleteConfig: hidden-state tensors take data_type's type (unknown: none)."""
+        cfg = config.as_dict()
+        wanted = _HIDDEN_TYPES.get(_param(cfg, "data_type", ""), "")
+        for direction, names in _AUTO_TYPED.get(_param(cfg, "model_type", "GPT"), {}).items():
+            for tensor in cfg.get(direction, []):
+                if tensor["name"] in names:
+                    tensor["data_type"] = wanted
+        return config
 
     def _refuse_like_ft(self, cfg, nodes):
         groups = cfg.get("instance_group", [])
@@ -224,6 +279,8 @@ class TritonPythonModel:
         req = _unpack(self.world.bcast_bytes(_pack(request) if request is not None else None))
         if self.die_at_request:
             _die()
+        if self.encoder:
+            return self._encode_share(req)
         if self.engine is not None:
             generated = self.engine.generate(req)
             return generated if self.world.rank == 0 else None
@@ -235,6 +292,46 @@ class TritonPythonModel:
         if parts is None:
             return None
         return sum(np.frombuffer(p, np.int64).reshape(part.shape) for p in parts)
+
+    def _encode_share(self, req):
+        """Every rank its hidden dimensions; rank 0 gets their sum (float64, exact)."""
+        if self.model_type == "T5-Encoder":
+            ids = req["ids"].astype(np.float64)
+            values = np.cos(ids[:, :, None] * 0.01 + np.arange(self.hidden)[None, None, :] * 0.1)
+        else:
+            values = np.tanh(req["x"].astype(np.float64) + np.arange(self.hidden)[None, None, :] * 0.01)
+        part = _hidden_share(values, req["lens"], self.world.rank, self.world.size)
+        parts = self.world.gather_bytes(part.tobytes())
+        if parts is None:
+            return None
+        return sum(np.frombuffer(p, np.float64).reshape(part.shape) for p in parts)
+
+    def _encode(self, request):
+        if self.model_type == "T5-Encoder":
+            x = self._input(request, "input_ids")
+            lens = self._input(request, "sequence_length")
+        else:
+            x = self._input(request, "input_hidden_state")
+            lens = self._input(request, "sequence_lengths")
+            if x.ndim != 3 or x.shape[2] != self.hidden:
+                # FT reads hidden_units from the tensor and would compute garbage: say it instead.
+                raise ValueError(f"input_hidden_state is {list(x.shape)}, the checkpoint's hidden size is "
+                                 f"{self.hidden}: send [batch, seq, {self.hidden}]")
+        batch = x.shape[0]
+        lens = lens.reshape(batch).astype(np.int64)
+        if np.any(lens > x.shape[1]) or np.any(lens < 1):
+            raise ValueError(f"sequence lengths {lens.tolist()} do not fit inputs of length {x.shape[1]}")
+        key = "ids" if self.model_type == "T5-Encoder" else "x"
+        hidden = self._serve_broadcast({key: x.astype(np.float64 if key == "x" else np.int64), "lens": lens})
+        arrays = [("output_hidden_state", hidden.astype(self.hidden_dtype))]
+        flag = self._input(request, "is_return_attentions") if self.model_type == "T5-Encoder" else None
+        if flag is not None and bool(np.any(flag)):
+            seq = x.shape[1]
+            valid = (np.arange(seq)[None, :] < lens[:, None]).astype(np.float64)
+            attn = valid[:, None, None, None, :] / lens[:, None, None, None, None]
+            attn = np.broadcast_to(attn, (batch, self.layers, self.heads, seq, seq))
+            arrays.append(("output_attentions", attn.astype(self.hidden_dtype)))
+        return [_output(name, array) for name, array in arrays]
 
     def _input(self, request, name):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -289,7 +386,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                tensors = self._generate(request)
+                tensors = self._encode(request) if self.encoder else self._generate(request)
                 names = set(request.requested_output_names() or [t.name() for t in tensors])
                 responses.append(pb_utils.InferenceResponse([t for t in tensors if t.name() in names]))
             except Exception as exc:  # one bad request must not fail the others in the batch
