@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -35,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import load
 import report
 
 from tests.triton_server import running_tritonserver, slow_demo_model
@@ -45,20 +44,8 @@ Send = Callable[[], Awaitable[None]]
 
 
 async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str, float]:
-    stop = time.monotonic() + seconds
-    latencies: list[float] = []
-    cpu0 = time.process_time()
-
-    async def worker() -> None:
-        while (t := time.monotonic()) < stop:
-            await send()
-            latencies.append(time.monotonic() - t)
-
-    t0 = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    n = len(latencies)
-    return {"req_s": n / (time.monotonic() - t0), "p50_ms": statistics.median(latencies) * 1000,
-            "cpu_ms": (time.process_time() - cpu0) * 1000 / n}
+    r = await load.closed_loop(send, concurrency, seconds)
+    return {"req_s": r.rate, "p50_ms": r.p50_ms, "cpu_ms": r.client_ms}
 
 
 def arrays_of(args: argparse.Namespace) -> dict[str, np.ndarray]:

@@ -64,17 +64,23 @@ def test_preflight_without_gpus_fails_naming_the_nodes(pb: PyxisBed, spec_dir: P
     assert "nvidia-smi not found" in last
 
 
+def _tiny_gpt_spec(folder: Path, repo: Path) -> tuple[Path, Path]:
+    """An empty checkpoint root and a model spec of the tiny GPT test repository."""
+    ckpt = folder / "ckpt"
+    ckpt.mkdir()
+    model = folder / "model.yaml"
+    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
+                                 "repository": str(repo / "tests" / "data" / "models" / "tiny" / "repo"),
+                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    return ckpt, model
+
+
 def test_convert_runs_in_the_image_with_its_paths_mounted(pb: PyxisBed, spec_dir: Path) -> None:  # noqa: F811
     """`convert` through the same request: one task in the image, the converter, its input and
     the checkpoint root mounted at their own paths; the result checked; the run recorded."""
     repo = Path(__file__).resolve().parents[2]
     converter = repo / "tests" / "data" / "ft_converter"
-    ckpt = spec_dir / "ckpt"
-    ckpt.mkdir()
-    model = spec_dir / "model.yaml"
-    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
-                                 "repository": str(repo / "tests" / "data" / "models" / "tiny" / "repo"),
-                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    ckpt, model = _tiny_gpt_spec(spec_dir, repo)
     p = ftcluster("convert", "--cluster", str(_write_spec(spec_dir, pb)), "--model", str(model),
                   "--converter-root", str(converter), "--input", str(converter / "hf_tiny_gpt"), timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -99,12 +105,7 @@ def test_stop_a_running_convert_removes_its_container(pb: PyxisBed, spec_dir: Pa
     script = slow / "examples" / "pytorch" / "gpt" / "utils" / "huggingface_gpt_convert.py"
     script.parent.mkdir(parents=True)
     script.write_text("import time\nprint('SLOW CONVERTER started', flush=True)\ntime.sleep(300)\n")
-    ckpt = spec_dir / "ckpt"
-    ckpt.mkdir()
-    model = spec_dir / "model.yaml"
-    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
-                                 "repository": str(repo / "tests" / "data" / "models" / "tiny" / "repo"),
-                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    _, model = _tiny_gpt_spec(spec_dir, repo)
     p = ftcluster("convert", "--cluster", str(_write_spec(spec_dir, pb)), "--model", str(model),
                   "--converter-root", str(slow), "--input", str(spec_dir), "--detach", timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
