@@ -404,7 +404,8 @@ if ! timeout --kill-after=5 120 "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NO
   mpirun "$MPI_HOSTS" python3 "$SCRIPTS/mpicheck.py" --nodes "$NODES" --tritonserver "$TRITON" \
   --rank0-host "$RANK0_NODE" --out "$RESULTS/mpicheck.json" >"$LOGS/mpicheck.log" 2>&1; then
   cat "$LOGS/mpicheck.log" >&2
-  problem=$(grep -m1 -E '^PROBLEM: |error|ERROR|denied|failed' "$LOGS/mpicheck.log" | tr -s '[:space:]' ' ')
+  problem=$(grep -m1 -E '^PROBLEM: |error|ERROR|denied|failed' "$LOGS/mpicheck.log" \
+    | sed 's/^PROBLEM: //' | tr -s '[:space:]' ' ')
   fail "MPI check failed: ${problem:-see logs/mpicheck.log}"
 fi
 event "mpicheck_ok"
