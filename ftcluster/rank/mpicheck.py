@@ -67,10 +67,25 @@ def _sha256(path: str | None) -> str | None:
     return h.hexdigest()
 
 
+def _image_path() -> str | None:
+    """The image's ENV PATH as Enroot records it in /etc/environment: Enroot (Pyxis) starts a
+    step through a login shell, and an image's /etc/profile may replace PATH (Debian's does).
+    rank_server.sh looks there too."""
+    try:
+        with open("/etc/environment") as fh:
+            found = [ln.strip()[5:] for ln in fh if ln.strip().startswith("PATH=")]
+    except OSError:
+        return None
+    return found[-1].strip("\"'") if found else None
+
+
 def _resolve(binary: str | None) -> str | None:
     if not binary:
         return None
-    found = shutil.which(binary) if os.sep not in binary else binary
+    found: str | None = binary
+    if os.sep not in binary:
+        image_path = _image_path()
+        found = shutil.which(binary) or (shutil.which(binary, path=image_path) if image_path else None)
     return os.path.realpath(found) if found and os.path.exists(found) else None
 
 

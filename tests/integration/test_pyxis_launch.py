@@ -55,10 +55,9 @@ def _write_spec(folder: Path, pb: PyxisBed, *, server: dict[str, Any] | None = N
             "mounts": [f"{DEMO_CHECKPOINT}:{DEMO_CHECKPOINT}:ro"],
             **container,
         },
-        # The image's own tritonserver, by its path: Enroot 4.1.2 here starts steps with the
-        # default PATH, not the image's ENV PATH.
-        "server": {"binary": "/opt/tritonserver/bin/tritonserver", "ready_timeout": 90, "exit_grace": 5,
-                   **(server or {})},
+        # server.binary left at its default, `tritonserver` on the image's ENV PATH: Enroot starts
+        # steps through a login shell, and the image's Debian /etc/profile replaces PATH.
+        "server": {"ready_timeout": 90, "exit_grace": 5, **(server or {})},
     }
     if env:
         spec["env"] = env
@@ -244,4 +243,6 @@ def test_mpi_check_alone_passes_in_the_image(pb: PyxisBed, spec_dir: Path) -> No
     assert mpi["ok"] and mpi["problems"] == [], mpi
     assert sorted(r["host"] for r in mpi["ranks"]) == ["node1", "node2"]
     assert all(r["mpi_library"].startswith("Open MPI") for r in mpi["ranks"]), mpi["ranks"]
+    # `tritonserver` found on the image's ENV PATH, though the step's login shell replaced PATH.
+    assert {r["tritonserver"] for r in mpi["ranks"]} == {"/opt/tritonserver/bin/tritonserver"}, mpi["ranks"]
     _assert_run_gone(json.loads(p.stdout)["run_id"])
