@@ -102,9 +102,15 @@ class DockerNodes:
         (self.data_root / node).mkdir(parents=True, exist_ok=True)
         log = open(d / "dockerd.log", "ab")
         pidfile = d / "dockerd.pid"
-        # dockerd refuses to start while its pid file names a process, and a crashed dockerd
-        # stays a zombie until its parent (this process) reaps it: a restart removes the file.
-        argv = [*self.tb.net.enter(node), "/bin/sh", "-c", 'rm -f "$0" && exec "$@"', str(pidfile),  # type: ignore[attr-defined]
+        # For a restart after a crash: dockerd refuses to start while its pid file names a
+        # process (a crashed dockerd stays a zombie until this process reaps it), and its new
+        # containerd times out while the old one is still going down: remove the file, wait
+        # (up to 10 s) for the old containerd.
+        restart = ('rm -f "$0"; old=$(cat "$1" 2>/dev/null); shift; i=0; '
+                   'while [ -n "$old" ] && kill -0 "$old" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done; '
+                   'exec "$@"')
+        argv = [*self.tb.net.enter(node), "/bin/sh", "-c", restart, str(pidfile),  # type: ignore[attr-defined]
+                str(d / "exec" / "containerd" / "containerd.pid"),
                 which("dockerd"), f"--data-root={self.data_root / node}", f"--exec-root={d / 'exec'}",
                 f"--pidfile={pidfile}", "-H", f"unix://{self.socket(node)}", *DAEMON_FLAGS]
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
