@@ -64,6 +64,8 @@ class World:
             self.lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_GLOBAL)
         except OSError as exc:
             raise MPIError(f"cannot load {self.path}: {exc}") from None
+        if not hasattr(self.lib, "MPI_Init_thread"):
+            raise MPIError(f"{self.path} is not an MPI library (no MPI_Init_thread)")
         self.flavour = "openmpi" if hasattr(self.lib, "ompi_mpi_comm_world") else "mpich"
         if self.flavour == "openmpi":
             self._comm: object = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(self.lib, "ompi_mpi_comm_world")))

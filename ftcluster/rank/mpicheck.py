@@ -67,10 +67,25 @@ def _sha256(path: str | None) -> str | None:
     return h.hexdigest()
 
 
+def _image_path() -> str | None:
+    """The image's ENV PATH as Enroot records it in /etc/environment: Enroot (Pyxis) starts a
+    step through a login shell, and an image's /etc/profile may replace PATH (Debian's does).
+    rank_server.sh looks there too."""
+    try:
+        with open("/etc/environment") as fh:
+            found = [ln.strip()[5:] for ln in fh if ln.strip().startswith("PATH=")]
+    except OSError:
+        return None
+    return found[-1].strip("\"'") if found else None
+
+
 def _resolve(binary: str | None) -> str | None:
     if not binary:
         return None
-    found = shutil.which(binary) if os.sep not in binary else binary
+    found: str | None = binary
+    if os.sep not in binary:
+        image_path = _image_path()
+        found = shutil.which(binary) or (shutil.which(binary, path=image_path) if image_path else None)
     return os.path.realpath(found) if found and os.path.exists(found) else None
 
 
@@ -134,14 +149,43 @@ def check_reports(reports: list[RankReport], nodes: int, rank0_host: str | None,
     return problems
 
 
+def _launcher_rank() -> str:
+    """This process's rank as its launcher numbered it: MPI cannot say when it did not start."""
+    for var in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return f"rank {os.environ[var]}"
+    return "a rank"
+
+
+def _launched_tasks() -> int | None:
+    """How many tasks the launcher started (mpirun's count first: it may run inside a step)."""
+    for var in ("OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return None
+
+
+def _no_mpi_wiring() -> str | None:
+    """Why srun gave this rank no way to find the others, or None. Open MPI's MPI_Init exits the
+    process itself in that case (`OPAL ERROR: Unreachable`), so it must be caught before."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "1")
+    if not tasks.isdigit() or int(tasks) < 2:
+        return None
+    if any(v in os.environ for v in ("PMIX_RANK", "PMI_RANK", "PMI_FD", "OMPI_COMM_WORLD_SIZE")):
+        return None
+    plugin = os.environ.get("SLURM_MPI_TYPE", "none")
+    return (f"srun started {tasks} tasks with --mpi={plugin}, which gives them no PMI to meet through: "
+            "set mpi: to a plugin the image's MPI supports (pmix for Open MPI 4; `srun --mpi=list`)")
+
+
 def _with_timeout(world: Any, fn: Any, timeout: float, what: str) -> float:
     """Run an MPI collective; abort the whole world when it hangs (a broken fabric)."""
     done = threading.Event()
 
     def watchdog() -> None:
         if not done.wait(timeout):
-            sys.stderr.write(f"PROBLEM: {what} did not finish within {timeout}s on "
-                             f"{socket.gethostname()}; aborting\n")
+            sys.stderr.write(f"PROBLEM: rank {world.rank} on {socket.gethostname()}: {what} did not finish "
+                             f"within {timeout}s; aborting\n")
             sys.stderr.flush()
             world.abort(3)
 
@@ -171,12 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    unwired = _no_mpi_wiring()
+    if unwired:
+        print(f"PROBLEM: {_launcher_rank()} on {socket.gethostname()} cannot join a world: {unwired}", file=sys.stderr)
+        return 2
     try:
         world = ctmpi.World()
     except ctmpi.MPIError as exc:
-        print(f"PROBLEM: cannot start MPI on {socket.gethostname()}: {exc}", file=sys.stderr)
+        print(f"PROBLEM: {_launcher_rank()} on {socket.gethostname()} cannot start MPI: {exc}", file=sys.stderr)
         return 2
     rank, size = world.rank, world.size
+    launched = _launched_tasks()
+    if launched and size != launched:
+        # Singletons (an MPI that does not speak the launcher's PMI) would each pass alone.
+        how = f" (--mpi={os.environ['SLURM_MPI_TYPE']})" if "SLURM_MPI_TYPE" in os.environ else ""
+        print(f"PROBLEM: {_launcher_rank()} on {socket.gethostname()}: its MPI made a world of {size}, but "
+              f"{launched} tasks were started{how}: the image's MPI does not speak the launcher's PMI; set mpi: "
+              "to one it does (pmix for Open MPI 4; `srun --mpi=list`)", file=sys.stderr)
+        return 2
     report = local_report(rank, size, world.library_version(), args.tritonserver)
     box: dict[str, Any] = {}
     bcast_ms = _with_timeout(world, lambda: box.update(token=world.bcast_bytes(b"ftcluster" if rank == 0 else None)),

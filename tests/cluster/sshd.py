@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import subprocess
 from pathlib import Path
 
 from .netns import Net
@@ -48,20 +47,21 @@ def _keys(root: Path) -> None:
     ]))
 
 
-def start(net: Net, root: Path) -> dict[str, int]:
-    """Start one sshd per node (idempotence is the caller's: it kills old ones first)."""
+def log_path(root: Path, node: str) -> Path:
+    return root / "log" / f"sshd-{node}.log"
+
+
+def prepare(root: Path) -> None:
+    """Keys, config and the privilege separation dir, before any sshd starts."""
     _keys(root)
-    Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation dir
+    Path("/run/sshd").mkdir(exist_ok=True)
+
+
+def argv(net: Net, root: Path, node: str) -> list[str]:
+    """One node's sshd in the foreground (what the supervisor restarts), logging to log_path."""
     sshd = which("sshd")  # absolute: sshd refuses to re-exec itself otherwise
-    pids: dict[str, int] = {}
-    for name in net.names:
-        with open(root / "log" / f"sshd-{name}.log", "ab") as log:
-            p = subprocess.Popen(
-                [*net.enter(name), sshd, "-D", "-e", "-f", str(root / "ssh" / "sshd_config"),
-                 "-o", f"PidFile={root / 'run' / f'sshd-{name}.pid'}"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        pids[f"sshd-{name}"] = p.pid  # nsenter execs sshd: same pid
-    return pids
+    return [*net.enter(node), sshd, "-D", "-E", str(log_path(root, node)),
+            "-f", str(root / "ssh" / "sshd_config"), "-o", f"PidFile={root / 'run' / f'sshd-{node}.pid'}"]
 
 
 def listening(net: Net, node: str) -> bool:

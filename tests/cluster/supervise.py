@@ -1,5 +1,5 @@
 """The test bed's supervisor: restarts a daemon that died, as systemd's Restart=on-failure does
-for slurmctld, slurmd and munged on a real cluster.
+for slurmctld, slurmd, munged, sshd and dockerd on a real cluster.
 
     python -m tests.cluster.supervise DIR     (started detached by SlurmTestbed.up)
 
@@ -32,16 +32,19 @@ def restart_argv(name: str, argv: list[str]) -> list[str]:
     return [a for a in argv if a != "-c"] if name == "slurmctld" else argv
 
 
-def _spawn(folder: Path, name: str, argv: list[str], user: str | None) -> int:
-    with open(folder / "log" / f"{name}.out", "ab") as log:
+def _spawn(folder: Path, name: str, argv: list[str], user: str | None, log_to: str | None) -> int:
+    with open(log_to or folder / "log" / f"{name}.out", "ab") as log:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                              start_new_session=True, user=user, group=user,
                              extra_groups=[] if user else None)
     return p.pid
 
 
-def _log_tail(folder: Path, name: str) -> str:
-    path = folder / "munge" / "munged.log" if name == "munged" else folder / "log" / f"{name}.log"
+def _log_tail(folder: Path, name: str, log: str | None) -> str:
+    if log:
+        path = Path(log)
+    else:
+        path = folder / "munge" / "munged.log" if name == "munged" else folder / "log" / f"{name}.log"
     return tail(path, 3)
 
 
@@ -62,8 +65,8 @@ def check_once(folder: Path, me: int) -> bool:
         if counts.get(name, 0) >= MAX_RESTARTS:
             continue
         spec = state["argv"][name]
-        why = _log_tail(folder, name)
-        new = _spawn(folder, name, restart_argv(name, spec["argv"]), spec.get("user"))
+        why = _log_tail(folder, name, spec.get("log"))
+        new = _spawn(folder, name, restart_argv(name, spec["argv"]), spec.get("user"), spec.get("log"))
         started[name] = (state["pids"][name], new, why)
     if not started:
         return True

@@ -305,26 +305,41 @@ class SlurmTestbed:
         missing = missing_tools(SSH_TOOLS)
         if missing:
             raise TestbedError(f"missing {missing}: run tests/cluster/install.sh")
-        old = [v for k, v in self.pids.items() if k.startswith("sshd-")]
-        kill_pids(old)
+        old = [k for k in self.pids if k.startswith("sshd-")]
+        self.unsupervise(*old)  # before the kill: the supervisor would start them again
+        kill_pids([self.pids.pop(k) for k in old])
         t0 = time.monotonic()
-        self.pids.update(sshd.start(self.net, self.dir))
+        sshd.prepare(self.dir)
         self.with_sshd = True
-        self._save()
+        for n in self.nodes:
+            self._spawn(f"sshd-{n}", sshd.argv(self.net, self.dir, n), log=sshd.log_path(self.dir, n))
         for n in self.nodes:
             wait_until(functools.partial(sshd.listening, self.net, n), 15, f"sshd on {n}")
         self.timings["sshd"] = time.monotonic() - t0
 
-    def _spawn(self, name: str, argv: list[str], user: str | None = None) -> int:
+    def _spawn(self, name: str, argv: list[str], user: str | None = None, log: Path | None = None) -> int:
         # A new session: the daemons outlive the CLI process that started them.
-        with open(self.dir / "log" / f"{name}.out", "ab") as log:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        with open(log or self.dir / "log" / f"{name}.out", "ab") as out:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                  start_new_session=True, env=self.env, user=user,
                                  group=user, extra_groups=[] if user else None)
-        self.pids[name] = p.pid  # nsenter execs its command: this is the daemon's pid
-        self.argv[name] = {"argv": argv, "user": user}
-        self._save()
+        # nsenter execs its command: this is the daemon's pid
+        self.supervise(name, p.pid, argv, user=user, log=log)
         return p.pid
+
+    def supervise(self, name: str, pid: int, argv: list[str], *, user: str | None = None,
+                  log: Path | None = None) -> None:
+        """Hand a running daemon to the supervisor: restarted with argv (output to log) if it dies."""
+        self.pids[name] = pid
+        self.argv[name] = {"argv": argv, "user": user, **({"log": str(log)} if log else {})}
+        self._save()
+
+    def unsupervise(self, *names: str) -> None:
+        """Stop watching these daemons (before stopping them on purpose)."""
+        for name in names:
+            self.argv.pop(name, None)
+            self.pids.pop(name, None)
+        self._save()
 
     def _start_supervisor(self) -> None:
         with open(self.dir / "log" / "supervisor.out", "ab") as log:

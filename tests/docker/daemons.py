@@ -101,17 +101,34 @@ class DockerNodes:
         (d / "exec").mkdir(parents=True, exist_ok=True)
         (self.data_root / node).mkdir(parents=True, exist_ok=True)
         log = open(d / "dockerd.log", "ab")
-        argv = [*self.tb.net.enter(node), which("dockerd"),  # type: ignore[attr-defined]
-                f"--data-root={self.data_root / node}", f"--exec-root={d / 'exec'}",
-                f"--pidfile={d / 'dockerd.pid'}", "-H", f"unix://{self.socket(node)}",
-                *DAEMON_FLAGS]
+        pidfile = d / "dockerd.pid"
+        # For a restart after a crash: dockerd refuses to start while its pid file names a
+        # process (a crashed dockerd stays a zombie until this process reaps it), and its new
+        # containerd times out while the old one is still going down: remove the file, wait
+        # (up to 10 s) for the old containerd.
+        restart = ('rm -f "$0"; old=$(cat "$1" 2>/dev/null); shift; i=0; '
+                   'while [ -n "$old" ] && kill -0 "$old" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done; '
+                   'exec "$@"')
+        argv = [*self.tb.net.enter(node), "/bin/sh", "-c", restart, str(pidfile),  # type: ignore[attr-defined]
+                str(d / "exec" / "containerd" / "containerd.pid"),
+                which("dockerd"), f"--data-root={self.data_root / node}", f"--exec-root={d / 'exec'}",
+                f"--pidfile={pidfile}", "-H", f"unix://{self.socket(node)}", *DAEMON_FLAGS]
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                              start_new_session=True)
         log.close()
         self.pids[node] = p.pid  # nsenter execs dockerd: same pid
+        # The bed's supervisor restarts it if it dies, as it does slurmd (systemd on a real node).
+        supervise = getattr(self.tb, "supervise", None)
+        if supervise:
+            supervise(self.daemon_name(node), p.pid, argv, log=d / "dockerd.log")
+
+    @staticmethod
+    def daemon_name(node: str) -> str:
+        """The dockerd's name in the test bed's supervisor (SlurmTestbed.crash takes it)."""
+        return f"dockerd-{node}"
 
     def _answers(self, node: str) -> bool:
-        pid = self.pids[node]
+        pid = self._pid(node) or self.pids[node]
         if not pid_alive(pid):
             tail = (self.sock_root / node / "dockerd.log").read_text(errors="replace")[-1500:]
             raise TestbedError(f"dockerd on {node} exited:\n{tail}")
@@ -146,6 +163,9 @@ class DockerNodes:
     def down(self) -> None:
         """Remove every container, stop every daemon; safe to repeat and after a failed up()."""
         t0 = time.monotonic()
+        unsupervise = getattr(self.tb, "unsupervise", None)
+        if unsupervise:  # first: the supervisor would start them again
+            unsupervise(*(self.daemon_name(n) for n in self.nodes))
         for node in self.nodes:
             if self.socket(node).exists() and self._pid(node):
                 ids = self.docker(node, ["ps", "-aq"], timeout=30).stdout.split()
@@ -167,13 +187,13 @@ class DockerNodes:
         self.timings["down"] = time.monotonic() - t0
 
     def _pid(self, node: str) -> int | None:
-        pid = self.pids.get(node)
-        if pid is None:
-            try:
-                pid = int((self.sock_root / node / "dockerd.pid").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                return None
-        return pid if pid_alive(pid) and _comm(pid) == "dockerd" else None
+        """The node's live dockerd: ours, else the one its pid file names (a restarted one)."""
+        candidates = [self.pids[node]] if node in self.pids else []
+        try:
+            candidates.append(int((self.sock_root / node / "dockerd.pid").read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
+        return next((p for p in candidates if pid_alive(p) and _comm(p) == "dockerd"), None)
 
     @staticmethod
     def _children(parents: list[int]) -> list[int]:

@@ -4,6 +4,7 @@ client against rank 0; faults; Ctrl-C; and nothing left behind (containers, keys
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -195,3 +196,26 @@ def test_weird_workspace_path(weird_tmp_path: Path, docker_nodes: DockerNodes) -
     """Spaces, quotes and `'; touch` in the run folder's path survive sbatch, srun, docker and mpirun."""
     dn = docker_nodes
     assert_weird_path_launch(dn, write_spec(weird_tmp_path, dn), weird_tmp_path)
+
+
+@pytest.mark.parametrize(("container", "env", "named"), [
+    # No libmpi where the rank looks, or a library that is not an MPI: each rank says so.
+    # (mpirun over ssh has no PMI plugin to get wrong; an unmatched mpi_if_include is ignored.)
+    ({}, {"FTC_LIBMPI": "/nonexistent/libmpi.so.40"},
+     r"rank [01] on node\d cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi\.so\.40: no such file"),
+    ({}, {"FTC_LIBMPI": "/bin/bash"}, r"rank [01] on node\d cannot start MPI: cannot load /bin/bash: "),
+    ({}, {"FTC_LIBMPI": "/lib/x86_64-linux-gnu/libc.so.6"},
+     r"rank [01] on node\d cannot start MPI: /lib/x86_64-linux-gnu/libc\.so\.6 is not an MPI library"),
+])
+def test_mpi_check_fails_cleanly_when_the_world_cannot_form(tmp_path: Path, docker_nodes: DockerNodes,
+                                                            container: dict[str, str], env: dict[str, str],
+                                                            named: str) -> None:
+    dn = docker_nodes
+    rc, out, err = launch(dn, write_spec(tmp_path, dn, top={"env": env or None}, **container), "--nodes", "2")
+    assert rc == 1 and out["ok"] is False, err
+    assert out["failure"].startswith("MPI check failed: "), out["failure"]
+    assert re.search(named, out["failure"]), out["failure"]
+    kinds = [e[0] for e in events(Path(out["run_dir"]))]
+    assert "mpicheck_ok" not in kinds and "servers_starting" not in kinds, kinds
+    assert "containers_stopped" in kinds, kinds
+    assert_nothing_left(dn, Path(out["run_dir"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -294,15 +295,19 @@ def test_mpi_check_with_a_wrong_plugin_fails_and_lists_plugins(spec_dir: Path) -
 
 
 @pytest.mark.parametrize(("override", "named"), [
-    ({"env": {"FTC_LIBMPI": "/nonexistent/libmpi.so.40"}}, "FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file"),
-    ({"mpi": "none"}, "MPI check failed"),          # Debian's Open MPI needs PMIx from srun
+    ({"env": {"FTC_LIBMPI": "/nonexistent/libmpi.so.40"}},
+     "rank [01] on node\\d cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi\\.so\\.40: no such file"),
+    # Debian's Open MPI needs PMIx from srun: no plugin, or one it was not built with.
+    ({"mpi": "none"}, "rank [01] on node\\d cannot join a world: srun started 2 tasks with --mpi=none"),
+    ({"mpi": "pmi2"}, "rank [01] on node\\d: its MPI made a world of 1, but 2 tasks were started \\(--mpi=pmi2\\)"),
 ])
 def test_mpi_check_fails_cleanly_when_the_world_cannot_form(spec_dir: Path, override: dict[str, Any],
                                                             named: str) -> None:
     cluster = _write_spec(spec_dir, **override)
     rc, out, err = launch_json(cluster, "--nodes", "2")
     assert rc == 1
-    assert "MPI check failed" in out["failure"] and named in out["failure"], out["failure"]
+    assert out["failure"].startswith("MPI check failed: "), out["failure"]
+    assert re.search(named, out["failure"]), out["failure"]
     assert "mpicheck_ok" not in out["phases"] and "servers_starting" not in out["phases"]
     _assert_clean(out)
 

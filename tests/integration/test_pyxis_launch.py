@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,10 +55,9 @@ def _write_spec(folder: Path, pb: PyxisBed, *, server: dict[str, Any] | None = N
             "mounts": [f"{DEMO_CHECKPOINT}:{DEMO_CHECKPOINT}:ro"],
             **container,
         },
-        # The image's own tritonserver, by its path: Enroot 4.1.2 here starts steps with the
-        # default PATH, not the image's ENV PATH.
-        "server": {"binary": "/opt/tritonserver/bin/tritonserver", "ready_timeout": 90, "exit_grace": 5,
-                   **(server or {})},
+        # server.binary left at its default, `tritonserver` on the image's ENV PATH: Enroot starts
+        # steps through a login shell, and the image's Debian /etc/profile replaces PATH.
+        "server": {"ready_timeout": 90, "exit_grace": 5, **(server or {})},
     }
     if env:
         spec["env"] = env
@@ -208,3 +208,41 @@ def test_missing_image_is_refused_before_submitting(pb: PyxisBed, spec_dir: Path
     assert p.stderr.strip().splitlines()[-1].startswith("error: container.image: "), p.stderr
     assert "does not exist" in p.stderr
     assert not pb.jobs()
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    # The image's MPI has no libmpi where the rank looks: each rank says so and why.
+    ({"env": {"FTC_LIBMPI": "/nonexistent/libmpi.so.40"}},
+     r"rank [01] on node{n} cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi\.so\.40: no such file"),
+    # The image's Open MPI needs PMIx from srun; without a plugin no world forms.
+    ({"mpi": "none"}, "rank [01] on node{n} cannot join a world: srun started 2 tasks with --mpi=none"),
+    # A PMI the image's Open MPI was not built with: it ends the rank inside MPI_Init.
+    ({"mpi": "pmi2"}, r"rank [01] on node{n} \(Exited with exit code 1\): \S"),
+])
+def test_mpi_check_fails_cleanly_when_the_world_cannot_form(pb: PyxisBed, spec_dir: Path,
+                                                            override: dict[str, Any], named: str) -> None:
+    cluster = _write_spec(spec_dir, pb, env=override.get("env"))
+    if "mpi" in override:
+        spec = yaml.safe_load(cluster.read_text())
+        cluster.write_text(yaml.safe_dump({**spec, "mpi": override["mpi"]}))
+    rc, out, err = launch_json(cluster, "--nodes", "2")
+    assert rc == 1, err
+    failure = out["failure"]
+    assert failure.startswith("MPI check failed: "), failure
+    assert re.search(named.replace("{n}", r"\d"), failure), failure
+    events = _events(Path(out["run_dir"]))
+    assert "mpicheck_ok" not in events and "servers_starting" not in events, events
+    assert "containers_stopped" in events, events
+    _assert_run_gone(out["run_id"])
+
+
+def test_mpi_check_alone_passes_in_the_image(pb: PyxisBed, spec_dir: Path) -> None:
+    p = ftcluster("check", "--cluster", str(_write_spec(spec_dir, pb)), "--nodes", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    mpi = json.loads(p.stdout)["mpicheck"]
+    assert mpi["ok"] and mpi["problems"] == [], mpi
+    assert sorted(r["host"] for r in mpi["ranks"]) == ["node1", "node2"]
+    assert all(r["mpi_library"].startswith("Open MPI") for r in mpi["ranks"]), mpi["ranks"]
+    # `tritonserver` found on the image's ENV PATH, though the step's login shell replaced PATH.
+    assert {r["tritonserver"] for r in mpi["ranks"]} == {"/opt/tritonserver/bin/tritonserver"}, mpi["ranks"]
+    _assert_run_gone(json.loads(p.stdout)["run_id"])

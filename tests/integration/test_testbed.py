@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster import sshd
 from tests.cluster.fixtures import require_testbed
 from tests.cluster.testbed import SlurmTestbed
-from tests.cluster.util import pid_alive, which
+from tests.cluster.util import pid_alive, wait_until, which
+from tests.docker import image
+from tests.docker.daemons import DockerNodes
 
 pytestmark = pytest.mark.cluster
 
@@ -149,6 +152,37 @@ def test_a_crashed_daemon_is_restarted_logged_and_serves_again(slurm_cluster: Sl
         assert time.monotonic() - t0 < 60, r.stderr
         time.sleep(0.5)
     assert r.stdout.strip() == "node3"
+
+
+def test_a_crashed_sshd_is_restarted_and_serves_again(sshd_nodes: SlurmTestbed) -> None:
+    tb = sshd_nodes
+    if "sshd-node2" not in tb.argv:   # started by a bed without sshd supervision: start it anew
+        tb.start_sshd()
+    before = len(tb.restarts())
+    old = tb.crash("sshd-node2")
+    assert [r["name"] for r in tb.restarts()[before:]] == ["sshd-node2"]
+    assert f"restarted sshd-node2: pid {old} was gone" in (tb.dir / "log" / "supervisor.log").read_text()
+    wait_until(lambda: sshd.listening(tb.net, "node2"), 15, "sshd on node2 to listen again")
+    r = subprocess.run([which("ssh"), *tb.ssh_options, tb.ip("node2"), "hostname"],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.stdout.strip() == "node2", r.stderr
+
+
+@pytest.mark.docker
+def test_a_crashed_dockerd_is_restarted_and_serves_again(docker_nodes: DockerNodes) -> None:
+    dn = docker_nodes
+    tb = dn.tb
+    assert isinstance(tb, SlurmTestbed)
+    name = dn.daemon_name("node2")
+    before = len(tb.restarts())
+    old = tb.crash(name, timeout=60)
+    assert [r["name"] for r in tb.restarts()[before:]] == [name]
+    assert f"restarted {name}: pid {old} was gone" in (tb.dir / "log" / "supervisor.log").read_text()
+    wait_until(lambda: dn.docker("node2", ["version"], timeout=60).returncode == 0, 60, "dockerd on node2",
+               interval=0.2)
+    r = dn.docker("node2", ["run", "--rm", "--network", "host", "--uts", "host", image.IMAGE, "hostname"],
+                  timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "node2", r.stderr
 
 
 def test_down_leaves_nothing_behind() -> None:

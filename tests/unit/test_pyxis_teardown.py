@@ -80,7 +80,10 @@ def test_down_reports_a_failed_removal(tmp_path: Path) -> None:
 def test_job_script_tears_down_and_guards_every_node() -> None:
     text = render_style("pyxis").files["job.sbatch"]
     assert 'bash "$PYXIS_NODE" down' in text and 'bash "$PYXIS_NODE" guard' in text
-    assert "trap pyxis_cleanup EXIT" in text
+    # The shared teardown calls the Pyxis hook: the container removal, then the guards.
+    assert "trap cleanup EXIT" in text
+    hook = text[text.rindex("containers_down() {"):]
+    assert hook.index("teardown ||") < hook.index("stop_guards")
     assert "Pyxis is not active on the compute nodes" in text
     bare = render_style("none").files
     assert "pyxis_node.sh" not in bare and "PYXIS_NODE" not in bare["job.sbatch"]

@@ -235,6 +235,25 @@ run_client() {
   return "$rc"
 }
 
+# A foreground step the INT/TERM trap can interrupt (bash runs traps only between commands).
+FG_PID=
+run_fg() {
+  "$@" &
+  FG_PID=$!
+  wait "$FG_PID"
+  local rc=$?
+  interrupt_point
+  FG_PID=
+  return "$rc"
+}
+
+# The hook for a style's containers: removes them on every node after the servers stopped
+# (false when a node failed). Styles with containers define their own after this one.
+# shellcheck disable=SC2317  # replaced by a later definition where a style has containers
+containers_down() { :; }
+
+# The one teardown, on every exit (EXIT trap): client, an interrupted foreground step, the
+# servers, then the style's containers_down.
 cleanup() {
   local rc=$?
   # The teardown runs to its end: a second TERM (scancel signals the batch shell and its
@@ -242,7 +261,13 @@ cleanup() {
   trap - EXIT
   trap '' INT TERM
   [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
+  if [ -n "$FG_PID" ]; then
+    # An interrupted node or container step ends first, so no container appears after the teardown.
+    kill -TERM "$FG_PID" 2>/dev/null
+    wait "$FG_PID" 2>/dev/null
+  fi
   stop_servers
+  containers_down || { (( rc )) || rc=1; }
   event "done $rc"
   exit "$rc"
 }

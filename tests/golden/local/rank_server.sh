@@ -28,6 +28,15 @@ GRPC_PORT=18001
 METRICS_PORT=18002
 EXTRA_ARGS=()
 
+# Enroot (Pyxis) starts a step through a login shell, so an image's /etc/profile that assigns
+# PATH (Debian's does; Ubuntu's, under NVIDIA's images, does not) drops the image's ENV PATH.
+# Enroot keeps the image's Env in /etc/environment: a binary not found otherwise is looked up
+# on that PATH, which is the one `docker run` gives.
+if [[ $TRITON != */* ]] && ! command -v "$TRITON" >/dev/null; then
+  IMAGE_PATH=$(sed -n 's/^PATH=//p' /etc/environment 2>/dev/null | tail -n 1)
+  [ -z "$IMAGE_PATH" ] || PATH=$IMAGE_PATH
+fi
+
 RANK=${FTC_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}}
 export FTC_RANK=$RANK   # the server and its backend see the rank whatever started them
 OFF=$((RANK * PORT_STRIDE))

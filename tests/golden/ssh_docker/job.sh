@@ -244,6 +244,25 @@ run_client() {
   return "$rc"
 }
 
+# A foreground step the INT/TERM trap can interrupt (bash runs traps only between commands).
+FG_PID=
+run_fg() {
+  "$@" &
+  FG_PID=$!
+  wait "$FG_PID"
+  local rc=$?
+  interrupt_point
+  FG_PID=
+  return "$rc"
+}
+
+# The hook for a style's containers: removes them on every node after the servers stopped
+# (false when a node failed). Styles with containers define their own after this one.
+# shellcheck disable=SC2317  # replaced by a later definition where a style has containers
+containers_down() { :; }
+
+# The one teardown, on every exit (EXIT trap): client, an interrupted foreground step, the
+# servers, then the style's containers_down.
 cleanup() {
   local rc=$?
   # The teardown runs to its end: a second TERM (scancel signals the batch shell and its
@@ -251,7 +270,13 @@ cleanup() {
   trap - EXIT
   trap '' INT TERM
   [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
+  if [ -n "$FG_PID" ]; then
+    # An interrupted node or container step ends first, so no container appears after the teardown.
+    kill -TERM "$FG_PID" 2>/dev/null
+    wait "$FG_PID" 2>/dev/null
+  fi
   stop_servers
+  containers_down || { (( rc )) || rc=1; }
   event "done $rc"
   exit "$rc"
 }
@@ -270,19 +295,7 @@ find_hosts() {
 HOSTS=()
 CONTAINERS=0
 MPIRUN_PID=
-FG_PID=
 GUARD_PID=
-
-# A foreground step the INT/TERM trap can interrupt (bash runs traps only between commands).
-run_fg() {
-  "$@" &
-  FG_PID=$!
-  wait "$FG_PID"
-  local rc=$?
-  interrupt_point
-  FG_PID=
-  return "$rc"
-}
 
 servers_alive() { [ -n "$MPIRUN_PID" ] && kill -0 "$MPIRUN_PID" 2>/dev/null; }
 # SIGTERM to rank 0's wrapper in its container (pids as the container sees them).
@@ -342,28 +355,17 @@ stop_guards() {
   GUARD_PID=
 }
 
-docker_cleanup() {
-  local rc=$?
-  # The teardown runs to its end: a second TERM (scancel signals the batch shell and its
-  # steps) must not cut it short. What cannot finish is SIGKILLed by whoever stops the job.
-  trap - EXIT
-  trap '' INT TERM
-  [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
-  if [ -n "$FG_PID" ]; then
-    # An interrupted node step first ends, so no container appears after the teardown.
-    kill -TERM "$FG_PID" 2>/dev/null
-    wait "$FG_PID" 2>/dev/null
-  fi
-  stop_servers
-  teardown || { (( rc )) || rc=1; }
+# cleanup's hook: the containers on every node, the guards, then the run's keys, which are
+# only good for this run's containers.
+containers_down() {
+  local ok=0
+  teardown || ok=1
   stop_guards
-  # The keys are only good for this run's containers, which are gone now.
   rm -rf "$SSH_DIR"
-  event "done $rc"
-  exit "$rc"
+  return "$ok"
 }
 
-trap docker_cleanup EXIT
+trap cleanup EXIT
 trap 'INTERRUPTED=1' INT TERM
 event "job_started $(hostname) ${SLURM_JOB_ID:-}"
 
@@ -404,7 +406,8 @@ if ! timeout --kill-after=5 120 "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NO
   mpirun "$MPI_HOSTS" python3 "$SCRIPTS/mpicheck.py" --nodes "$NODES" --tritonserver "$TRITON" \
   --rank0-host "$RANK0_NODE" --out "$RESULTS/mpicheck.json" >"$LOGS/mpicheck.log" 2>&1; then
   cat "$LOGS/mpicheck.log" >&2
-  problem=$(grep -m1 -E '^PROBLEM: |error|ERROR|denied|failed' "$LOGS/mpicheck.log" | tr -s '[:space:]' ' ')
+  problem=$(grep -m1 -E '^PROBLEM: |error|ERROR|denied|failed' "$LOGS/mpicheck.log" \
+    | sed 's/^PROBLEM: //' | tr -s '[:space:]' ' ')
   fail "MPI check failed: ${problem:-see logs/mpicheck.log}"
 fi
 event "mpicheck_ok"
