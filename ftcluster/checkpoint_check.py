@@ -5,10 +5,11 @@ surfaces only as garbage output or a crash minutes into a multi-node start. Here
   - config.ini has the fields the backend reads for the model type;
   - every rank-split file `<name>.<rank>.bin` exists for ranks 0..N-1 and for no other rank
     (shards for another rank count mean the folder was converted for another GPU count);
-  - GPT, BLOOM, OPT, bert, T5 and T5-Encoder: every file the converter writes is there with the size config.ini
-    implies. Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
+  - GPT, BLOOM, OPT, GPT-J, bert, T5 and T5-Encoder: every file the converter writes is there with
+    the size config.ini implies. Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
     huggingface_gpt_convert.py (split_and_convert_process), huggingface_bloom_convert.py
-    (parameter_to_split), huggingface_opt_convert.py, bert/utils/huggingface_bert_convert.py
+    (parameter_to_split), huggingface_opt_convert.py, gptj/utils/huggingface_gptj_ckpt_convert.py
+    and gptj_ckpt_convert.py (the same layout), bert/utils/huggingface_bert_convert.py
     and t5/utils/huggingface_t5_ckpt_convert.py (t5_layout):
     qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and mlp.dense_4h_to_h.weight
     are split per rank; layernorms and the other biases are written once.
@@ -76,6 +77,36 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
         split = {
             "attention.query_key_value.weight": hidden * 3 * hidden // tp,
             "attention.query_key_value.bias": 3 * hidden // tp,
+            "attention.dense.weight": hidden // tp * hidden,
+            "mlp.dense_h_to_4h.weight": hidden * inter // tp,
+            "mlp.dense_h_to_4h.bias": inter // tp,
+            "mlp.dense_4h_to_h.weight": inter // tp * hidden,
+        }
+        for rank in range(tp):
+            files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+    return files
+
+
+def gptj_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
+    """Every file the GPT-J converters write for `tp` ranks. Unlike GPT: no position embedding
+    (rotary), a biased lm_head of its own, no attention.dense bias and no post-attention
+    layernorm (attention and MLP read the same input_layernorm output)."""
+    s = parser["gptj"]
+    hidden = int(s["head_num"]) * int(s["size_per_head"])
+    inter = int(s.get("inter_size", str(4 * hidden)))
+    vocab = int(s["vocab_size"])
+    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
+    files = [Expected("model.wte.bin", vocab * hidden * b),
+             Expected("model.final_layernorm.weight.bin", hidden * b),
+             Expected("model.final_layernorm.bias.bin", hidden * b),
+             Expected("model.lm_head.weight.bin", vocab * hidden * b),
+             Expected("model.lm_head.bias.bin", vocab * b)]
+    for layer in range(int(s["num_layer"])):
+        p = f"model.layers.{layer}."
+        files += [Expected(f"{p}{once}.bin", hidden * b)
+                  for once in ("input_layernorm.weight", "input_layernorm.bias", "mlp.dense_4h_to_h.bias")]
+        split = {
+            "attention.query_key_value.weight": hidden * 3 * hidden // tp,
             "attention.dense.weight": hidden // tp * hidden,
             "mlp.dense_h_to_4h.weight": hidden * inter // tp,
             "mlp.dense_h_to_4h.bias": inter // tp,
@@ -266,6 +297,8 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
         return problems + shard
     if model_type in ("GPT", "BLOOM", "OPT"):
         return _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
+    if model_type == "GPT-J":
+        return _layout_problems(gpu_dir, gptj_layout(parser, tp))
     if model_type == "bert":
         return _layout_problems(gpu_dir, bert_layout(parser, tp))
     if model_type in ("T5", "T5-Encoder"):

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ftcluster.checkpoint_check import bert_layout, checkpoint_problems, gpt_layout, t5_layout
+from ftcluster.checkpoint_check import (
+    bert_layout,
+    checkpoint_problems,
+    gpt_layout,
+    gptj_layout,
+    t5_layout,
+)
 from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, output_names, parse_config
 from ftcluster.errors import PlanError, UserError
@@ -60,8 +66,9 @@ def make_checkpoint(root: Path, repo: Path, model_type: str, tp: int, weights: b
         parser.write(fh)
     if not weights:
         return d
-    if model_type in ("GPT", "BLOOM", "OPT", "bert", "T5", "T5-Encoder"):
+    if model_type in ("GPT", "BLOOM", "OPT", "GPT-J", "bert", "T5", "T5-Encoder"):
         layout = (bert_layout(parser, tp) if model_type == "bert" else
+                  gptj_layout(parser, tp) if model_type == "GPT-J" else
                   t5_layout(parser, model_type == "T5-Encoder", tp) if model_type.startswith("T5") else
                   gpt_layout(parser, model_type, tp))
         for e in layout:
@@ -282,6 +289,27 @@ def test_opt_and_bert_layouts_follow_their_converters(tmp_path: Path) -> None:
     (d / "model.encoder.layer.0.intermediate.dense.bias.1.bin").write_bytes(b"\0" * 4)
     assert checkpoint_problems(tmp_path, "bert", 2) == [
         "model.encoder.layer.0.intermediate.dense.bias.1.bin is 4 bytes, config.ini implies 32 (truncated)"]
+
+
+def test_gptj_layout_follows_its_converter(tmp_path: Path) -> None:
+    """huggingface_gptj_ckpt_convert.py: rotary (no wpe), lm_head with a bias, no attention.dense
+    bias, no post-attention layernorm; the MLP and attention weights split per rank."""
+    d = tmp_path / "2-gpu"
+    d.mkdir()
+    (d / "config.ini").write_text("[gptj]\nhead_num = 2\nsize_per_head = 4\ninter_size = 32\nnum_layer = 1\n"
+                                  "vocab_size = 10\nrotary_embedding = 4\nstart_id = 1\nend_id = 2\n"
+                                  "weight_data_type = fp32\n")
+    layout = {e.name: e.nbytes for e in gptj_layout(read_ini(d / "config.ini"), 2)}
+    assert len(layout) == 5 + 3 + 2 * 5
+    assert layout["model.lm_head.bias.bin"] == 10 * 4
+    assert layout["model.layers.0.attention.query_key_value.weight.1.bin"] == 8 * 3 * 8 // 2 * 4
+    assert layout["model.layers.0.mlp.dense_h_to_4h.bias.0.bin"] == 32 // 2 * 4
+    assert not any("wpe" in n or "attention.dense.bias" in n or "post_attention" in n for n in layout)
+    for name, n in layout.items():
+        (d / name).write_bytes(b"\0" * n)
+    assert checkpoint_problems(tmp_path, "GPT-J", 2) == []
+    (d / "model.lm_head.bias.bin").unlink()
+    assert checkpoint_problems(tmp_path, "GPT-J", 2) == ["missing file model.lm_head.bias.bin"]
 
 
 def test_an_example_spec_per_type() -> None:
