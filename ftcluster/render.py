@@ -333,7 +333,7 @@ def render(
     if opts.step is None:
         files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
     # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.
-    rank_files = (("mpicheck.py", "ctmpi.py") if ctx.mpi_check else ()) + (opts.step.rank_files if opts.step else ())
+    rank_files = (("mpicheck.py", "ctmpi.py", "rank_env.py") if ctx.mpi_check else ()) + (opts.step.rank_files if opts.step else ())
     for name in rank_files:
         files[name] = (Path(__file__).parent / "rank" / RANK_FILE_SOURCES.get(name, name)).read_text()
     if style == "pyxis":

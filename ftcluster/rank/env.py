@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -142,3 +143,26 @@ def child_env(extra: Mapping[str, str] | None = None,
         env.update(extra)
     env.update(NVLS_OFF)
     return env
+
+
+def image_path() -> str | None:
+    """The image's ENV PATH as Enroot records it in /etc/environment: Enroot (Pyxis) starts a
+    step through a login shell, and an image's /etc/profile may replace PATH (Debian's does;
+    NVIDIA/enroot#248). rank_server.sh looks there too."""
+    try:
+        with open("/etc/environment") as fh:
+            found = [ln.strip()[5:] for ln in fh if ln.strip().startswith("PATH=")]
+    except OSError:
+        return None
+    return found[-1].strip("\"'") if found else None
+
+
+def which_in_image(name: str) -> str | None:
+    """The executable a path or a command name leads to in this rank's image, else None: the
+    step's PATH first, then the image's own ENV PATH."""
+    if os.sep in name:
+        found: str | None = name
+    else:
+        recorded = image_path()
+        found = shutil.which(name) or (shutil.which(name, path=recorded) if recorded else None)
+    return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None

@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import socket
 import sys
 import threading
@@ -26,8 +25,10 @@ from typing import Any
 
 try:
     from ftcluster.rank import ctmpi
-except ImportError:  # inside the user's image: ctmpi.py lies beside this file
+    from ftcluster.rank.env import which_in_image
+except ImportError:  # inside the user's image: ctmpi.py and rank_env.py lie beside this file
     import ctmpi  # type: ignore[no-redef]
+    from rank_env import which_in_image  # type: ignore[no-redef]
 
 RANK_VARS = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_RANK",
              "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "CUDA_VISIBLE_DEVICES")
@@ -67,26 +68,11 @@ def _sha256(path: str | None) -> str | None:
     return h.hexdigest()
 
 
-def _image_path() -> str | None:
-    """The image's ENV PATH as Enroot records it in /etc/environment: Enroot (Pyxis) starts a
-    step through a login shell, and an image's /etc/profile may replace PATH (Debian's does).
-    rank_server.sh looks there too."""
-    try:
-        with open("/etc/environment") as fh:
-            found = [ln.strip()[5:] for ln in fh if ln.strip().startswith("PATH=")]
-    except OSError:
-        return None
-    return found[-1].strip("\"'") if found else None
-
-
 def _resolve(binary: str | None) -> str | None:
     if not binary:
         return None
-    found: str | None = binary
-    if os.sep not in binary:
-        image_path = _image_path()
-        found = shutil.which(binary) or (shutil.which(binary, path=image_path) if image_path else None)
-    return os.path.realpath(found) if found and os.path.exists(found) else None
+    found = which_in_image(binary)
+    return os.path.realpath(found) if found else None
 
 
 def _ft_backend(tritonserver: str | None) -> str | None:

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from ftcluster.rank.env import RankEnv, apply_nvls_off, detect_rank_env
+    from ftcluster.rank.env import RankEnv, apply_nvls_off, detect_rank_env, which_in_image
 except ImportError:  # inside the user's image: rank_env.py lies beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # also under python -I
-    from rank_env import RankEnv, apply_nvls_off, detect_rank_env  # type: ignore[no-redef]
+    from rank_env import RankEnv, apply_nvls_off, detect_rank_env, which_in_image  # type: ignore[no-redef]
 
 RANK_TAG = "FTC_PREFLIGHT_RANK"
 REPORT_TAG = "FTC_PREFLIGHT_REPORT"
@@ -226,9 +226,8 @@ def os_release(path: str = "/etc/os-release") -> str:
 
 
 def find_binary(name: str) -> str | None:
-    """The executable a path or a command name leads to here, else None."""
-    found = name if "/" in name else shutil.which(name)
-    return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
+    """The executable a path or a command name leads to here (the image's PATH included), else None."""
+    return which_in_image(name)
 
 
 def collect_inventory(rank_env: RankEnv | None = None) -> RankReport:

@@ -17,12 +17,13 @@ import pytest
 
 
 REPO = Path(__file__).resolve().parents[2]
-# Beyond the standard library and the modules shipped beside each file: the FT stand-in runs in
+# Beyond the standard library and the modules shipped beside each file (under the names render gives them): the FT stand-in runs in
 # Triton's python backend stub (numpy, the backend's utils), in an image with torch (FT's
 # Dockerfile installs it).
 SHIPPED = {
-    "ftcluster/rank/mpicheck.py": {"ctmpi"},
+    "ftcluster/rank/mpicheck.py": {"ctmpi", "rank_env"},   # rank_env.py: env.py, as render ships it
     "ftcluster/rank/ctmpi.py": set(),
+    "ftcluster/rank/env.py": set(),
     "ftcluster/demo/model_repository/fastertransformer/1/model.py":
         {"numpy", "triton_python_backend_utils", "torch"},
 }
@@ -44,10 +45,11 @@ def test_parses_as_python_38_and_imports_only_the_stdlib(rel: str) -> None:
     tree = ast.parse(src, filename=rel, feature_version=(3, 8))
     # Imports guarded by try/except ImportError (ftcluster's own package when it is there).
     guarded = {
-        alias.split(".")[0]
+        name.split(".")[0]
         for node in ast.walk(tree) if isinstance(node, ast.Try)
-        for sub in node.body if isinstance(sub, ast.ImportFrom) and sub.module
-        for alias in [sub.module]
+        for sub in node.body
+        for name in ([sub.module] if isinstance(sub, ast.ImportFrom) and sub.module else
+                     [a.name for a in sub.names] if isinstance(sub, ast.Import) else [])
     }
     beside = {p.stem for p in (REPO / rel).parent.glob("*.py")}
     extra = (_imports(tree) - set(sys.stdlib_module_names) - SHIPPED[rel] - beside - guarded

@@ -12,14 +12,24 @@ from pathlib import Path
 import pytest
 
 from ftcluster.rank import ctmpi
+from ftcluster.render import RANK_FILE_SOURCES
 
-MPICHECK = Path(__file__).resolve().parents[2] / "ftcluster" / "rank" / "mpicheck.py"
+RANK = Path(__file__).resolve().parents[2] / "ftcluster" / "rank"
 
 
-def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI", "OMPI_", "FTC_"))}
-    return subprocess.run([sys.executable, str(MPICHECK), "--nodes", "2"], capture_output=True, text=True,
-                          env={**base, **env}, timeout=60, check=False)
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    """The MPI check's files as a run's scripts/ folder holds them, without ftcluster importable."""
+    for name in ("mpicheck.py", "ctmpi.py", "rank_env.py"):
+        (tmp_path / name).write_text((RANK / RANK_FILE_SOURCES.get(name, name)).read_text())
+    return tmp_path
+
+
+def _run(scripts: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "PMI", "OMPI_", "FTC_")) and k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-S", str(scripts / "mpicheck.py"), "--nodes", "2"], capture_output=True,
+                          text=True, env={**base, **env}, cwd=scripts, timeout=60, check=False)
 
 
 def test_a_library_that_is_not_mpi_is_named() -> None:
@@ -29,17 +39,17 @@ def test_a_library_that_is_not_mpi_is_named() -> None:
         ctmpi.World(libc)
 
 
-def test_missing_libmpi_names_the_rank_and_the_file() -> None:
-    p = _run({"FTC_LIBMPI": "/nonexistent/libmpi.so.40", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
+def test_missing_libmpi_names_the_rank_and_the_file(scripts: Path) -> None:
+    p = _run(scripts, {"FTC_LIBMPI": "/nonexistent/libmpi.so.40", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
               "PMIX_RANK": "1"})
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.startswith("PROBLEM: rank 1 on "), p.stderr
     assert "cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file" in p.stderr
 
 
-def test_srun_without_an_mpi_plugin_is_caught_before_mpi_init() -> None:
+def test_srun_without_an_mpi_plugin_is_caught_before_mpi_init(scripts: Path) -> None:
     """`srun --mpi=none` sets no PMI variables: Open MPI's MPI_Init would exit the process itself."""
-    p = _run({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_MPI_TYPE": "none"})
+    p = _run(scripts, {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_MPI_TYPE": "none"})
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "PROBLEM: rank 0 on " in p.stderr and "cannot join a world" in p.stderr
     assert "--mpi=none" in p.stderr and "set mpi:" in p.stderr

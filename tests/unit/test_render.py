@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster.plan import Plan, plan_for
-from ftcluster.render import STYLE_TEMPLATE, RenderedScripts, RenderOptions, RunPaths, render, templates_dir
+from ftcluster.render import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts, RenderOptions, RunPaths, render, templates_dir
 from ftcluster.spec import ClusterSpec, ModelSpec
 from tests.helpers_specs import REPO_ROOT, ckpt, cluster, facts, model
 
@@ -86,7 +86,7 @@ def render_style(style: str, run_dir: Path = RUN_DIR, nodes: int = 2, **spec: ob
 
 # The rank side's Python files are copied verbatim from ftcluster/rank/: compared with their
 # source, not kept twice under tests/golden.
-SHIPPED = {"mpicheck.py", "ctmpi.py"}
+SHIPPED = {"mpicheck.py", "ctmpi.py", "rank_env.py"}
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -94,7 +94,7 @@ def test_golden(style: str) -> None:
     scripts = render_style(style)
     rendered = {n: t for n, t in scripts.files.items() if n not in SHIPPED}
     for name in SHIPPED & set(scripts.files):
-        assert scripts.files[name] == (REPO_ROOT / "ftcluster" / "rank" / name).read_text()
+        assert scripts.files[name] == (REPO_ROOT / "ftcluster" / "rank" / RANK_FILE_SOURCES.get(name, name)).read_text()
     folder = GOLDEN / style
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
