@@ -47,6 +47,20 @@ def has_weights(gpu_dir: Path) -> bool:
     return gpu_dir.is_dir() and any(gpu_dir.glob("*.bin"))
 
 
+def _decoder_shards(prefix: str, hidden: int, inter: int, tp: int, b: int, qkv_bias: bool) -> list[Expected]:
+    """One decoder layer's rank-split files: attention split by heads, the MLP by its inner size."""
+    split = {"attention.query_key_value.weight": hidden * 3 * hidden // tp}
+    if qkv_bias:
+        split["attention.query_key_value.bias"] = 3 * hidden // tp
+    split.update({
+        "attention.dense.weight": hidden // tp * hidden,
+        "mlp.dense_h_to_4h.weight": hidden * inter // tp,
+        "mlp.dense_h_to_4h.bias": inter // tp,
+        "mlp.dense_4h_to_h.weight": inter // tp * hidden,
+    })
+    return [Expected(f"{prefix}{name}.{rank}.bin", n * b) for rank in range(tp) for name, n in split.items()]
+
+
 def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> list[Expected]:
     """Every file the GPT / BLOOM converter writes for `tp` ranks, with its size in bytes."""
     s = parser["gpt"]
@@ -74,16 +88,7 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
                      "post_attention_layernorm.weight", "post_attention_layernorm.bias",
                      "mlp.dense_4h_to_h.bias"):
             files.append(Expected(f"{p}{once}.bin", hidden * b))
-        split = {
-            "attention.query_key_value.weight": hidden * 3 * hidden // tp,
-            "attention.query_key_value.bias": 3 * hidden // tp,
-            "attention.dense.weight": hidden // tp * hidden,
-            "mlp.dense_h_to_4h.weight": hidden * inter // tp,
-            "mlp.dense_h_to_4h.bias": inter // tp,
-            "mlp.dense_4h_to_h.weight": inter // tp * hidden,
-        }
-        for rank in range(tp):
-            files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+        files += _decoder_shards(p, hidden, inter, tp, b, qkv_bias=True)
     return files
 
 
@@ -105,15 +110,7 @@ def gptj_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
         p = f"model.layers.{layer}."
         files += [Expected(f"{p}{once}.bin", hidden * b)
                   for once in ("input_layernorm.weight", "input_layernorm.bias", "mlp.dense_4h_to_h.bias")]
-        split = {
-            "attention.query_key_value.weight": hidden * 3 * hidden // tp,
-            "attention.dense.weight": hidden // tp * hidden,
-            "mlp.dense_h_to_4h.weight": hidden * inter // tp,
-            "mlp.dense_h_to_4h.bias": inter // tp,
-            "mlp.dense_4h_to_h.weight": inter // tp * hidden,
-        }
-        for rank in range(tp):
-            files += [Expected(f"{p}{name}.{rank}.bin", n * b) for name, n in split.items()]
+        files += _decoder_shards(p, hidden, inter, tp, b, qkv_bias=False)
     return files
 
 
