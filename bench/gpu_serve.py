@@ -114,6 +114,8 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,8")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-preflight", action="store_true")
+    ap.add_argument("--preflight-plans", default="2x1,1x2",
+                    help="GPUSxNODES for the preflights, comma separated (1x1 on a one-GPU machine)")
     args = ap.parse_args()
     plans = [tuple(int(x) for x in p.split("x")) for p in args.plans.split(",")]
     folder = Path(args.out or tempfile.mkdtemp(prefix="ftc-gpu-bench-")).resolve()
@@ -124,7 +126,7 @@ def main() -> int:
     _, out, _ = sh([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.nccl.version())"])
     report["torch"] = out.strip()
     if not args.no_preflight:
-        for tp, nodes in ((2, 1), (1, 2)):
+        for tp, nodes in (tuple(int(x) for x in p.split("x")) for p in args.preflight_plans.split(",")):
             cluster = write_cluster(folder, tp, 18500)
             prc, pout, perr = ftc("preflight", "--cluster", str(cluster), "--nodes", str(nodes), "--json", timeout=300)
             pre = parse_json(pout)
