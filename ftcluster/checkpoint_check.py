@@ -5,17 +5,15 @@ surfaces only as garbage output or a crash minutes into a multi-node start. Here
   - config.ini has the fields the backend reads for the model type;
   - every rank-split file `<name>.<rank>.bin` exists for ranks 0..N-1 and for no other rank
     (shards for another rank count mean the folder was converted for another GPU count);
-  - GPT, BLOOM, OPT, GPT-J, bert, T5 and T5-Encoder: every file the converter writes is there with
-    the size config.ini implies. Names and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/
-    huggingface_gpt_convert.py (split_and_convert_process), huggingface_bloom_convert.py
-    (parameter_to_split), huggingface_opt_convert.py, gptj/utils/huggingface_gptj_ckpt_convert.py
-    and gptj_ckpt_convert.py (the same layout), bert/utils/huggingface_bert_convert.py
-    and t5/utils/huggingface_t5_ckpt_convert.py (t5_layout):
+  - every file the type's converter writes is there with the size config.ini implies. Names
+    and splits follow NVIDIA/FasterTransformer examples/pytorch/gpt/utils/huggingface_gpt_convert.py
+    (split_and_convert_process), huggingface_bloom_convert.py (parameter_to_split),
+    huggingface_opt_convert.py, gptj/utils/huggingface_gptj_ckpt_convert.py and gptj_ckpt_convert.py
+    (the same layout), gptneox/utils/huggingface_gptneox_convert.py and eleutherai_gpt_neox_convert.py
+    (the same layout), bert/utils/huggingface_bert_convert.py and
+    t5/utils/huggingface_t5_ckpt_convert.py (t5_layout):
     qkv, attention.dense.weight, mlp.dense_h_to_4h.{weight,bias} and mlp.dense_4h_to_h.weight
     are split per rank; layernorms and the other biases are written once.
-  - other model types (ftcluster.modeltypes.KINDS): the files written once are there, every layer
-    of every stack has its files with a shard for every rank, and the shards of one tensor have
-    equal sizes (np.split writes equal parts).
 A folder without any weight file is never complete.
 """
 
@@ -30,7 +28,7 @@ from pathlib import Path
 from ftcluster.checkpoint import available_gpu_counts, type_hint
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
-from ftcluster.modeltypes import ModelKind, kind
+from ftcluster.modeltypes import kind
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 _SHARD = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.bin$")
@@ -61,6 +59,14 @@ def _decoder_shards(prefix: str, hidden: int, inter: int, tp: int, b: int, qkv_b
     return [Expected(f"{prefix}{name}.{rank}.bin", n * b) for rank in range(tp) for name, n in split.items()]
 
 
+def _gpt_layer(prefix: str, hidden: int, inter: int, tp: int, b: int) -> list[Expected]:
+    """A GPT-style layer (GPT, BLOOM, OPT, GPT-NeoX): layernorms and output biases written once."""
+    once = ("input_layernorm.weight", "input_layernorm.bias", "attention.dense.bias",
+            "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_4h_to_h.bias")
+    return ([Expected(f"{prefix}{name}.bin", hidden * b) for name in once]
+            + _decoder_shards(prefix, hidden, inter, tp, b, qkv_bias=True))
+
+
 def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> list[Expected]:
     """Every file the GPT / BLOOM converter writes for `tp` ranks, with its size in bytes."""
     s = parser["gpt"]
@@ -83,12 +89,30 @@ def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> l
         if s.get("has_post_decoder_layernorm", "1") == "0":
             files = [f for f in files if not f.name.startswith("model.final_layernorm.")]
     for layer in range(int(s["num_layer"])):
+        files += _gpt_layer(f"model.layers.{layer}.", hidden, inter, tp, b)
+    return files
+
+
+def gptneox_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
+    """Every file huggingface_gptneox_convert.py (FT's docs/gptneox_guide.md) and
+    eleutherai_gpt_neox_convert.py (GPT-NeoX-20B) write for `tp` ranks: GPT's layers, no position
+    table (rotary), an unbiased lm_head, and with use_gptj_residual (FT's default 1) both output
+    biases summed into mlp.attention.bias.sum, the one FT then loads."""
+    s = parser["gptneox"]
+    hidden = int(s["head_num"]) * int(s["size_per_head"])
+    inter = int(s.get("inter_size", str(4 * hidden)))
+    vocab = int(s["vocab_size"])
+    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
+    files = [Expected("model.wte.bin", vocab * hidden * b),
+             Expected("model.final_layernorm.weight.bin", hidden * b),
+             Expected("model.final_layernorm.bias.bin", hidden * b),
+             Expected("model.lm_head.weight.bin", vocab * hidden * b)]
+    summed = s.get("use_gptj_residual", "1").strip() != "0"
+    for layer in range(int(s["num_layer"])):
         p = f"model.layers.{layer}."
-        for once in ("input_layernorm.weight", "input_layernorm.bias", "attention.dense.bias",
-                     "post_attention_layernorm.weight", "post_attention_layernorm.bias",
-                     "mlp.dense_4h_to_h.bias"):
-            files.append(Expected(f"{p}{once}.bin", hidden * b))
-        files += _decoder_shards(p, hidden, inter, tp, b, qkv_bias=True)
+        files += _gpt_layer(p, hidden, inter, tp, b)
+        if summed:
+            files.append(Expected(f"{p}mlp.attention.bias.sum.bin", hidden * b))
     return files
 
 
@@ -188,6 +212,19 @@ def t5_layout(parser: configparser.ConfigParser, encoder_only: bool, tp: int) ->
     return files
 
 
+def expected_files(parser: configparser.ConfigParser, model_type: str, tp: int) -> list[Expected]:
+    """Every file the model type's converter writes for `tp` ranks, with its size."""
+    if model_type == "GPT-J":
+        return gptj_layout(parser, tp)
+    if model_type == "GPT-NeoX":
+        return gptneox_layout(parser, tp)
+    if model_type == "bert":
+        return bert_layout(parser, tp)
+    if model_type in ("T5", "T5-Encoder"):
+        return t5_layout(parser, model_type == "T5-Encoder", tp)
+    return gpt_layout(parser, model_type, tp)   # GPT (Megatron too), BLOOM, OPT
+
+
 def _config_problems(parser: configparser.ConfigParser, ini: Path, model_type: str, tp: int) -> list[str]:
     problems = []
     for section, keys in kind(model_type).required:
@@ -204,29 +241,6 @@ def _config_problems(parser: configparser.ConfigParser, ini: Path, model_type: s
             if ini_tp != str(tp):
                 problems.append(f"{ini}: tensor_para_size={ini_tp}: converted for {ini_tp} GPU(s), "
                                 f"not {tp}")
-    return problems
-
-
-def _layer_problems(parser: configparser.ConfigParser, gpu_dir: Path, mk: ModelKind, tp: int) -> list[str]:
-    """Files written once, and every layer with a shard for every rank (non-GPT layouts)."""
-    names = {f.name for f in gpu_dir.glob("*.bin")}
-    problems = [f"missing file {n}" for n in mk.whole_files if n not in names]
-    for stack, pattern in mk.layer_res():
-        key = stack.layer_key if parser.has_option(stack.section, stack.layer_key) else "num_layers"
-        try:
-            layers = parser.getint(stack.section, key)
-        except (configparser.Error, ValueError):
-            continue  # reported by _config_problems
-        ranks: dict[int, set[int]] = defaultdict(set)
-        for n in names:
-            m, shard = pattern.match(n), _SHARD.match(n)
-            if m and shard:
-                ranks[int(m.group(1))].add(int(shard["rank"]))
-        for layer in range(layers):
-            missing = sorted(set(range(tp)) - ranks.get(layer, set()))
-            if missing:
-                what = "no weight shards" if len(missing) == tp else f"no shard for rank {missing[0]}"
-                problems.append(f"[{stack.section}] layer {layer}: {what} (pattern {pattern.pattern})")
     return problems
 
 
@@ -292,15 +306,7 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
         return problems + shard[:1]
     if problems:
         return problems + shard
-    if model_type in ("GPT", "BLOOM", "OPT"):
-        return _layout_problems(gpu_dir, gpt_layout(parser, model_type, tp))
-    if model_type == "GPT-J":
-        return _layout_problems(gpu_dir, gptj_layout(parser, tp))
-    if model_type == "bert":
-        return _layout_problems(gpu_dir, bert_layout(parser, tp))
-    if model_type in ("T5", "T5-Encoder"):
-        return _layout_problems(gpu_dir, t5_layout(parser, model_type == "T5-Encoder", tp))
-    return _layer_problems(parser, gpu_dir, kind(model_type), tp) + shard
+    return _layout_problems(gpu_dir, expected_files(parser, model_type, tp))
 
 
 def verify_checkpoint(root: Path, model_type: str, tp: int) -> None:

@@ -4,8 +4,9 @@ Script paths and argument names as in NVIDIA/FasterTransformer (examples/pytorch
 each script's argparse block:
   gpt/utils/huggingface_gpt_convert.py    -saved_dir/-o -in_file/-i -infer_gpu_num/-i_g -weight_data_type
   gptj/utils/gptj_ckpt_convert.py         --output-dir --ckpt-dir --n-inference-gpus (writes fp32, no option)
-  gptneox/utils/huggingface_jp_gptneox_convert.py  -saved_dir/-o -in_file/-i -infer_gpu_num/-i_g
-                                          -weight_data_type -model_name/-m_n (required)
+  gptneox/utils/huggingface_gptneox_convert.py  -saved_dir/-o -in_file/-i -infer_gpu_num/-i_g
+                                          -weight_data_type -model_name/-m_n (required; the one
+                                          FT's docs/gptneox_guide.md runs)
   t5/utils/huggingface_t5_ckpt_convert.py -saved_dir/-o -in_file/-i -inference_tensor_para_size/-i_g
                                           -weight_data_type
   gpt/utils/huggingface_bloom_convert.py  -i/--input-dir -o/--output-dir -tp/--tensor-para-size
@@ -44,7 +45,7 @@ CONVERTERS: dict[str, Converter] = {
                      "-i", "-o", "-i_g", "-weight_data_type"),
     "GPT-J": Converter("examples/pytorch/gptj/utils/gptj_ckpt_convert.py",
                        "--ckpt-dir", "--output-dir", "--n-inference-gpus", None),
-    "GPT-NeoX": Converter("examples/pytorch/gptneox/utils/huggingface_jp_gptneox_convert.py",
+    "GPT-NeoX": Converter("examples/pytorch/gptneox/utils/huggingface_gptneox_convert.py",
                           "-i", "-o", "-i_g", "-weight_data_type", ("-model_name", "{name}")),
     "T5": Converter("examples/pytorch/t5/utils/huggingface_t5_ckpt_convert.py",
                     "-in_file", "-saved_dir", "-inference_tensor_para_size", "-weight_data_type"),

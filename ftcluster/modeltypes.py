@@ -12,7 +12,6 @@ gpt-interactive-text-generation: sequence batching) are plain GPT too.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 
@@ -23,7 +22,6 @@ class Stack:
     section: str
     head_key: str
     layer_key: str
-    layer_file: str     # regex of a per-layer weight file name; group 1 is the layer index
 
 
 @dataclass(frozen=True)
@@ -32,50 +30,34 @@ class ModelKind:
     backend_type: str                            # parameters.model_type in config.pbtxt
     stacks: tuple[Stack, ...]
     required: tuple[tuple[str, tuple[str, ...]], ...]   # config.ini (section, keys) FT reads
-    whole_files: tuple[str, ...]                 # files written once, not per rank
     style: str                                   # decoder | encoder-decoder | encoder | bert
 
-    def layer_res(self) -> list[tuple[Stack, re.Pattern[str]]]:
-        return [(s, re.compile(s.layer_file)) for s in self.stacks]
 
-
-_GPT_LAYER = r"^model\.layers\.(\d+)\."
 _GPT_KEYS = ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size", "start_id",
              "end_id", "weight_data_type")
-_GPT_STACK = (Stack("gpt", "head_num", "num_layer", _GPT_LAYER),)
-_GPT_FILES = ("model.wte.bin", "model.final_layernorm.weight.bin", "model.final_layernorm.bias.bin")
+_GPT_STACK = (Stack("gpt", "head_num", "num_layer"),)
 _T5_KEYS = ("num_heads", "num_layers", "d_model", "d_kv", "d_ff", "vocab_size", "weight_data_type")
-_T5_ENCODER = Stack("encoder", "num_heads", "num_layers", r"^encoder\.block\.(\d+)\.")
+_T5_ENCODER = Stack("encoder", "num_heads", "num_layers")
 # huggingface_t5_ckpt_convert.py copies HF's config into both sections: the decoder's depth
 # is num_decoder_layers there (num_layers being the encoder's).
-_T5_DECODER = Stack("decoder", "num_heads", "num_decoder_layers", r"^decoder\.block\.(\d+)\.")
+_T5_DECODER = Stack("decoder", "num_heads", "num_decoder_layers")
 
 KINDS: dict[str, ModelKind] = {k.name: k for k in (
-    ModelKind("GPT", "GPT", _GPT_STACK, (("gpt", (*_GPT_KEYS, "max_pos_seq_len")),),
-              (*_GPT_FILES, "model.wpe.bin"), "decoder"),
-    ModelKind("OPT", "GPT", _GPT_STACK, (("gpt", (*_GPT_KEYS, "max_pos_seq_len")),),
-              (*_GPT_FILES, "model.wpe.bin", "model.lm_head.weight.bin"), "decoder"),
+    ModelKind("GPT", "GPT", _GPT_STACK, (("gpt", (*_GPT_KEYS, "max_pos_seq_len")),), "decoder"),
+    ModelKind("OPT", "GPT", _GPT_STACK, (("gpt", (*_GPT_KEYS, "max_pos_seq_len")),), "decoder"),
     # ALiBi: no max_pos_seq_len and no position table; a layernorm after the embedding.
-    ModelKind("BLOOM", "GPT", _GPT_STACK, (("gpt", _GPT_KEYS),),
-              (*_GPT_FILES, "model.pre_decoder_layernorm.weight.bin",
-               "model.pre_decoder_layernorm.bias.bin"), "decoder"),
-    ModelKind("GPT-J", "GPT-J", (Stack("gptj", "head_num", "num_layer", _GPT_LAYER),),
-              (("gptj", (*_GPT_KEYS, "rotary_embedding")),),
-              (*_GPT_FILES, "model.lm_head.weight.bin", "model.lm_head.bias.bin"), "decoder"),
-    ModelKind("GPT-NeoX", "GPT-NeoX", (Stack("gptneox", "head_num", "num_layer", _GPT_LAYER),),
-              (("gptneox", (*_GPT_KEYS, "rotary_embedding")),),
-              (*_GPT_FILES, "model.lm_head.weight.bin"), "decoder"),
+    ModelKind("BLOOM", "GPT", _GPT_STACK, (("gpt", _GPT_KEYS),), "decoder"),
+    ModelKind("GPT-J", "GPT-J", (Stack("gptj", "head_num", "num_layer"),),
+              (("gptj", (*_GPT_KEYS, "rotary_embedding")),), "decoder"),
+    ModelKind("GPT-NeoX", "GPT-NeoX", (Stack("gptneox", "head_num", "num_layer"),),
+              (("gptneox", (*_GPT_KEYS, "rotary_embedding")),), "decoder"),
     ModelKind("T5", "T5", (_T5_ENCODER, _T5_DECODER),
-              (("encoder", _T5_KEYS), ("decoder", _T5_KEYS)),
-              ("shared.weight_T.bin", "encoder.final_layer_norm.weight.bin",
-               "decoder.final_layer_norm.weight.bin"), "encoder-decoder"),
+              (("encoder", _T5_KEYS), ("decoder", _T5_KEYS)), "encoder-decoder"),
     # --encoder_only: the converter leaves [decoder] empty and writes no decoder weights.
-    ModelKind("T5-Encoder", "T5-Encoder", (_T5_ENCODER,), (("encoder", _T5_KEYS),),
-              ("shared.weight_T.bin", "encoder.final_layer_norm.weight.bin"), "encoder"),
+    ModelKind("T5-Encoder", "T5-Encoder", (_T5_ENCODER,), (("encoder", _T5_KEYS),), "encoder"),
     # huggingface_bert_convert.py writes only the encoder layers (model.encoder.layer.N.*).
-    ModelKind("bert", "bert", (Stack("bert", "head_num", "num_layer", r"^model\.encoder\.layer\.(\d+)\."),),
-              (("bert", ("head_num", "size_per_head", "inter_size", "num_layer", "weight_data_type")),),
-              (), "bert"),
+    ModelKind("bert", "bert", (Stack("bert", "head_num", "num_layer"),),
+              (("bert", ("head_num", "size_per_head", "inter_size", "num_layer", "weight_data_type")),), "bert"),
 )}
 
 MODEL_TYPES = tuple(KINDS)

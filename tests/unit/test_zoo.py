@@ -2,7 +2,7 @@
 
 Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder, Megatron GPT) and, when
 present, the shared fixtures of the backend's all_models/ (GPT, GPT-J, T5, bert). Weights are
-written here with the file names and sizes of FT's converters (ftcluster.modeltypes).
+written here with the file names and sizes of FT's converters (ftcluster.checkpoint_check).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from ftcluster.checkpoint_check import (
     bert_layout,
     checkpoint_problems,
+    expected_files,
     gpt_layout,
     gptj_layout,
     t5_layout,
@@ -40,14 +41,6 @@ if FT_FIXTURES.is_dir():
     REPOS.update({FT_FIXTURES / "gpt": "GPT", FT_FIXTURES / "gptj": "GPT-J", FT_FIXTURES / "t5": "T5",
                   FT_FIXTURES / "bert": "bert"})
 IDS = [f"{p.name}-{t}" for p, t in REPOS.items()]
-# One per-layer weight name per stack, as the converters name them ({layer}, {rank}).
-LAYER_FILE = {"gptj": "model.layers.{layer}.attention.dense.weight.{rank}.bin",
-              "gptneox": "model.layers.{layer}.attention.dense.weight.{rank}.bin",
-              "encoder": "encoder.block.{layer}.layer.0.SelfAttention.q.weight.{rank}.bin",
-              "decoder": "decoder.block.{layer}.layer.0.SelfAttention.qkv.weight.{rank}.bin",
-              "bert": "model.encoder.layer.{layer}.attention.self.query.weight.{rank}.bin"}
-
-
 def source_ini(repo: Path) -> Path:
     version = repo / "fastertransformer" / "1"
     found = [version / "config.ini", *sorted(version.glob("*-gpu/config.ini"))]
@@ -66,23 +59,9 @@ def make_checkpoint(root: Path, repo: Path, model_type: str, tp: int, weights: b
         parser.write(fh)
     if not weights:
         return d
-    if model_type in ("GPT", "BLOOM", "OPT", "GPT-J", "bert", "T5", "T5-Encoder"):
-        layout = (bert_layout(parser, tp) if model_type == "bert" else
-                  gptj_layout(parser, tp) if model_type == "GPT-J" else
-                  t5_layout(parser, model_type == "T5-Encoder", tp) if model_type.startswith("T5") else
-                  gpt_layout(parser, model_type, tp))
-        for e in layout:
-            with open(d / e.name, "wb") as fh:
-                fh.truncate(e.nbytes)   # sparse: the real sizes without writing them
-        return d
-    kind = KINDS[model_type]
-    for name in kind.whole_files:
-        (d / name).write_bytes(b"\0" * 8)
-    for stack in kind.stacks:
-        key = stack.layer_key if parser.has_option(stack.section, stack.layer_key) else "num_layers"
-        for layer in range(parser.getint(stack.section, key)):
-            for rank in range(tp):
-                (d / LAYER_FILE[stack.section].format(layer=layer, rank=rank)).write_bytes(b"\0" * 16)
+    for e in expected_files(parser, model_type, tp):
+        with open(d / e.name, "wb") as fh:
+            fh.truncate(e.nbytes)   # sparse: the real sizes without writing them
     return d
 
 
@@ -310,6 +289,76 @@ def test_gptj_layout_follows_its_converter(tmp_path: Path) -> None:
     assert checkpoint_problems(tmp_path, "GPT-J", 2) == []
     (d / "model.lm_head.bias.bin").unlink()
     assert checkpoint_problems(tmp_path, "GPT-J", 2) == ["missing file model.lm_head.bias.bin"]
+
+
+def _hf_gptneox_convert(d: Path, hidden: int, heads: int, inter: int, layers: int, vocab: int, tp: int,
+                        parallel_residual: bool) -> None:
+    """The writes of huggingface_gptneox_convert.py (fp32): HF GPTNeoXForCausalLM's parameter
+    names and shapes, its renames, its split axes on the transposed arrays, its config.ini."""
+    hf = {"gpt_neox.embed_in.weight": (vocab, hidden), "gpt_neox.final_layer_norm.weight": (hidden,),
+          "gpt_neox.final_layer_norm.bias": (hidden,), "embed_out.weight": (vocab, hidden)}
+    for i in range(layers):
+        p = f"gpt_neox.layers.{i}."
+        hf.update({f"{p}{n}": (hidden,) for n in ("input_layernorm.weight", "input_layernorm.bias",
+                                                   "post_attention_layernorm.weight",
+                                                   "post_attention_layernorm.bias", "attention.dense.bias",
+                                                   "mlp.dense_4h_to_h.bias")})
+        hf.update({f"{p}attention.query_key_value.weight": (3 * hidden, hidden),
+                   f"{p}attention.query_key_value.bias": (3 * hidden,),
+                   f"{p}attention.dense.weight": (hidden, hidden),
+                   f"{p}mlp.dense_h_to_4h.weight": (inter, hidden), f"{p}mlp.dense_h_to_4h.bias": (inter,),
+                   f"{p}mlp.dense_4h_to_h.weight": (hidden, inter)})
+    whole = {"gpt_neox.embed_in.weight": "model.wte.bin", "embed_out.weight": "model.lm_head.weight.bin",
+             "gpt_neox.final_layer_norm.weight": "model.final_layernorm.weight.bin",
+             "gpt_neox.final_layer_norm.bias": "model.final_layernorm.bias.bin"}
+    once = ("layernorm", "attention.dense.bias", "mlp.dense_4h_to_h.bias")
+    for name, shape in hf.items():
+        val = np.zeros(shape, np.float32).T
+        key = name.replace("gpt_neox.", "")
+        if name in whole:
+            val.tofile(d / whole[name])
+            continue
+        if any(o in key for o in once):
+            val.tofile(d / f"model.{key}.bin")
+            continue
+        if "attention.dense.weight" in key or "dense_4h_to_h.weight" in key:
+            parts = np.split(val, tp, axis=0)
+        elif "dense_h_to_4h" in key:
+            parts = np.split(val, tp, axis=-1)
+        elif key.endswith("query_key_value.bias"):
+            parts = np.split(val.reshape(3, hidden), tp, axis=-1)
+        else:
+            parts = np.split(val.reshape(hidden, 3, hidden), tp, axis=-1)
+        for j, part in enumerate(parts):
+            part.tofile(d / f"model.{key}.{j}.bin")
+    if parallel_residual:
+        for i in range(layers):
+            np.zeros(hidden, np.float32).tofile(d / f"model.layers.{i}.mlp.attention.bias.sum.bin")
+    (d / "config.ini").write_text(
+        f"[gptneox]\nmodel_name = neox\nhead_num = {heads}\nsize_per_head = {hidden // heads}\n"
+        f"inter_size = {inter}\nnum_layer = {layers}\nrotary_embedding = 2\nvocab_size = {vocab}\n"
+        f"start_id = 0\nend_id = 0\nuse_gptj_residual = {int(parallel_residual)}\nweight_data_type = fp32\n")
+
+
+@pytest.mark.parametrize("parallel_residual", [True, False])
+def test_gptneox_layout_follows_its_converter(tmp_path: Path, parallel_residual: bool) -> None:
+    """Exactly the files huggingface_gptneox_convert.py writes, no more and no fewer: rotary (no
+    wpe), an unbiased lm_head, GPT's layers, and mlp.attention.bias.sum when use_gptj_residual."""
+    d = tmp_path / "2-gpu"
+    d.mkdir()
+    _hf_gptneox_convert(d, hidden=8, heads=2, inter=24, layers=2, vocab=10, tp=2,
+                        parallel_residual=parallel_residual)
+    layout = expected_files(read_ini(d / "config.ini"), "GPT-NeoX", 2)
+    assert {e.name for e in layout} == {p.name for p in d.glob("*.bin")}
+    assert checkpoint_problems(tmp_path, "GPT-NeoX", 2) == []
+    (d / "model.layers.1.mlp.dense_h_to_4h.bias.1.bin").write_bytes(b"\0" * 4)
+    (d / "model.lm_head.weight.bin").unlink()
+    assert checkpoint_problems(tmp_path, "GPT-NeoX", 2) == [
+        "missing file model.lm_head.weight.bin",
+        "model.layers.1.mlp.dense_h_to_4h.bias.1.bin is 4 bytes, config.ini implies 48 (truncated)"]
+    if parallel_residual:   # FT loads the summed bias then, not the two it came from
+        (d / "model.layers.0.mlp.attention.bias.sum.bin").unlink()
+        assert "missing file model.layers.0.mlp.attention.bias.sum.bin" in checkpoint_problems(tmp_path, "GPT-NeoX", 2)
 
 
 def test_an_example_spec_per_type() -> None:
