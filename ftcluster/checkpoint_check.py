@@ -45,8 +45,32 @@ def has_weights(gpu_dir: Path) -> bool:
     return gpu_dir.is_dir() and any(gpu_dir.glob("*.bin"))
 
 
-def _decoder_shards(prefix: str, hidden: int, inter: int, tp: int, b: int, qkv_bias: bool) -> list[Expected]:
+@dataclass(frozen=True)
+class _Decoder:
+    """The sizes a decoder-only config.ini section gives."""
+    hidden: int
+    inter: int
+    vocab: int
+    b: int          # bytes per weight element
+
+    @classmethod
+    def of(cls, s: configparser.SectionProxy) -> _Decoder:
+        hidden = int(s["head_num"]) * int(s["size_per_head"])
+        return cls(hidden, int(s.get("inter_size", str(4 * hidden))), int(s["vocab_size"]),
+                   _BYTES.get(s.get("weight_data_type", "fp32"), 4))
+
+    def ends(self, lm_head: bool) -> list[Expected]:
+        """The embedding, the final layernorm and (where the model has one) the output embedding."""
+        h, b = self.hidden, self.b
+        files = [Expected("model.wte.bin", self.vocab * h * b),
+                 Expected("model.final_layernorm.weight.bin", h * b),
+                 Expected("model.final_layernorm.bias.bin", h * b)]
+        return files + ([Expected("model.lm_head.weight.bin", self.vocab * h * b)] if lm_head else [])
+
+
+def _decoder_shards(prefix: str, d: _Decoder, tp: int, qkv_bias: bool) -> list[Expected]:
     """One decoder layer's rank-split files: attention split by heads, the MLP by its inner size."""
+    hidden, inter, b = d.hidden, d.inter, d.b
     split = {"attention.query_key_value.weight": hidden * 3 * hidden // tp}
     if qkv_bias:
         split["attention.query_key_value.bias"] = 3 * hidden // tp
@@ -59,37 +83,32 @@ def _decoder_shards(prefix: str, hidden: int, inter: int, tp: int, b: int, qkv_b
     return [Expected(f"{prefix}{name}.{rank}.bin", n * b) for rank in range(tp) for name, n in split.items()]
 
 
-def _gpt_layer(prefix: str, hidden: int, inter: int, tp: int, b: int) -> list[Expected]:
+def _gpt_layer(prefix: str, d: _Decoder, tp: int) -> list[Expected]:
     """A GPT-style layer (GPT, BLOOM, OPT, GPT-NeoX): layernorms and output biases written once."""
     once = ("input_layernorm.weight", "input_layernorm.bias", "attention.dense.bias",
             "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_4h_to_h.bias")
-    return ([Expected(f"{prefix}{name}.bin", hidden * b) for name in once]
-            + _decoder_shards(prefix, hidden, inter, tp, b, qkv_bias=True))
+    return ([Expected(f"{prefix}{name}.bin", d.hidden * d.b) for name in once]
+            + _decoder_shards(prefix, d, tp, qkv_bias=True))
 
 
 def gpt_layout(parser: configparser.ConfigParser, model_type: str, tp: int) -> list[Expected]:
     """Every file the GPT / BLOOM converter writes for `tp` ranks, with its size in bytes."""
     s = parser["gpt"]
-    hidden = int(s["head_num"]) * int(s["size_per_head"])
-    inter = int(s.get("inter_size", str(4 * hidden)))
-    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
-    files = [Expected("model.wte.bin", int(s["vocab_size"]) * hidden * b),
-             Expected("model.final_layernorm.weight.bin", hidden * b),
-             Expected("model.final_layernorm.bias.bin", hidden * b)]
+    d = _Decoder.of(s)
+    hidden, b = d.hidden, d.b
+    # huggingface_opt_convert.py: an output embedding of its own
+    files = d.ends(lm_head=model_type == "OPT")
     if model_type == "BLOOM":  # Megatron GPT writes GPT's layout
         # ALiBi instead of position embeddings; an extra layernorm after the embedding.
         files += [Expected("model.pre_decoder_layernorm.weight.bin", hidden * b),
                   Expected("model.pre_decoder_layernorm.bias.bin", hidden * b)]
     else:
         files.append(Expected("model.wpe.bin", int(s["max_pos_seq_len"]) * hidden * b))
-    if model_type == "OPT":
-        # huggingface_opt_convert.py: an output embedding of its own, and the final layernorm
-        # only where the model has one (has_post_decoder_layernorm; OPT-350m has none).
-        files.append(Expected("model.lm_head.weight.bin", int(s["vocab_size"]) * hidden * b))
-        if s.get("has_post_decoder_layernorm", "1") == "0":
-            files = [f for f in files if not f.name.startswith("model.final_layernorm.")]
+    if model_type == "OPT" and s.get("has_post_decoder_layernorm", "1") == "0":
+        # and the final layernorm only where the model has one (OPT-350m has none)
+        files = [f for f in files if not f.name.startswith("model.final_layernorm.")]
     for layer in range(int(s["num_layer"])):
-        files += _gpt_layer(f"model.layers.{layer}.", hidden, inter, tp, b)
+        files += _gpt_layer(f"model.layers.{layer}.", d, tp)
     return files
 
 
@@ -99,20 +118,14 @@ def gptneox_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]
     table (rotary), an unbiased lm_head, and with use_gptj_residual (FT's default 1) both output
     biases summed into mlp.attention.bias.sum, the one FT then loads."""
     s = parser["gptneox"]
-    hidden = int(s["head_num"]) * int(s["size_per_head"])
-    inter = int(s.get("inter_size", str(4 * hidden)))
-    vocab = int(s["vocab_size"])
-    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
-    files = [Expected("model.wte.bin", vocab * hidden * b),
-             Expected("model.final_layernorm.weight.bin", hidden * b),
-             Expected("model.final_layernorm.bias.bin", hidden * b),
-             Expected("model.lm_head.weight.bin", vocab * hidden * b)]
+    d = _Decoder.of(s)
+    files = d.ends(lm_head=True)
     summed = s.get("use_gptj_residual", "1").strip() != "0"
     for layer in range(int(s["num_layer"])):
         p = f"model.layers.{layer}."
-        files += _gpt_layer(p, hidden, inter, tp, b)
+        files += _gpt_layer(p, d, tp)
         if summed:
-            files.append(Expected(f"{p}mlp.attention.bias.sum.bin", hidden * b))
+            files.append(Expected(f"{p}mlp.attention.bias.sum.bin", d.hidden * d.b))
     return files
 
 
@@ -120,21 +133,13 @@ def gptj_layout(parser: configparser.ConfigParser, tp: int) -> list[Expected]:
     """Every file the GPT-J converters write for `tp` ranks. Unlike GPT: no position embedding
     (rotary), a biased lm_head of its own, no attention.dense bias and no post-attention
     layernorm (attention and MLP read the same input_layernorm output)."""
-    s = parser["gptj"]
-    hidden = int(s["head_num"]) * int(s["size_per_head"])
-    inter = int(s.get("inter_size", str(4 * hidden)))
-    vocab = int(s["vocab_size"])
-    b = _BYTES.get(s.get("weight_data_type", "fp32"), 4)
-    files = [Expected("model.wte.bin", vocab * hidden * b),
-             Expected("model.final_layernorm.weight.bin", hidden * b),
-             Expected("model.final_layernorm.bias.bin", hidden * b),
-             Expected("model.lm_head.weight.bin", vocab * hidden * b),
-             Expected("model.lm_head.bias.bin", vocab * b)]
-    for layer in range(int(s["num_layer"])):
+    d = _Decoder.of(parser["gptj"])
+    files = d.ends(lm_head=True) + [Expected("model.lm_head.bias.bin", d.vocab * d.b)]
+    for layer in range(parser.getint("gptj", "num_layer")):
         p = f"model.layers.{layer}."
-        files += [Expected(f"{p}{once}.bin", hidden * b)
+        files += [Expected(f"{p}{once}.bin", d.hidden * d.b)
                   for once in ("input_layernorm.weight", "input_layernorm.bias", "mlp.dense_4h_to_h.bias")]
-        files += _decoder_shards(p, hidden, inter, tp, b, qkv_bias=False)
+        files += _decoder_shards(p, d, tp, qkv_bias=False)
     return files
 
 
