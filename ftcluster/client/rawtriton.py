@@ -100,7 +100,9 @@ def decode_infer(body: bytes, json_size: int | None) -> dict[str, np.ndarray]:
             if dtype == "BYTES":
                 arr = deserialize_bytes_tensor(bytes(chunk))
             elif dtype == "BF16":
-                raise TritonError(f"output {o['name']}: BF16 is not supported here", 500)
+                # An FT encoder with data_type bf16 answers in BF16, which numpy lacks: a bfloat16
+                # is the upper half of a float32 (what tritonclient's deserialize_bf16_tensor gives).
+                arr = (np.frombuffer(chunk, "<u2").astype("<u4") << 16).view("<f4")
             else:
                 arr = np.frombuffer(chunk, dtype=_np_dtype(dtype))
         else:

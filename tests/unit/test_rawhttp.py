@@ -207,3 +207,17 @@ def test_decode_binary_json_and_bytes_outputs() -> None:
     assert got["json_text"].tolist() == [b"x"]
     assert decode_infer(json.dumps({"outputs": []}).encode(), None) == {}
     assert issubclass(TritonError, Exception)
+
+
+def test_decode_bf16_outputs_as_tritonclient_does() -> None:
+    """An FT encoder (bert, T5-Encoder) with data_type bf16 sends output_hidden_state as BF16."""
+    from tritonclient.utils import deserialize_bf16_tensor, serialize_bf16_tensor
+
+    want = np.array([[1.5, -2.25, 3.0e-3], [65280.0, -0.0, 7.0]], np.float32)
+    raw = serialize_bf16_tensor(want).item()
+    head = json.dumps({"outputs": [{"name": "output_hidden_state", "datatype": "BF16", "shape": [1, 2, 3],
+                                    "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    got = decode_infer(head + raw, len(head))["output_hidden_state"]
+    assert got.dtype == np.float32 and got.shape == (1, 2, 3)
+    assert got.ravel().tolist() == deserialize_bf16_tensor(raw).ravel().tolist()
+    assert got[0, 0, :2].tolist() == [1.5, -2.25]   # exact in bf16
