@@ -91,6 +91,32 @@ def test_gpt_ensemble_serves_on_two_ranks(tmp_path: Path) -> None:
     assert client["ok"] and client["style"] == "text" and client["model"] == "ensemble", client
 
 
+@pytest.mark.skipif(not FT_FIXTURES.is_dir(), reason="needs ../shared/fixtures (the backend's all_models)")
+@pytest.mark.parametrize(("name", "model_type"), [("gpt", "GPT"), ("gptj", "GPT-J")])
+def test_backend_ensembles_serve_on_two_ranks(name: str, model_type: str, tmp_path: Path) -> None:
+    """The backend's own ensembles (all_models/gpt and gptj: ensemble, preprocessing and
+    postprocessing configs as shipped, e.g. their word-list and prompt-task tensors): only the
+    tokenizer scripts are the demo's byte-level TEST ones (FT's need the GPT-2 vocabulary), and
+    the FT model is the test model, spanning two ranks."""
+    src = FT_FIXTURES / name
+    repository = _repository(src, tmp_path / "repo")
+    demo = TEST_MODEL.parents[2] / "ensemble_repository"
+    for step in ("ensemble", "preprocessing", "postprocessing"):
+        shutil.copytree(src / step, repository / step)
+        (repository / step / "1").mkdir(exist_ok=True)   # the backend's repository keeps one there
+    for step in ("preprocessing", "postprocessing"):
+        shutil.copy(demo / step / "1" / "model.py", repository / step / "1" / "model.py")
+    make_checkpoint(tmp_path / "ckpt", src, model_type, tp=1, weights=False)
+    model = tmp_path / "model.yaml"
+    model.write_text(yaml.safe_dump({"name": "ensemble", "model_type": model_type, "ft_model": "fastertransformer",
+                                     "repository": str(repository), "checkpoint_root": str(tmp_path / "ckpt"),
+                                     "client": {"batch_size": 2, "input_len": 4, "output_len": 3}}))
+    rc, out, err = launch_json(write_cluster(tmp_path), "--nodes", "2", model=model)
+    assert rc == 0, (out.get("failure"), out.get("log_tail"), err[-2000:])
+    client = json.loads((Path(out["run_dir"]) / "results" / "client.json").read_text())
+    assert client["ok"] and client["style"] == "text" and client["model"] == "ensemble", client
+
+
 @pytest.fixture(scope="module")
 def encoder_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     """One tritonserver with the test model under T5-Encoder's and (with the shared fixtures)

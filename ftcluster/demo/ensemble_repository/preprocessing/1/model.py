@@ -1,8 +1,12 @@
 """TEST TOKENIZER -- not GPT-2's. One token per UTF-8 byte (ids 0-255), padded with end_id.
 
 Keeps FT's preprocessing tensor names so the ensemble looks like FT's GPT ensemble.
-BAD_WORDS_DICT/STOP_WORDS_DICT are accepted and ignored (the test model has no word lists).
+BAD_WORDS_DICT/STOP_WORDS_DICT are accepted and ignored (the test model has no word lists);
+where the config declares FT's other outputs (the backend's all_models/gpt and gptj do), they
+are sent empty: no bad or stop words, task 0.
 """
+
+import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -16,7 +20,7 @@ def _text(value):
 
 class TritonPythonModel:
     def initialize(self, args):
-        pass
+        self.outputs = {o["name"] for o in json.loads(args["model_config"])["output"]}
 
     def execute(self, requests):
         responses = []
@@ -30,9 +34,18 @@ class TritonPythonModel:
             for b, row in enumerate(tokens):
                 ids[b, : len(row)] = row
             lens = np.array([[len(t)] for t in tokens], dtype=np.uint32)
-            responses.append(pb_utils.InferenceResponse([
+            tensors = [
                 pb_utils.Tensor("INPUT_ID", ids),
                 pb_utils.Tensor("REQUEST_INPUT_LEN", lens),
                 pb_utils.Tensor("REQUEST_OUTPUT_LEN", out_len.reshape(batch, -1).astype(np.uint32)),
-            ]))
+            ]
+            for name in ("BAD_WORDS_IDS", "STOP_WORDS_IDS"):
+                if name in self.outputs:
+                    # FT's word-list format: a row of ids and a row of end offsets; empty = [0], [-1]
+                    words = np.zeros((batch, 2, 1), dtype=np.int32)
+                    words[:, 1, :] = -1
+                    tensors.append(pb_utils.Tensor(name, words))
+            if "PROMPT_LEARNING_TASK_NAME_IDS" in self.outputs:
+                tensors.append(pb_utils.Tensor("PROMPT_LEARNING_TASK_NAME_IDS", np.zeros((batch, 1), np.uint32)))
+            responses.append(pb_utils.InferenceResponse(tensors))
         return responses
