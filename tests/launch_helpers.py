@@ -68,10 +68,12 @@ def launch_json(cluster: Path, *extra: str, env: dict[str, str] | None = None,
 
 
 def processes_matching(text: str) -> list[str]:
-    """Command lines of live processes that mention `text` (e.g. a run id)."""
+    """Command lines of live processes that mention `text` (e.g. a run id) in their command
+    line, working directory or environment: a python backend stub started from the run folder
+    names only a relative model path."""
     found = []
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or str(os.getpid()) == pid:
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -79,10 +81,13 @@ def processes_matching(text: str) -> list[str]:
             with open(f"/proc/{pid}/stat") as fh:
                 if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
                     continue
-        except (FileNotFoundError, ProcessLookupError, IndexError):
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except (FileNotFoundError, ProcessLookupError, IndexError, PermissionError):
             continue
-        if text in cmd and str(os.getpid()) != pid:
-            found.append(cmd)
+        if text in cmd or text in cwd or text in env:
+            found.append(f"{cmd} (pid {pid}, cwd {cwd})")
     return found
 
 

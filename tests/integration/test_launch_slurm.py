@@ -220,6 +220,11 @@ def test_ctrl_c_cancels_the_job(spec_dir: Path) -> None:
                             env={**os.environ, "FTCLUSTER_TEST_LOAD_DELAY": "120"})
     ws = spec_dir / "ws"
     assert wait_for(lambda: "servers_starting" in _events(_newest_run(ws)), 60)
+    # Interrupted while the model loads: the python backend stubs are up and stuck in load, so a
+    # stub whose tritonserver ends first is orphaned (and must still go).
+    run = _newest_run(ws)
+    assert run is not None
+    assert wait_for(lambda: sum("triton_python_backend_stub" in p for p in processes_matching(run.name)) == 2, 60)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode != 0 and "cancelled" in err

@@ -75,10 +75,25 @@ mark_loaded() {
   done
 }
 
+# What the server starts carries this mark in its environment. A python backend stub whose
+# tritonserver ended while the stub was still loading is reparented to init: it then leaves
+# Slurm's process tracking where that follows the process tree (proctrack/linuxproc, pgid) and
+# would outlive the job. Found by the mark, it is killed once the server has ended.
+SERVER_MARK="FTC_SERVER_OF=$RUN_ID/rank$RANK/$$"
+kill_server_leftovers() {
+  local p pid
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" != "$$" ] || continue
+    grep -qzxF -e "$SERVER_MARK" "$p/environ" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  done
+  return 0
+}
+
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
-"$TRITON" --model-repository=model_repository --id="$ID_PREFIX-rank$RANK" \
+env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFIX-rank$RANK" \
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
@@ -92,6 +107,7 @@ while kill -0 "$child" 2>/dev/null; do
   wait "$child"
   rc=$?
 done
+kill_server_leftovers
 if (( stopping )); then
   record_exit "$rc" stopped
 else
