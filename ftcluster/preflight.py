@@ -23,10 +23,9 @@ from ftcluster.render import JobStep, launch_style
 from ftcluster.request import job_shape
 from ftcluster.spec import ClusterSpec
 from ftcluster.store import new_run_id
+from ftcluster.styles import STYLES
 
 STEP = "preflight"
-# Styles whose ranks run inside the user's image: its own python3.
-CONTAINER_STYLES = ("pyxis", "docker", "ssh_docker")
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,8 @@ class PreflightOptions:
 
 
 def rank_python(cluster: ClusterSpec) -> str:
-    if launch_style(cluster) in CONTAINER_STYLES:
-        return "python3"
+    if STYLES[launch_style(cluster)].in_image:
+        return "python3"   # the image's own
     # On the nodes' host (shared filesystem) or here: the Python that has torch for the test.
     return cluster.python or sys.executable
 
@@ -80,11 +79,16 @@ def preflight_launch(cluster: ClusterSpec, nodes: int, opts: PreflightOptions, *
     return Launch(cluster, None, plan, LaunchOptions(step=step), progress=progress, run_id=run_id)
 
 
+def _gathered(report: dict[str, Any], nodes: int) -> bool:
+    """Rank 0's report covers every rank: it gathered them all."""
+    return bool(report.get("complete", True)) and report["world_size"] == nodes
+
+
 def read_report(paths: RunPaths, nodes: int) -> dict[str, Any]:
     """Rank 0's report when it gathered everyone, else one built from every rank's line."""
     try:
         report: dict[str, Any] = json.loads((paths.results / FILES.preflight_dir / REPORT_FILE).read_text())
-        if report.get("complete", True) and report["world_size"] == nodes:
+        if _gathered(report, nodes):
             return report
     except (OSError, ValueError, KeyError):
         pass
@@ -97,7 +101,7 @@ def read_report(paths: RunPaths, nodes: int) -> dict[str, Any]:
 
 def report_from_output(stdout: str, nodes: int) -> dict[str, Any]:
     report, ranks = parse_tagged(stdout)
-    if report is not None and report.get("complete", True) and report["world_size"] == nodes:
+    if report is not None and _gathered(report, nodes):
         return report
     if not ranks:
         raise UserError("preflight printed no rank report", hint="see `ftcluster logs` of the run")
@@ -105,13 +109,10 @@ def report_from_output(stdout: str, nodes: int) -> dict[str, Any]:
                         skipped=(report or {}).get("bandwidth_skipped") or "ranks did not gather")
 
 
-def run_preflight(cluster: ClusterSpec, nodes: int, *, sizes: str = "1M..1G", bandwidth: bool = True,
-                  timeout: float = 600.0, quiet: bool = False,
-                  progress: Progress | None = None) -> dict[str, Any]:
+def run_preflight(cluster: ClusterSpec, nodes: int, opts: PreflightOptions | None = None) -> dict[str, Any]:
     """Run the preflight on `nodes` ranks of the cluster; the gathered report (see rank.preflight)
     with the run's id and folder."""
-    launch = preflight_launch(cluster, nodes, PreflightOptions(sizes, bandwidth, timeout),
-                              progress=None if quiet else progress)
+    launch = preflight_launch(cluster, nodes, opts or PreflightOptions())
     outcome = launch.run()
     if not outcome.ok:
         raise LaunchError(f"preflight run {outcome.record.run_id} failed: {outcome.failure or 'see its logs'}",

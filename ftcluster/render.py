@@ -321,10 +321,11 @@ def render(
             raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
                             "cannot express", field="workspace", hint="choose a workspace path without them")
         # What a job step mounts reaches Pyxis and Enroot's bash as the spec's mounts do.
-        for path in opts.step.paths if opts.step else ():
-            problem = pyxis_mount_path_problem(path)
-            if problem and opts.step:
-                raise UserError(problem, field=opts.step.what, hint="use a plain path; a symlink to it will do")
+        if opts.step is not None:
+            for path in opts.step.paths:
+                problem = pyxis_mount_path_problem(path)
+                if problem:
+                    raise UserError(problem, field=opts.step.what, hint="use a plain path; a symlink to it will do")
     ctx = context(cluster, model, plan, paths, opts)
     style = ctx.style
     env = _env()

@@ -17,14 +17,15 @@ class Style:
     launcher: str        # a key of LAUNCHERS
     runs_here: bool      # the job script runs on this host as a process group, not through sbatch
     docker: bool         # containers started with docker, mpirun over ssh with per-run keys
+    in_image: bool       # the ranks run inside the user's image (its own python3, no ftcluster)
 
 
 STYLES: dict[str, Style] = {s.name: s for s in (
-    Style("none", "sbatch.sh.j2", "slurm", runs_here=False, docker=False),
-    Style("pyxis", "sbatch.sh.j2", "pyxis_slurm", runs_here=False, docker=False),
-    Style("docker", "sbatch_docker.sh.j2", "docker_slurm", runs_here=False, docker=True),
-    Style("ssh_docker", "ssh_docker.sh.j2", "ssh_docker", runs_here=True, docker=True),
-    Style("local", "local.sh.j2", "local", runs_here=True, docker=False),
+    Style("none", "sbatch.sh.j2", "slurm", runs_here=False, docker=False, in_image=False),
+    Style("pyxis", "sbatch.sh.j2", "pyxis_slurm", runs_here=False, docker=False, in_image=True),
+    Style("docker", "sbatch_docker.sh.j2", "docker_slurm", runs_here=False, docker=True, in_image=True),
+    Style("ssh_docker", "ssh_docker.sh.j2", "ssh_docker", runs_here=True, docker=True, in_image=True),
+    Style("local", "local.sh.j2", "local", runs_here=True, docker=False, in_image=False),
 )}
 
 # The record of a run whose job is one step in place of the servers names that step as its

@@ -152,7 +152,7 @@ def preflight_gate(kw: dict[str, Any]) -> int | None:
 
     cluster = load_cluster(kw.get("cluster_path") or default_cluster_path())
     err.print("running the GPU preflight on every rank ...")
-    report = run_preflight(cluster, int(kw.get("nodes") or 1), quiet=True)
+    report = run_preflight(cluster, int(kw.get("nodes") or 1))
     errors = report_errors(cluster, report, require_gpus=True)
     if errors:
         raise UserError(errors[0] + (f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""),

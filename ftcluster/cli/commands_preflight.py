@@ -83,8 +83,7 @@ def preflight_cmd(cluster_path: str | None, nodes: int, as_json: bool, sizes: st
     if dry_run:
         click.echo(str(preflight_launch(cluster, nodes, opts, probe=False).dry_run()), nl=False)
         return
-    report = run_preflight(cluster, nodes, sizes=opts.sizes, bandwidth=opts.bandwidth, timeout=opts.timeout,
-                           quiet=True)
+    report = run_preflight(cluster, nodes, opts)
     errors = report_errors(cluster, report, require_gpus=not allow_no_gpu)
     report["errors"] = errors
     if as_json:

@@ -225,11 +225,6 @@ def os_release(path: str = "/etc/os-release") -> str:
     return ""
 
 
-def find_binary(name: str) -> str | None:
-    """The executable a path or a command name leads to here (the image's PATH included), else None."""
-    return which_in_image(name)
-
-
 def collect_inventory(rank_env: RankEnv | None = None) -> RankReport:
     """This rank's host and GPUs; never raises for a missing GPU or driver."""
     re_ = rank_env or RankEnv(0, 1, 0, "127.0.0.1", 0, "single")
@@ -532,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_nvls_off()
     rank_env = detect_rank_env()
     rep = collect_inventory(rank_env)
-    rep.tritonserver = find_binary(args.tritonserver) if args.tritonserver else None
+    rep.tritonserver = which_in_image(args.tritonserver) if args.tritonserver else None
     print(rep.summary(), flush=True)
     print(f"{RANK_TAG} {json.dumps(asdict(rep))}", flush=True)
 
