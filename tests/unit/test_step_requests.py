@@ -279,6 +279,20 @@ def test_status_logs_stop_of_a_local_preflight(tmp_path: Path) -> None:
     assert stopped.returncode == 0 and "Traceback" not in stopped.stderr
 
 
+def test_local_preflight_ranks_see_their_own_gpu_slice(tmp_path: Path) -> None:
+    """As on a real cluster each "node" sees only its gpus_per_node GPUs: rank r gets slice r of
+    CUDA_VISIBLE_DEVICES (the same GPU_SLICE the local servers start with)."""
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"name": "cpu", "scheduler": "local", "gpus_per_node": 1,
+                                                     "workspace": str(tmp_path / "ws")}))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FTCLUSTER_STATE_DIR": str(tmp_path / "state"),
+           "CUDA_VISIBLE_DEVICES": "3,5"}
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "preflight", "--cluster", str(tmp_path / "c.yaml"),
+                        "--nodes", "2", "--allow-no-gpu", "--no-bandwidth", "--json"],
+                       capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert p.returncode == 0, p.stderr
+    assert [(r["rank"], r["cuda_visible_devices"]) for r in json.loads(p.stdout)["ranks"]] == [(0, "3"), (1, "5")]
+
+
 def test_a_step_past_its_time_fails_naming_it(tmp_path: Path) -> None:
     # A step that would outlive its limit is stopped, and the run fails saying so.
     from ftcluster.launch import Launch, LaunchOptions

@@ -310,13 +310,16 @@ event "job_started $(hostname) $$"
 GPUS_PER_NODE=1
 GPU_POOL=${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $((NODES * GPUS_PER_NODE - 1)))}
 export GPUS_PER_NODE GPU_POOL
+# Run first by every rank under mpirun (bash -c "$GPU_SLICE; ..."): its slice of the pool.
+# shellcheck disable=SC2016  # expanded by each rank's bash, not here
+GPU_SLICE='r=${OMPI_COMM_WORLD_RANK:-0}; IFS=, read -ra pool <<<"$GPU_POOL"
+  export CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${pool[*]:r*GPUS_PER_NODE:GPUS_PER_NODE}")'
 # Open MPI's session folder (its PMIx sockets) in a folder of this run: a SIGKILLed mpirun
 # leaves it behind, and a later mpirun that gets the same pid cannot start its PMIx server there.
 MPI_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ftc-mpi.XXXXXX")
 TMPDIR=$MPI_TMP OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FTC_RANK_HOST=127.0.0.1 \
   "$MPIRUN" -np "$NODES" --oversubscribe --bind-to none -x GPUS_PER_NODE -x GPU_POOL \
-  bash -c 'r=${OMPI_COMM_WORLD_RANK:-0}; IFS=, read -ra pool <<<"$GPU_POOL"
-    export CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${pool[*]:r*GPUS_PER_NODE:GPUS_PER_NODE}")
+  bash -c "$GPU_SLICE"'
     exec bash "$1" >"$2/rank$r.stdout" 2>&1' rank "$SCRIPTS/rank_server.sh" "$LOGS" \
   >"$LOGS/mpirun.log" 2>&1 &
 SERVER_PID=$!
