@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftcluster import sshkeys
-from ftcluster.errors import LaunchError
+from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import EV, Event, EventFollower
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.base import Launcher
@@ -159,10 +159,11 @@ class Launch:
         servers = self.opts.step is None
         self.launcher.check(self.cluster, self.plan, servers=servers)
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
+        self._claim_run()
         try:
             write_run(request, self.cluster, self.model, self.plan)
         except BaseException:
-            shutil.rmtree(self.paths.run_dir, ignore_errors=True)
+            shutil.rmtree(self.paths.run_dir, ignore_errors=True)   # ours: _claim_run made it
             raise
         record = RunRecord(
             run_id=self.paths.run_id, created=time.time(), cluster_name=self.cluster.name,
@@ -176,6 +177,22 @@ class Launch:
         )
         self.store.add(record)
         return request, record
+
+    def _claim_run(self) -> None:
+        """Make the run folder, refusing a run id that is taken (folder or record): from here on
+        the folder is this launch's, and only then may a failure remove it."""
+        run_id = self.paths.run_id
+        taken = "a run folder" if self.paths.run_dir.exists() else (
+            "a run record" if self.store.exact(run_id) is not None else None)
+        if taken is None:
+            self.paths.run_dir.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.paths.run_dir.mkdir()
+                return
+            except FileExistsError:
+                taken = "a run folder"
+        raise UserError(f"run {run_id} exists already ({taken} at {self.paths.run_dir}); nothing was changed",
+                        field="--run-id", hint="choose a new run id, or leave --run-id out for a fresh one")
 
     def run(self) -> LaunchOutcome:
         request, record = self.prepare()

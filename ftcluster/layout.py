@@ -6,7 +6,7 @@ Kept free of heavy imports (no specs, no templates) so that `status`, `logs` and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftcluster.styles import STYLES
@@ -59,17 +59,19 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 class RunPaths:
     run_id: str
     run_dir: Path
+    # What chose the folder, for messages about its path: the workspace, or `render --out`.
+    origin: str = field(default="workspace", compare=False)
 
     def __post_init__(self) -> None:
         # The run id names jobs, containers and server ids; keep it plain.
-        if not _RUN_ID_RE.match(self.run_id):
+        if not _RUN_ID_RE.fullmatch(self.run_id):
             raise ValueError(f"run id {self.run_id!r} must match {_RUN_ID_RE.pattern}")
         if any(ord(c) < 32 for c in str(self.run_dir)):
             raise ValueError("the run folder path may not contain control characters")
 
     @classmethod
     def for_folder(cls, run_dir: Path) -> RunPaths:
-        return cls(re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.name).lstrip("._-") or "run", run_dir)
+        return cls(re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.name).lstrip("._-") or "run", run_dir, origin="--out")
 
     @property
     def scripts(self) -> Path:

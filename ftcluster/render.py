@@ -92,8 +92,28 @@ def container_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"ftc-{run_id}")
 
 
+def pyxis_mount_problems(cluster: ClusterSpec, paths: RunPaths, step: JobStep | None) -> list[str]:
+    """Every path that reaches --container-mounts, wherever it came from (the spec's mounts, the
+    run folder from the workspace or `render --out`, what a job step touches), through the one
+    check (spec.pyxis_mount_path_problem): Pyxis splits the list on ',' and ':' and Enroot's bash
+    evaluates each mount line. One "FIELD: problem (hint)" per bad path."""
+    found: list[tuple[str, str, str]] = []
+    for i, m in enumerate(cluster.container.mounts):
+        found += [(p, f"container.mounts.{i}", "use a plain path; a symlink to it will do") for p in (m.src, m.dst)]
+    found.append((str(paths.run_dir), paths.origin, "choose a folder path without them"))
+    if step is not None:
+        found += [(p, step.what, "use a plain path; a symlink to it will do") for p in step.paths]
+    problems = []
+    for path, field_name, hint in found:
+        problem = pyxis_mount_path_problem(path)
+        if problem:
+            problems.append(f"{field_name}: {problem} ({hint})")
+    return problems
+
+
 def pyxis_mounts(cluster: ClusterSpec, run_dir: Path, extra: tuple[str, ...] = ()) -> str:
-    """--container-mounts value: SRC:DST[:FLAGS] joined by ',', flags joined by '+'."""
+    """--container-mounts value: SRC:DST[:FLAGS] joined by ',', flags joined by '+'. Its paths
+    passed pyxis_mount_problems first (render)."""
     parts = []
     for m in cluster.container.mounts:
         parts.append(f"{m.src}:{m.dst}" + (f":{'+'.join(m.flags)}" if m.flags else ""))
@@ -317,15 +337,9 @@ def render(
     """Render the job script and the per-rank server wrapper for the cluster's launch style."""
     opts = opts or RenderOptions()
     if launch_style(cluster) == "pyxis":
-        if "," in str(paths.run_dir) or ":" in str(paths.run_dir):
-            raise UserError(f"the run folder {paths.run_dir} holds ',' or ':', which --container-mounts "
-                            "cannot express", field="workspace", hint="choose a workspace path without them")
-        # What a job step mounts reaches Pyxis and Enroot's bash as the spec's mounts do.
-        if opts.step is not None:
-            for path in opts.step.paths:
-                problem = pyxis_mount_path_problem(path)
-                if problem:
-                    raise UserError(problem, field=opts.step.what, hint="use a plain path; a symlink to it will do")
+        problems = pyxis_mount_problems(cluster, paths, opts.step)
+        if problems:
+            raise UserError("; ".join(problems))
     ctx = context(cluster, model, plan, paths, opts)
     style = ctx.style
     env = _env()
@@ -333,6 +347,8 @@ def render(
     files = {paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(variables)}
     if opts.step is None:
         files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
+        # The one way the job signals a rank it recorded: only while the pid is still that rank's.
+        files["signal_rank.sh"] = (Path(__file__).parent / "rank" / "signal_rank.sh").read_text()
     # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.
     rank_files = (("mpicheck.py", "ctmpi.py", "rank_env.py") if ctx.mpi_check else ()) + (opts.step.rank_files if opts.step else ())
     for name in rank_files:

@@ -86,7 +86,7 @@ class Slurm:
             raise UserError(f"sbatch refused the job: {msg}", field="cluster",
                             hint="check partition, account, node count and time limit")
         job_id = res.stdout.strip().split(";")[0]
-        if not re.match(r"^\d+$", job_id):
+        if not re.fullmatch(r"\d+", job_id):
             raise LaunchError(f"sbatch printed no job id: {res.stdout.strip()!r}")
         return job_id
 

@@ -27,8 +27,7 @@ from pydantic import (
 from ftcluster.errors import SpecError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UNLIMITED|INFINITE)$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UNLIMITED|INFINITE)$", re.ASCII)
 
 
 class _Strict(BaseModel):
@@ -126,7 +125,7 @@ def pyxis_image_problem(image: str) -> str | None:
         if image.endswith("/") or image.rsplit("/", 1)[-1] in (".", ".."):
             return f"{image!r} names a folder, not a squashfs file; give the .sqsh file's path"
         return None
-    if not _IMAGE_REF_RE.match(image):
+    if not _IMAGE_REF_RE.fullmatch(image):
         return (f"{image!r} is neither a .sqsh path (those start with '/' or '.') nor a Docker reference "
                 "such as nvcr.io#nvidia/tritonserver:22.12-py3 or team/triton_ft:22.12")
     return None
@@ -244,7 +243,7 @@ class ImageSpec(_Strict):
     @field_validator("tag", "registry", "triton_version")
     @classmethod
     def _ref(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$", v):
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*", v):
             raise ValueError("use letters, digits and '_.:/@-' only (a Docker reference)")
         return v
 
@@ -344,14 +343,14 @@ class ClusterSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
+        if not _NAME_RE.fullmatch(v):
             raise ValueError("use letters, digits, '.', '_' and '-' only")
         return v
 
     @field_validator("partition", "account", "qos")
     @classmethod
     def _slurm_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z0-9_.,-]+$", v):
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.,-]+", v):
             raise ValueError("a Slurm name uses letters, digits, '_', '.', ',' and '-' only")
         return v
 
@@ -360,14 +359,14 @@ class ClusterSpec(_Strict):
     def _sbatch_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # They become `#SBATCH` lines, which sbatch parses without shell quoting.
         for arg in v:
-            if not re.match(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:/%@+=-]*)?$", arg):
+            if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_.,:/%@+=-]*)?", arg):
                 raise ValueError(f"{arg!r} is not a plain --option[=value] (no spaces or quotes)")
         return v
 
     @field_validator("time_limit")
     @classmethod
     def _time(cls, v: str) -> str:
-        if not _TIME_RE.match(v):
+        if not _TIME_RE.fullmatch(v):
             raise ValueError("use a Slurm time such as 30, 01:00:00 or 1-12:00:00")
         return v
 
@@ -392,9 +391,12 @@ class ClusterSpec(_Strict):
     @classmethod
     def _env(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            for k in v:
-                if not isinstance(k, str) or not _ENV_KEY_RE.match(k):
-                    raise ValueError(f"{k!r} is not a valid environment variable name")
+            # Names reach bash too: every refused name at once (ftcluster.envnames says why).
+            from ftcluster.envnames import env_name_problem
+
+            problems = [p for p in map(env_name_problem, v) if p]
+            if problems:
+                raise ValueError("; ".join(problems))
             return {k: str(val) if isinstance(val, (int, float, bool)) else val for k, val in v.items()}
         return v
 
@@ -403,7 +405,7 @@ class ClusterSpec(_Strict):
     def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # They reach mpirun -H, known_hosts and the node scripts: plain host names only.
         for h in v:
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", h):
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}", h):
                 raise ValueError(f"{h!r} is not a plain host name (user and port go in node_ssh)")
         if len(set(v)) != len(v):
             raise ValueError("a host is listed twice; one rank runs per host")
@@ -412,7 +414,7 @@ class ClusterSpec(_Strict):
     @field_validator("mpi")
     @classmethod
     def _mpi(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
+        if not _NAME_RE.fullmatch(v):
             raise ValueError("an srun --mpi plugin name such as pmix, pmix_v4 or pmi2")
         return v
 
@@ -495,7 +497,7 @@ class ModelSpec(_Strict):
     @field_validator("name", "ft_model")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and not _NAME_RE.match(v):
+        if v is not None and not _NAME_RE.fullmatch(v):
             raise ValueError("use letters, digits, '.', '_' and '-' only")
         return v
 

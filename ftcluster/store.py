@@ -96,6 +96,12 @@ class RunStore:
         for (data,) in rows:
             yield RunRecord(**json.loads(data))
 
+    def exact(self, run_id: str) -> RunRecord | None:
+        """The run with exactly this id, or None."""
+        with self._db() as db:
+            row = db.execute("SELECT data FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return RunRecord(**json.loads(row[0])) if row else None
+
     def get(self, key: str | None) -> RunRecord:
         """A run by id, unique id prefix or Slurm job id; the newest run when key is None."""
         runs = list(self.all())

@@ -1,12 +1,11 @@
 """Local launch style: the rendered job.sh runs here, each rank in its own process group.
 
-The job id is `local:<pid>` of the job script, which leads its own session so that a stop
-from another ftcluster process can signal the whole group.
+The job id is `local:<pid>@<start time>` of the job script, which leads its own session so that a
+stop from another ftcluster process can signal the whole group, once it is identified as ours.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from ftcluster.errors import UserError
 from ftcluster.events import EV, last, parse_events
 from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
+from ftcluster.procs import ProcessId, read_pidfile
 from ftcluster.slurm import JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
@@ -26,27 +26,14 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.spec import ClusterSpec
 
 
-def _pid(job_id: str) -> int:
-    prefix, sep, pid = job_id.partition(":")
-    try:
-        return int(pid if sep else prefix)
-    except ValueError:
-        raise UserError(f"job id {job_id!r} is not a local job id (local:<pid> or <pid>)",
-                        field="job_id", hint="the run store entry is damaged; remove the run") from None
-
-
-def _alive(pid: int, script: str | None = None) -> bool:
-    """True for a live, non-zombie process (running our script, when given)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-        if script is not None:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                return script.encode() in fh.read()
-        return True
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+def _job_process(job_id: str) -> ProcessId | None:
+    """The job script's process as its job id records it (`local:PID@START`). An id without a
+    start time (`local:PID`, from an older ftcluster) identifies nothing: None."""
+    prefix, sep, rest = job_id.partition(":")
+    if not sep or prefix != "local" or not rest.replace("@", "").isdigit():
+        raise UserError(f"job id {job_id!r} is not a local job id (local:<pid>@<start>)",
+                        field="job_id", hint="the run store entry is damaged; remove the run")
+    return ProcessId.parse(rest)
 
 
 def port_free(port: int) -> bool:
@@ -58,13 +45,6 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class LocalLauncher(Launcher):
@@ -86,13 +66,21 @@ class LocalLauncher(Launcher):
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self._children[proc.pid] = proc
-        return f"local:{proc.pid}"
+        # Our child, not reaped yet: its pid cannot name another process before we read this.
+        ident = ProcessId.of(proc.pid)
+        return f"local:{ident or f'{proc.pid}@0'}"
 
-    def _script_alive(self, pid: int, paths: RunPaths) -> bool:
-        child = self._children.get(pid)
+    def _script_alive(self, job_id: str, paths: RunPaths) -> bool:
+        job = _job_process(job_id)
+        script = str(paths.job_script("local"))  # job.sh, as for every style run here
+        if job is None:
+            # An older ftcluster's `local:PID`: enough to report on (never to signal).
+            legacy = ProcessId.of(int(job_id.partition(":")[2]))
+            return legacy is not None and legacy.alive(script)
+        child = self._children.get(job.pid)
         if child is not None:
             return child.poll() is None
-        return _alive(pid, str(paths.job_script("local")))  # job.sh, as for every style run here
+        return job.alive(script)
 
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:
         return ("localhost",)
@@ -111,8 +99,7 @@ class LocalLauncher(Launcher):
                                     hint="stop what listens there or choose other ports in the cluster spec")
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
-        pid = _pid(job_id)
-        if self._script_alive(pid, paths):
+        if self._script_alive(job_id, paths):
             return JobInfo(job_id, JobState.RUNNING, "RUNNING", self.nodes(paths), source="local")
         try:
             events = parse_events(paths.events.read_text())
@@ -127,21 +114,26 @@ class LocalLauncher(Launcher):
         return JobInfo(job_id, state, state.value, exit_code=rc, source="local")
 
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
-        pid = _pid(job_id)
-        if self._script_alive(pid, paths):
-            _killpg(pid, signal.SIGTERM)
+        """Stop the job script's process group and any rank left: each only while it is still
+        the recorded process (ftcluster.procs); a recycled pid is never signalled."""
+        job = _job_process(job_id)
+        if job is None:
+            raise UserError(f"the job script of job {job_id} cannot be identified (no start time was recorded), "
+                            "so nothing was signalled", field="job_id",
+                            hint=f"if `ps -o pid,args -p {job_id.split(':')[-1]}` shows bash {paths.job_script('local')}, "
+                                 "stop it with kill -TERM -- -PID")
+        if self._script_alive(job_id, paths):
+            job.signal_group(signal.SIGTERM, str(paths.job_script("local")))
         deadline = time.monotonic() + grace + self.teardown_grace
-        while self._script_alive(pid, paths) and time.monotonic() < deadline:
+        while self._script_alive(job_id, paths) and time.monotonic() < deadline:
             time.sleep(0.05)
-        _killpg(pid, signal.SIGKILL)
+        # What is left of the script's group (its leader gone, or still ours).
+        job.signal_group(signal.SIGKILL, str(paths.job_script("local")))
         # Ranks lead their own process groups; kill any the script could not stop.
         for pidfile in paths.state.glob(FILES.rank("*", "pid")) if self.kill_stray_ranks else ():
-            try:
-                rank_pid = int(pidfile.read_text().strip())
-            except (OSError, ValueError):
-                continue
-            if _alive(rank_pid, str(paths.scripts / "rank_server.sh")):
-                _killpg(rank_pid, signal.SIGKILL)
-        child = self._children.pop(pid, None)
+            rank = read_pidfile(pidfile)
+            if rank is not None:
+                rank.signal_group(signal.SIGKILL, str(paths.scripts / "rank_server.sh"))
+        child = self._children.pop(job.pid, None)
         if child is not None:
             child.wait(timeout=5)

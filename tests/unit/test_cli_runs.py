@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ftcluster.procs import ProcessId
 from ftcluster.store import RunRecord, RunStore
 
 LONG = "a-rather-long-folder-name-" * 6   # run folders longer than any 80-column table
@@ -47,7 +48,7 @@ def live_run(tmp_path: Path) -> Iterator[tuple[Path, RunRecord]]:
     (run_dir / "state" / "rank1.loaded").write_text("")
     job = subprocess.Popen(["bash", str(run_dir / "scripts" / "job.sh")], start_new_session=True)
     try:
-        yield state, record(state, run_dir, f"local:{job.pid}")
+        yield state, record(state, run_dir, f"local:{ProcessId.of(job.pid)}")
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()

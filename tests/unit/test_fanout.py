@@ -60,6 +60,6 @@ def test_render_writes_the_plan_hosts_and_node_ssh() -> None:
     cfg = fanout_config(c, plan)
     assert cfg.hosts == ("h1", "h2") and cfg.user == "me" and cfg.port == 2200 and cfg.parallel == 2
     files = render(c, m, plan, RunPaths("r1", Path("/shared/runs/r1")), RenderOptions()).files
-    assert sorted(files) == ["ctmpi.py", "docker_node.sh", "job.sh", "mpicheck.py", "nodes.json", "rank_env.py", "rank_server.sh"]
+    assert sorted(files) == ["ctmpi.py", "docker_node.sh", "job.sh", "mpicheck.py", "nodes.json", "rank_env.py", "rank_server.sh", "signal_rank.sh"]
     assert FanoutConfig.from_json(files["nodes.json"]) == cfg
     assert "RUN_HOSTS=(h1 h2)" in files["job.sh"]

@@ -86,7 +86,7 @@ def render_style(style: str, run_dir: Path = RUN_DIR, nodes: int = 2, **spec: ob
 
 # The rank side's Python files are copied verbatim from ftcluster/rank/: compared with their
 # source, not kept twice under tests/golden.
-SHIPPED = {"mpicheck.py", "ctmpi.py", "rank_env.py"}
+SHIPPED = {"mpicheck.py", "ctmpi.py", "rank_env.py", "signal_rank.sh"}
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -169,7 +169,11 @@ SPEC_SAFE_HOSTILE = HOSTILE.replace('"', "").replace("\\", "")
 
 
 def _hostile_render(style: str, weird: Path) -> tuple[RenderedScripts, Path]:
+    # Pyxis refuses a run folder with $ ` " \ (Enroot's bash evaluates mount lines): its hostile
+    # folder has the rest (tests/unit/test_urgent_hardening.py covers the refusal).
     run_dir = weird / "run dir $(touch PWNED) '; touch PWNED2 #"
+    if style == "pyxis":
+        run_dir = weird.parent / "run dir ' (touch PWNED) ; touch PWNED2 # & | <x> *"
     workspace = str(weird.parent / "ws") if style == "pyxis" else str(weird / "ws $(touch PWNED)")
     env = SPEC_SAFE_HOSTILE if style in ("docker", "ssh_docker") else HOSTILE
     scripts = render_style(style, run_dir=run_dir, workspace=workspace,
@@ -189,10 +193,11 @@ def test_hostile_values_are_quoted_for_bash_and_shellcheck(style: str, weird_tmp
 
 
 def _var_block(text: str) -> str:
-    """The assignment block every script starts with (RUN_ID=... through the export line)."""
-    m = re.search(r"^RUN_ID=.*?^export RUN_ID .*?$", text, re.S | re.M)
+    """The assignment block every script starts with (the spec's env exports, RUN_ID=... through
+    the export line)."""
+    m = re.search(r"^set -uo pipefail\n(.*?^export RUN_ID .*?$)", text, re.S | re.M)
     assert m, "no variable block"
-    return m.group(0)
+    return m.group(1)
 
 
 def test_hostile_variable_block_arrives_verbatim(weird_tmp_path: Path) -> None:
@@ -305,7 +310,7 @@ def test_bare_slurm_has_no_container_flags() -> None:
 def test_pyxis_refuses_run_dir_that_mounts_cannot_express() -> None:
     from ftcluster.errors import UserError
 
-    with pytest.raises(UserError, match="container-mounts"):
+    with pytest.raises(UserError, match="workspace: .* holds , :; Pyxis mounts it"):
         render_style("pyxis", run_dir=Path("/shared/runs/a,b:c"))
 
 

@@ -4,6 +4,7 @@
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
+export NCCL_SOCKET_IFNAME=eth0
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
 REPO=/shared/runs/gpt-2n/model_repository
@@ -23,7 +24,6 @@ EXIT_GRACE=20
 KEEP_SERVING=0
 RUN_CLIENT=1
 CLIENT_ARGS=(--protocol http --batch-size 2 --input-len 8 --output-len 8)
-export NCCL_SOCKET_IFNAME=eth0
 export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
 GRPC_PORT=8001
 METRICS_PORT=8002
@@ -46,7 +46,10 @@ mkdir -p "$LOGS" "$STATE"
 # (SIGTERM/SIGINT) before its server ended; the job script treats a rank that died as the cause.
 record_exit() { printf '%s %s %s\n' "$1" "$(date +%s.%N)" "$2" >"$STATE/rank$RANK.exit"; }
 printf '%s\n' "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.host"
-printf '%s\n' "$$" >"$STATE/rank$RANK.pid"
+# "PID START": the job signals this wrapper only while its pid still names it (signal_rank.sh).
+read -r SELF_STAT <"/proc/$$/stat"
+read -ra SELF_STAT <<<"${SELF_STAT##*) }"
+printf '%s %s\n' "$$" "${SELF_STAT[19]}" >"$STATE/rank$RANK.pid"
 
 # A port something already listens on would only fail deep in the server's log: say which.
 for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((METRICS_PORT + OFF))"; do

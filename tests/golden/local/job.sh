@@ -276,14 +276,14 @@ MPIRUN=mpirun
 SERVER_PID=
 servers_alive() { [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; }
 # mpirun makes each rank the leader of its own process group (its server and the server's
-# stub inside): a signal to the group reaches all of them. Ranks: numbers, or all.
+# stub inside): a signal to the group reaches all of them, once the rank is identified as the
+# recorded one (signal_rank.sh). Ranks: numbers.
 signal_ranks() {
-  local sig=$1 f pid
+  local sig=$1 f
   shift
   for f in "$@"; do
     f="$STATE/rank$f.pid"
-    [ -e "$f" ] || continue
-    pid=$(cat "$f" 2>/dev/null) && [ -n "$pid" ] && kill "-$sig" -- "-$pid" 2>/dev/null
+    [ -e "$f" ] && bash "$SCRIPTS/signal_rank.sh" "$sig" "$f" group
   done
   return 0
 }

@@ -45,7 +45,10 @@ mkdir -p "$LOGS" "$STATE"
 # (SIGTERM/SIGINT) before its server ended; the job script treats a rank that died as the cause.
 record_exit() { printf '%s %s %s\n' "$1" "$(date +%s.%N)" "$2" >"$STATE/rank$RANK.exit"; }
 printf '%s\n' "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.host"
-printf '%s\n' "$$" >"$STATE/rank$RANK.pid"
+# "PID START": the job signals this wrapper only while its pid still names it (signal_rank.sh).
+read -r SELF_STAT <"/proc/$$/stat"
+read -ra SELF_STAT <<<"${SELF_STAT##*) }"
+printf '%s %s\n' "$$" "${SELF_STAT[19]}" >"$STATE/rank$RANK.pid"
 
 # A port something already listens on would only fail deep in the server's log: say which.
 for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((METRICS_PORT + OFF))"; do

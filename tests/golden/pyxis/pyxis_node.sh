@@ -11,6 +11,8 @@
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
+export NCCL_DEBUG=WARN
+export NCCL_IB_HCA=mlx5
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
 REPO=/shared/runs/gpt-2n/model_repository
@@ -30,8 +32,6 @@ EXIT_GRACE=20
 KEEP_SERVING=0
 RUN_CLIENT=1
 CLIENT_ARGS=(--protocol http --batch-size 2 --input-len 8 --output-len 8)
-export NCCL_DEBUG=WARN
-export NCCL_IB_HCA=mlx5
 export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
 CNAME=ftc-gpt-2n
 NODE=${SLURMD_NODENAME:-$(hostname -s)}

@@ -298,11 +298,12 @@ MPIRUN_PID=
 GUARD_PID=
 
 servers_alive() { [ -n "$MPIRUN_PID" ] && kill -0 "$MPIRUN_PID" 2>/dev/null; }
-# SIGTERM to rank 0's wrapper in its container (pids as the container sees them).
+# SIGTERM to rank 0's wrapper in its container (pids as the container sees them), once
+# identified as the recorded one (signal_rank.sh).
 term_rank0() {
-  local pid
-  pid=$(cat "$STATE/rank0.pid" 2>/dev/null) || return 1
-  timeout --kill-after=5 30 "${NODE0[@]}" bash "$NODE_SCRIPT" exec kill -TERM "$pid" 2>/dev/null
+  [ -e "$STATE/rank0.pid" ] || return 1
+  timeout --kill-after=5 30 "${NODE0[@]}" bash "$NODE_SCRIPT" exec \
+    bash "$SCRIPTS/signal_rank.sh" TERM "$STATE/rank0.pid" 2>/dev/null
 }
 # Normal end: rank 0 first (stop_rank0). A failure (FAILING=1): no graceful stop. Either way
 # the container removal (the teardown) is the SIGKILL for every rank.

@@ -1,0 +1,109 @@
+"""Which names a spec's `env:` may use.
+
+`env:` is exported by the job scripts, so its NAMES reach bash as well as its values: a name
+that is one of the scripts' own variables replaces it (and bash arithmetic evaluates `$(...)`
+in an array subscript: `RUN_CLIENT: 'SECONDS[$(cmd)]'` ran `cmd`), a shell-special name
+changes how every bash of the job behaves (BASH_ENV is expanded, then sourced, by each
+non-interactive bash; Enroot is a bash script that Pyxis starts with the job's environment),
+and the launchers' and runtimes' own variables (Slurm's input variables, Pyxis/Enroot, Docker,
+PMIx) change what starts the ranks. All of these are refused.
+
+The job scripts' names are read from the job library itself (job_templates/ and the shipped
+rank-side shell files), so a variable added or renamed there is refused at once.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+_PACKAGE = Path(__file__).parent
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+NAME_RE = re.compile(_IDENT)
+
+# Variables that bash itself sets or reads (bash(1), "Shell Variables"), plus the POSIX shells'
+# ENV and the login basics the job's tools rely on.
+SHELL_NAMES = frozenset("""
+    BASH BASHOPTS BASHPID CDPATH CHILD_MAX COLUMNS COMPREPLY COPROC DIRSTACK EMACS ENV EPOCHREALTIME
+    EPOCHSECONDS EUID EXECIGNORE FCEDIT FIGNORE FUNCNAME FUNCNEST GLOBIGNORE GLOBSORT GROUPS HISTCMD
+    HISTCONTROL HISTFILE HISTFILESIZE HISTIGNORE HISTSIZE HISTTIMEFORMAT HOME HOSTFILE HOSTNAME
+    HOSTTYPE IFS IGNOREEOF INPUTRC INSIDE_EMACS LINENO LINES LOGNAME MACHTYPE MAIL MAILCHECK MAILPATH
+    MAPFILE OLDPWD OPTARG OPTERR OPTIND OSTYPE PIPESTATUS POSIXLY_CORRECT PPID PROMPT_COMMAND
+    PROMPT_DIRTRIM PS0 PS1 PS2 PS3 PS4 PWD RANDOM REPLY SECONDS SHELL SHELLOPTS SHLVL SRANDOM
+    TIMEFORMAT TMOUT UID USER
+""".split())
+# Prefixes of names owned by ftcluster, bash, Slurm (input variables of sbatch/srun/salloc),
+# the rank launchers (PMIx/PMI, Open MPI's world variables), Pyxis/Enroot, Docker and ssh.
+RESERVED_PREFIXES = ("FTC_", "FTCLUSTER_", "BASH_", "COMP_", "READLINE_", "SLURM_", "SLURMD_", "SRUN_",
+                     "SBATCH_", "SALLOC_", "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_ALLOW_", "ENROOT_",
+                     "PYXIS_", "DOCKER_", "SSH_")
+# Names the job library reads from its environment on purpose, as data: a user may set them.
+USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TMPDIR"})
+
+
+def _shell_code(text: str) -> str:
+    """Template text as bash would see it, for name scanning: Jinja parts and comments dropped."""
+    text = re.sub(r"\{#.*?#\}", " ", text, flags=re.S)
+    text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", text, flags=re.S)
+    lines = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        lines.append(re.sub(r"(^|[ \t])#[^{!].*$", "", line))
+    return "\n".join(lines)
+
+
+_ASSIGN = re.compile(rf"(?:^|[\s;(&|{{])({_IDENT})(?:\[[^]\n]*\])?\+?=", re.M)
+_EXPAND = re.compile(rf"\$\{{[#!]?({_IDENT})|\$({_IDENT})")
+_DECLARE = re.compile(rf"\b(?:local|export|declare|readonly|unset|typeset|read)((?:[ \t]+[-A-Za-z0-9_=]+)+)")
+_FOR = re.compile(rf"\bfor[ \t]+({_IDENT})[ \t]+in\b")
+_TEST_V = re.compile(rf"(?:\[\[|test|printf)[ \t]+-v[ \t]+({_IDENT})")
+_ARITH = re.compile(r"\(\((.*?)\)\)", re.S)
+_SUBSCRIPT = re.compile(rf"{_IDENT}\[([^]\n]*)\]")
+
+
+def names_in_script(text: str) -> set[str]:
+    """Every variable name a bash script (or job template) assigns, declares or reads,
+    arithmetic contexts included. Over-inclusive on purpose: a refused name costs a rename, a
+    missed one runs code."""
+    code = _shell_code(text)
+    names: set[str] = set()
+    names.update(m.group(1) for m in _ASSIGN.finditer(code))
+    names.update(m.group(1) or m.group(2) for m in _EXPAND.finditer(code))
+    for m in _DECLARE.finditer(code):
+        names.update(w.split("=", 1)[0] for w in m.group(1).split() if NAME_RE.fullmatch(w.split("=", 1)[0]))
+    names.update(m.group(1) for m in _FOR.finditer(code))
+    names.update(m.group(1) for m in _TEST_V.finditer(code))
+    for pattern in (_ARITH, _SUBSCRIPT):
+        for m in pattern.finditer(code):
+            names.update(re.findall(_IDENT, m.group(1)))
+    return names
+
+
+def job_library_files() -> list[Path]:
+    """The job library: the templates every job script is rendered from, and the rank-side shell
+    files shipped beside them."""
+    return sorted((_PACKAGE / "job_templates").glob("*.j2")) + sorted((_PACKAGE / "rank").glob("*.sh"))
+
+
+@lru_cache(maxsize=1)
+def job_library_names() -> frozenset[str]:
+    names: set[str] = set()
+    for path in job_library_files():
+        names |= names_in_script(path.read_text())
+    return frozenset(names)
+
+
+def env_name_problem(name: object) -> str | None:
+    """Why `name` cannot be an `env:` name, or None."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        return f"{name!r} is not a valid environment variable name (letters, digits and '_', not starting with a digit)"
+    if name in USER_SETTABLE:
+        return None
+    if name in SHELL_NAMES or name.startswith(RESERVED_PREFIXES):
+        return (f"{name} is reserved (bash, Slurm, the MPI launcher, the container runtime or ftcluster set or "
+                "read it); choose another name")
+    if name in job_library_names():
+        return f"{name} is a variable of ftcluster's job scripts, which your value would replace; choose another name"
+    return None
