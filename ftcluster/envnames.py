@@ -24,15 +24,7 @@ NAME_RE = re.compile(_IDENT)
 
 # Variables that bash itself sets or reads (bash(1), "Shell Variables"), plus the POSIX shells'
 # ENV and the login basics the job's tools rely on.
-SHELL_NAMES = frozenset("""
-    BASH BASHOPTS BASHPID CDPATH CHILD_MAX COLUMNS COMPREPLY COPROC DIRSTACK EMACS ENV EPOCHREALTIME
-    EPOCHSECONDS EUID EXECIGNORE FCEDIT FIGNORE FUNCNAME FUNCNEST GLOBIGNORE GLOBSORT GROUPS HISTCMD
-    HISTCONTROL HISTFILE HISTFILESIZE HISTIGNORE HISTSIZE HISTTIMEFORMAT HOME HOSTFILE HOSTNAME
-    HOSTTYPE IFS IGNOREEOF INPUTRC INSIDE_EMACS LINENO LINES LOGNAME MACHTYPE MAIL MAILCHECK MAILPATH
-    MAPFILE OLDPWD OPTARG OPTERR OPTIND OSTYPE PIPESTATUS POSIXLY_CORRECT PPID PROMPT_COMMAND
-    PROMPT_DIRTRIM PS0 PS1 PS2 PS3 PS4 PWD RANDOM REPLY SECONDS SHELL SHELLOPTS SHLVL SRANDOM
-    TIMEFORMAT TMOUT UID USER
-""".split())
+SHELL_NAMES = frozenset(["BASH", "BASHOPTS", "BASHPID", "CDPATH", "CHILD_MAX", "COLUMNS", "COMPREPLY", "COPROC", "DIRSTACK", "EMACS", "ENV", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "EXECIGNORE", "FCEDIT", "FIGNORE", "FUNCNAME", "FUNCNEST", "GLOBIGNORE", "GLOBSORT", "GROUPS", "HISTCMD", "HISTCONTROL", "HISTFILE", "HISTFILESIZE", "HISTIGNORE", "HISTSIZE", "HISTTIMEFORMAT", "HOME", "HOSTFILE", "HOSTNAME", "HOSTTYPE", "IFS", "IGNOREEOF", "INPUTRC", "INSIDE_EMACS", "LINENO", "LINES", "LOGNAME", "MACHTYPE", "MAIL", "MAILCHECK", "MAILPATH", "MAPFILE", "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "OSTYPE", "PIPESTATUS", "POSIXLY_CORRECT", "PPID", "PROMPT_COMMAND", "PROMPT_DIRTRIM", "PS0", "PS1", "PS2", "PS3", "PS4", "PWD", "RANDOM", "REPLY", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TIMEFORMAT", "TMOUT", "UID", "USER"])
 # Prefixes of names owned by ftcluster, bash, Slurm (input variables of sbatch/srun/salloc),
 # the rank launchers (PMIx/PMI, Open MPI's world variables), Pyxis/Enroot, Docker and ssh.
 RESERVED_PREFIXES = ("FTC_", "FTCLUSTER_", "BASH_", "COMP_", "READLINE_", "SLURM_", "SLURMD_", "SRUN_",
@@ -44,8 +36,8 @@ USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "T
 
 def _shell_code(text: str) -> str:
     """Template text as bash would see it, for name scanning: Jinja parts and comments dropped."""
-    text = re.sub(r"\{#.*?#\}", " ", text, flags=re.S)
-    text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", text, flags=re.S)
+    text = re.sub(r"\{#.*?#\}", " ", text, flags=re.DOTALL)
+    text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", text, flags=re.DOTALL)
     lines = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
@@ -54,12 +46,12 @@ def _shell_code(text: str) -> str:
     return "\n".join(lines)
 
 
-_ASSIGN = re.compile(rf"(?:^|[\s;(&|{{])({_IDENT})(?:\[[^]\n]*\])?\+?=", re.M)
+_ASSIGN = re.compile(rf"(?:^|[\s;(&|{{])({_IDENT})(?:\[[^]\n]*\])?\+?=", re.MULTILINE)
 _EXPAND = re.compile(rf"\$\{{[#!]?({_IDENT})|\$({_IDENT})")
-_DECLARE = re.compile(rf"\b(?:local|export|declare|readonly|unset|typeset|read)((?:[ \t]+[-A-Za-z0-9_=]+)+)")
+_DECLARE = re.compile(r"\b(?:local|export|declare|readonly|unset|typeset|read)((?:[ \t]+[-A-Za-z0-9_=]+)+)")
 _FOR = re.compile(rf"\bfor[ \t]+({_IDENT})[ \t]+in\b")
 _TEST_V = re.compile(rf"(?:\[\[|test|printf)[ \t]+-v[ \t]+({_IDENT})")
-_ARITH = re.compile(r"\(\((.*?)\)\)", re.S)
+_ARITH = re.compile(r"\(\((.*?)\)\)", re.DOTALL)
 _SUBSCRIPT = re.compile(rf"{_IDENT}\[([^]\n]*)\]")
 
 

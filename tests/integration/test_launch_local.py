@@ -200,3 +200,19 @@ def test_weird_workspace_path(weird_tmp_path: Path) -> None:
     assert rc == 0, err
     assert out["run_dir"].startswith(str(weird_tmp_path))
     assert not list(Path.cwd().glob("PWNED*")) and not list(weird_tmp_path.parent.glob("PWNED*"))
+
+
+def test_env_names_cannot_run_code_and_values_stay_data(tmp_path: Path) -> None:
+    """The audit's payloads for real: env NAMES that are the job's variables or bash's are refused
+    before anything exists; payload VALUES under ordinary names reach the ranks as strings."""
+    payload = "SECONDS[$(touch PWNED)]"
+    bad = write_cluster(tmp_path, env={"RUN_CLIENT": payload, "EXIT_GRACE": payload, "BASH_ENV": "$(touch PWNED1)"})
+    rc, out, err = launch_json(bad, "--nodes", "1")
+    assert rc == 3 and "env" in err and "RUN_CLIENT" in err and "BASH_ENV" in err, err
+    assert not (tmp_path / "ws").exists()
+    good = write_cluster(tmp_path, env={"MY_SETTING": payload, "NCCL_DEBUG": "$(touch PWNED2)"})
+    rc, out, err = launch_json(good, "--nodes", "2")
+    assert rc == 0 and out["client"]["ok"] is True, err
+    _assert_nothing_left(out["run_id"])
+    for root in (tmp_path, Path.cwd(), Path(out["run_dir"])):
+        assert not list(root.rglob("PWNED*")), "a payload ran"

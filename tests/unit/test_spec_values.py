@@ -209,6 +209,8 @@ def _sshd_setenv(tmp_path: Path, env: dict[str, str]) -> list[str]:
     assert r.returncode == 0, r.stderr
     cfg = (tmp_path / "sshd_config").read_text().replace(f"HostKey {tmp_path}/host_key", f"HostKey {hk}")
     (tmp_path / "sshd_config").write_text(cfg)
+    # sshd -T, like sshd, needs its privilege separation folder (the test bed makes it too).
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     t = subprocess.run([shutil.which("sshd") or "/usr/sbin/sshd", "-T", "-f", str(tmp_path / "sshd_config")],
                        capture_output=True, text=True, check=False)
     assert t.returncode == 0, t.stderr
