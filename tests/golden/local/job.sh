@@ -260,6 +260,9 @@ cleanup() {
   # steps) must not cut it short. What cannot finish is SIGKILLed by whoever stops the job.
   trap - EXIT
   trap '' INT TERM
+  # A signal that arrived after the last interrupt point must not end the teardown at its first
+  # nap (interrupt_point would exit 130, skipping containers_down and done); none can come now.
+  INTERRUPTED=0
   [ -z "$CLIENT_PID" ] || kill -TERM "$CLIENT_PID" 2>/dev/null
   if [ -n "$FG_PID" ]; then
     # An interrupted node or container step ends first, so no container appears after the teardown.
