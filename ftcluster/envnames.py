@@ -8,8 +8,9 @@ non-interactive bash; Enroot is a bash script that Pyxis starts with the job's e
 and the launchers' and runtimes' own variables (Slurm's input variables, Pyxis/Enroot, Docker,
 PMIx) change what starts the ranks. All of these are refused.
 
-The job scripts' names are read from the job library itself (job_templates/ and the shipped
-rank-side shell files), so a variable added or renamed there is refused at once.
+The job scripts' names are read from the job library itself (job_templates/, the shipped
+rank-side shell files, and the FTC_* variables the rank-side Python reads), so a variable added
+or renamed there is refused at once.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ NAME_RE = re.compile(_IDENT)
 # Variables that bash itself sets or reads (bash(1), "Shell Variables"), plus the POSIX shells'
 # ENV and the login basics the job's tools rely on.
 SHELL_NAMES = frozenset(["BASH", "BASHOPTS", "BASHPID", "CDPATH", "CHILD_MAX", "COLUMNS", "COMPREPLY", "COPROC", "DIRSTACK", "EMACS", "ENV", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "EXECIGNORE", "FCEDIT", "FIGNORE", "FUNCNAME", "FUNCNEST", "GLOBIGNORE", "GLOBSORT", "GROUPS", "HISTCMD", "HISTCONTROL", "HISTFILE", "HISTFILESIZE", "HISTIGNORE", "HISTSIZE", "HISTTIMEFORMAT", "HOME", "HOSTFILE", "HOSTNAME", "HOSTTYPE", "IFS", "IGNOREEOF", "INPUTRC", "INSIDE_EMACS", "LINENO", "LINES", "LOGNAME", "MACHTYPE", "MAIL", "MAILCHECK", "MAILPATH", "MAPFILE", "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "OSTYPE", "PIPESTATUS", "POSIXLY_CORRECT", "PPID", "PROMPT_COMMAND", "PROMPT_DIRTRIM", "PS0", "PS1", "PS2", "PS3", "PS4", "PWD", "RANDOM", "REPLY", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TIMEFORMAT", "TMOUT", "UID", "USER"])
-# Prefixes of names owned by ftcluster, bash, Slurm (input variables of sbatch/srun/salloc),
-# the rank launchers (PMIx/PMI, Open MPI's world variables), Pyxis/Enroot, Docker and ssh.
-RESERVED_PREFIXES = ("FTC_", "FTCLUSTER_", "BASH_", "COMP_", "READLINE_", "SLURM_", "SLURMD_", "SRUN_",
-                     "SBATCH_", "SALLOC_", "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_ALLOW_", "ENROOT_",
-                     "PYXIS_", "DOCKER_", "SSH_")
-# Names the job library reads from its environment on purpose, as data: a user may set them.
-USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TMPDIR"})
+# Prefixes of names owned by bash, Slurm (input variables of sbatch/srun/salloc), the rank
+# launchers (PMIx/PMI, Open MPI's world variables), Pyxis/Enroot, Docker and ssh.
+RESERVED_PREFIXES = ("BASH_", "COMP_", "READLINE_", "SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_",
+                     "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_ALLOW_", "ENROOT_", "PYXIS_", "DOCKER_", "SSH_")
+# Names the job library reads from its environment on purpose, as data: a user may set them
+# (FTC_LIBMPI: the MPI check's libmpi, rank/ctmpi.py).
+USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TMPDIR", "FTC_LIBMPI"})
+# ftcluster's own variables in the rank-side Python files (the job sets them for its ranks).
+_FTC_LITERAL = re.compile(r"\b(FTC_[A-Z0-9_]+)\b")
 
 
 def _shell_code(text: str) -> str:
@@ -79,11 +82,17 @@ def job_library_files() -> list[Path]:
     return sorted((_PACKAGE / "job_templates").glob("*.j2")) + sorted((_PACKAGE / "rank").glob("*.sh"))
 
 
+def rank_python_files() -> list[Path]:
+    return sorted((_PACKAGE / "rank").glob("*.py"))
+
+
 @lru_cache(maxsize=1)
 def job_library_names() -> frozenset[str]:
     names: set[str] = set()
     for path in job_library_files():
         names |= names_in_script(path.read_text())
+    for path in rank_python_files():
+        names |= set(_FTC_LITERAL.findall(path.read_text()))
     return frozenset(names)
 
 
@@ -94,8 +103,8 @@ def env_name_problem(name: object) -> str | None:
     if name in USER_SETTABLE:
         return None
     if name in SHELL_NAMES or name.startswith(RESERVED_PREFIXES):
-        return (f"{name} is reserved (bash, Slurm, the MPI launcher, the container runtime or ftcluster set or "
-                "read it); choose another name")
+        return (f"{name} is reserved (bash, Slurm, the MPI launcher or the container runtime set or read it); "
+                "choose another name")
     if name in job_library_names():
         return f"{name} is a variable of ftcluster's job scripts, which your value would replace; choose another name"
     return None
