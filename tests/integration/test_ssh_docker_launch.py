@@ -156,7 +156,7 @@ def test_killed_job_script_is_cleaned_up_by_the_guards(tmp_path: Path, ssh_nodes
     there, but the ssh sessions drop and each host's guard removes its containers."""
     dn = ssh_nodes
     out, run_dir = serve_detached(dn, ssh_spec(tmp_path, dn))
-    os.killpg(int(out["job_id"].split(":")[1]), signal.SIGKILL)
+    os.killpg(int(out["job_id"].split(":")[1].split("@")[0]), signal.SIGKILL)  # local:PID@START
     assert wait_no_containers(dn, run_dir) == []
     assert "containers_stopped" not in [e[0] for e in events(run_dir)]  # the guards did it
     # `stop` then finds the job gone and removes what is left here: the run's keys.
