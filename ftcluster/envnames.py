@@ -49,7 +49,8 @@ def _shell_code(text: str) -> str:
     return "\n".join(lines)
 
 
-_ASSIGN = re.compile(rf"(?:^|[\s;(&|{{])({_IDENT})(?:\[[^]\n]*\])?\+?=", re.MULTILINE)
+# Quotes too: code kept in a string and run by `bash -c` assigns inside it.
+_ASSIGN = re.compile(rf"(?:^|[\s;(&|{{'\"])({_IDENT})(?:\[[^]\n]*\])?\+?=", re.MULTILINE)
 _EXPAND = re.compile(rf"\$\{{[#!]?({_IDENT})|\$({_IDENT})")
 _DECLARE = re.compile(r"\b(?:local|export|declare|readonly|unset|typeset|read)((?:[ \t]+[-A-Za-z0-9_=]+)+)")
 _FOR = re.compile(rf"\bfor[ \t]+({_IDENT})[ \t]+in\b")
