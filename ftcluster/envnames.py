@@ -31,8 +31,9 @@ SHELL_NAMES = frozenset(["BASH", "BASHOPTS", "BASHPID", "CDPATH", "CHILD_MAX", "
 RESERVED_PREFIXES = ("BASH_", "COMP_", "READLINE_", "SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_",
                      "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_ALLOW_", "ENROOT_", "PYXIS_", "DOCKER_", "SSH_")
 # Names the job library reads from its environment on purpose, as data: a user may set them
-# (FTC_LIBMPI: the MPI check's libmpi, rank/ctmpi.py).
-USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TMPDIR", "FTC_LIBMPI"})
+# (FTC_LIBMPI: the MPI check's libmpi, rank/ctmpi.py; SLURM_CONF: which slurm.conf the job's
+# srun reads, as a site with several clusters sets it).
+USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TMPDIR", "FTC_LIBMPI", "SLURM_CONF"})
 # ftcluster's own variables in the rank-side Python files (the job sets them for its ranks).
 _FTC_LITERAL = re.compile(r"\b(FTC_[A-Z0-9_]+)\b")
 

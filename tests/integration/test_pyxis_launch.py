@@ -192,9 +192,7 @@ def test_pyxis_only_on_the_submitting_side_is_refused(pb: PyxisBed, spec_dir: Pa
     node_stack = pb.tb.plugstack.read_text()
     pb.tb.plugstack.write_text("")   # the nodes: no plugin
     try:
-        # sbatch hands the submitting environment to the job script (--export=ALL), whose srun
-        # then reads this slurm.conf (SLURM_CONF is Slurm's, refused in a spec's env).
-        rc, out, err = launch_json(_write_spec(spec_dir, pb), "--nodes", "2", env={"SLURM_CONF": str(client_conf)})
+        rc, out, err = launch_json(_write_spec(spec_dir, pb, env={"SLURM_CONF": str(client_conf)}), "--nodes", "2")
     finally:
         pb.tb.plugstack.write_text(node_stack)
     assert rc == 1, err

@@ -64,7 +64,8 @@ def test_malformed_env_names_are_refused(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["NCCL_DEBUG", "OMPI_MCA_btl", "HF_TOKEN", "PATH", "LD_LIBRARY_PATH",
-                                  "CUDA_VISIBLE_DEVICES", "TMPDIR", "PYTHONPATH", "my_setting"])
+                                  "CUDA_VISIBLE_DEVICES", "TMPDIR", "PYTHONPATH", "my_setting", "SLURM_CONF",
+                                  "FTC_LIBMPI", "FTCLUSTER_TEST_DIE_NODE"])
 def test_ordinary_env_names_pass(name: str) -> None:
     assert env_name_problem(name) is None
 
