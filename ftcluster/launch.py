@@ -182,8 +182,7 @@ class Launch:
         """Make the run folder, refusing a run id that is taken (folder or record): from here on
         the folder is this launch's, and only then may a failure remove it."""
         run_id = self.paths.run_id
-        taken = "a run folder" if self.paths.run_dir.exists() else (
-            "a run record" if self.store.exact(run_id) is not None else None)
+        taken = "a run record" if self.store.exact(run_id) is not None else None
         if taken is None:
             self.paths.run_dir.parent.mkdir(parents=True, exist_ok=True)
             try:

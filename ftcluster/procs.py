@@ -76,20 +76,10 @@ class ProcessId:
         """Signal the process group this process leads: while the leader is ours, or once its
         number names no process (only its group's members can be reached then). False when
         nothing was signalled."""
-        if not self.alive(command) and start_time(self.pid) is not None:
+        if start_time(self.pid) is not None and not self.alive(command):
             return False   # the number names another process now
         try:
             os.killpg(self.pid, sig)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-
-    def group_alive(self) -> bool:
-        """Any member of the group is left (the leader ours, or its number free of others)."""
-        if start_time(self.pid) not in (None, self.start):
-            return False
-        try:
-            os.killpg(self.pid, 0)
             return True
         except (ProcessLookupError, PermissionError):
             return False
@@ -101,4 +91,3 @@ def read_pidfile(path: str | os.PathLike[str]) -> ProcessId | None:
             return ProcessId.parse(fh.read())
     except OSError:
         return None
-

@@ -347,10 +347,12 @@ def render(
     files = {paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(variables)}
     if opts.step is None:
         files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
-        # The one way the job signals a rank it recorded: only while the pid is still that rank's.
-        files["signal_rank.sh"] = (Path(__file__).parent / "rank" / "signal_rank.sh").read_text()
     # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.
-    rank_files = (("mpicheck.py", "ctmpi.py", "rank_env.py") if ctx.mpi_check else ()) + (opts.step.rank_files if opts.step else ())
+    # signal_rank.sh is the one way the job signals a rank it recorded (only while the pid is
+    # still that rank's).
+    rank_files = ((("signal_rank.sh",) if opts.step is None else ())
+                  + (("mpicheck.py", "ctmpi.py", "rank_env.py") if ctx.mpi_check else ())
+                  + (opts.step.rank_files if opts.step else ()))
     for name in rank_files:
         files[name] = (Path(__file__).parent / "rank" / RANK_FILE_SOURCES.get(name, name)).read_text()
     if style == "pyxis":
