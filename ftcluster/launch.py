@@ -246,7 +246,7 @@ class Launch:
                         self.progress("log", time.time() - t0, line.strip())
             if now >= next_info:
                 info = self.launcher.info(record.job_id, self.paths)
-                if info.source == "error":
+                if info.unreachable:
                     # The scheduler could not be asked (a busy slurmctld times out): not an
                     # answer. The job's own events still end the launch; a scheduler that stays
                     # unreachable does.
@@ -269,7 +269,7 @@ class Launch:
                 if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
                     last_detail = info.reason
                     self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
-                if info.state.terminal or info.source == "none":
+                if info.gone:
                     # The job is gone; read the events it left once more before judging.
                     for ev in follower.poll():
                         if self._on_event(ev, outcome, t0):
@@ -334,10 +334,10 @@ class Launch:
             if info.state is JobState.PENDING and EV.job_started in outcome.phases and not outcome.ok:
                 outcome.failure = _requeued(info.reason)
                 break
-            if info.state.terminal or info.source == "none" or time.monotonic() >= deadline:
+            if info.gone or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
-        if not info.state.terminal and info.source != "none":
+        if not info.gone:
             self.launcher.cancel(outcome.record.job_id, self.paths, self.cluster.server.exit_grace)
         sshkeys.remove(self.paths.state)  # the docker style's per-run keys, if any
         return outcome

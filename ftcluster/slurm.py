@@ -52,6 +52,12 @@ def map_state(raw: str) -> JobState:
     return SLURM_STATES.get(word.upper(), JobState.UNKNOWN)
 
 
+# JobInfo.source when the scheduler answered that it knows no such job (it is gone), and when
+# it could not be asked at all (a busy or restarting slurmctld times out).
+NO_SUCH_JOB = "none"
+UNREACHABLE = "error"
+
+
 @dataclass(frozen=True)
 class JobInfo:
     job_id: str
@@ -60,7 +66,17 @@ class JobInfo:
     nodes: tuple[str, ...] = ()
     reason: str = ""
     exit_code: str = ""
-    source: str = ""
+    source: str = ""   # who answered: squeue, sacct, scontrol, local; NO_SUCH_JOB; UNREACHABLE
+
+    @property
+    def gone(self) -> bool:
+        """The job is over: it reached a final state, or the scheduler knows no such job any more."""
+        return self.state.terminal or self.source == NO_SUCH_JOB
+
+    @property
+    def unreachable(self) -> bool:
+        """The scheduler could not be asked: not an answer about the job; ask again later."""
+        return self.source == UNREACHABLE
 
 
 def expand_nodelist(nodelist: str) -> tuple[str, ...]:
@@ -95,9 +111,8 @@ class Slurm:
         self.runner.run(argv, timeout=60)
 
     def info(self, job_id: str) -> JobInfo:
-        """The job's state. source "none": Slurm answered and knows no such job (it is gone);
-        source "error": Slurm could not be asked (a busy or restarting slurmctld times out):
-        not an answer, the caller asks again later."""
+        """The job's state; JobInfo.gone and .unreachable say whether Slurm knows it no more
+        or could not be asked."""
         problem = ""
         for probe in (self._squeue, self._sacct, self._scontrol):
             got = probe(job_id)
@@ -105,8 +120,8 @@ class Slurm:
                 return got
             problem = problem or got
         if problem:
-            return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", reason=problem, source="error")
-        return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", source="none")
+            return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", reason=problem, source=UNREACHABLE)
+        return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", source=NO_SUCH_JOB)
 
     @staticmethod
     def _query_problem(res: CommandResult) -> str:

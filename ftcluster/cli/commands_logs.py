@@ -76,7 +76,7 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
                 fresh = sources(paths, rec.nodes, rank, not client_only, with_client, step)[i]
                 follower.srcs[i] = fresh
         info = launcher.info(rec.job_id, paths)
-        if info.state.terminal or info.source == "none":
+        if info.gone:
             final.append(info.state)
             return True
         return False

@@ -56,19 +56,19 @@ class SlurmLauncher(Launcher):
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         if self.node_teardown:
             info = self.slurm.info(job_id)
-            if not info.state.terminal and info.source != "none":
+            if not info.gone:
                 self.runner.run(["scancel", "--batch", "--signal=TERM", job_id], timeout=60)
                 deadline = time.monotonic() + grace + TEARDOWN_GRACE
                 while time.monotonic() < deadline:
                     info = self.slurm.info(job_id)
-                    if info.state.terminal or info.source == "none":
+                    if info.gone:
                         return
                     time.sleep(0.2)
         self.slurm.cancel(job_id)
         deadline = time.monotonic() + grace + 30
         while time.monotonic() < deadline:
             info = self.slurm.info(job_id)
-            if info.state.terminal or info.source == "none":
+            if info.gone:
                 return
             time.sleep(0.2)
 

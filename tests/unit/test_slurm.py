@@ -1,0 +1,56 @@
+"""ftcluster.slurm without a cluster: a scripted runner answers squeue/sacct/scontrol as Slurm does."""
+
+from __future__ import annotations
+
+from typing import IO
+
+import pytest
+
+from ftcluster.runner import CommandResult
+from ftcluster.slurm import JobInfo, JobState, Slurm
+
+
+class Scripted:
+    """Answers each command by its program name; records every argv it was given."""
+
+    def __init__(self, **answers: tuple[int, str, str]):
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: list[str], *, cwd: str | None = None, timeout: float | None = 60.0) -> CommandResult:
+        self.calls.append(list(argv))
+        code, out, err = self.answers.get(argv[0], (0, "", ""))
+        return CommandResult(tuple(argv), code, out, err)
+
+    def read_text(self, path: str) -> str: raise NotImplementedError
+    def write_text(self, path: str, text: str, mode: int = 0o644) -> None: raise NotImplementedError
+    def exists(self, path: str) -> bool: raise NotImplementedError
+    def open_binary(self, path: str) -> IO[bytes]: raise NotImplementedError
+    def read_from(self, path: str, offset: int) -> bytes: raise NotImplementedError
+    def which(self, name: str) -> str | None: raise NotImplementedError
+
+
+INVALID = (1, "", "slurm_load_jobs error: Invalid job id specified")
+TIMED_OUT = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
+
+
+@pytest.mark.parametrize(("answers", "state", "gone", "unreachable"), [
+    ({"squeue": (0, "RUNNING|None|n1\n", "")}, JobState.RUNNING, False, False),
+    ({"squeue": (0, "PENDING|(Priority)|\n", "")}, JobState.PENDING, False, False),
+    # squeue has forgotten it, accounting remembers how it ended
+    ({"squeue": (0, "", ""), "sacct": (0, "CANCELLED by 0|0:15|n1\n", "")}, JobState.CANCELLED, True, False),
+    # no accounting, and scontrol knows no such job either: gone
+    ({"squeue": INVALID, "sacct": (1, "", "accounting storage is disabled"), "scontrol": INVALID},
+     JobState.UNKNOWN, True, False),
+    # the controller did not answer: neither gone nor any state
+    ({"squeue": TIMED_OUT, "sacct": (1, "", "disabled"), "scontrol": TIMED_OUT}, JobState.UNKNOWN, False, True),
+])
+def test_gone_and_unreachable(answers: dict[str, tuple[int, str, str]], state: JobState, gone: bool,
+                              unreachable: bool) -> None:
+    info = Slurm(Scripted(**answers)).info("7")
+    assert (info.state, info.gone, info.unreachable) == (state, gone, unreachable)
+
+
+def test_a_terminal_state_is_gone_whoever_answered() -> None:
+    for state in JobState:
+        assert JobInfo("7", state, state.value, source="local").gone == state.terminal
