@@ -9,40 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ftcluster.job.names import EV, Kinds  # noqa: F401  (defined with the supervisor, which writes them)
+
 if TYPE_CHECKING:
     from ftcluster.runner import Runner
-
-
-@dataclass(frozen=True)
-class Kinds:
-    """Every event kind a job script writes, defined once: the templates get this object as
-    `ev` (`event "{{ ev.ready }} $URL"`), Python compares with EV.ready."""
-
-    job_started: str = "job_started"            # HOST JOB_ID
-    interrupted: str = "interrupted"            # INT/TERM acted on
-    mpicheck_started: str = "mpicheck_started"
-    mpicheck_ok: str = "mpicheck_ok"
-    step_started: str = "step_started"          # WHAT (preflight, convert): a run's one job step
-    step_done: str = "step_done"                # WHAT EXIT_CODE
-    containers_starting: str = "containers_starting"   # HOSTS... (docker styles)
-    node_ready: str = "node_ready"              # HOST DETAIL
-    node_failed: str = "node_failed"            # HOST WHY
-    containers_ready: str = "containers_ready"  # MPI_HOSTS
-    servers_starting: str = "servers_starting"  # RANK0_HOST
-    ready: str = "ready"                        # RANK0_HOST:PORT
-    client_started: str = "client_started"
-    client_done: str = "client_done"            # EXIT_CODE
-    serving: str = "serving"                    # RANK0_HOST:PORT (--keep-serving)
-    rank_failed: str = "rank_failed"            # RANK NODE EXIT_CODE|?
-    failed: str = "failed"                      # WHY...
-    servers_stopped: str = "servers_stopped"
-    containers_stopping: str = "containers_stopping"
-    teardown_failed: str = "teardown_failed"    # HOST WHY
-    containers_stopped: str = "containers_stopped"
-    done: str = "done"                          # EXIT_CODE of the job script
-
-
-EV = Kinds()
 
 
 @dataclass(frozen=True)

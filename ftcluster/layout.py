@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ftcluster.job.names import FILES, RunFiles  # noqa: F401  (defined with the supervisor)
 from ftcluster.styles import STYLES
 
 SCRIPTS = "scripts"
@@ -16,37 +17,6 @@ LOGS = "logs"
 STATE = "state"
 RESULTS = "results"
 REPO = "model_repository"
-
-
-@dataclass(frozen=True)
-class RunFiles:
-    """The names of the files in the run's folders, defined once: the templates get this object
-    as `files` ("$STATE/{{ files.rank('$RANK', 'pid') }}"), Python uses FILES or RunPaths."""
-
-    events: str = "events"                 # state/: one line per milestone (ftcluster.events)
-    job_out: str = "job.out"               # logs/: the job script's output (styles run here)
-    client_log: str = "client.log"         # logs/
-    mpicheck_log: str = "mpicheck.log"     # logs/
-    mpirun_log: str = "mpirun.log"         # logs/
-    step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
-    preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
-    client_json: str = "client.json"       # results/
-    mpicheck_json: str = "mpicheck.json"   # results/
-
-    # Per-rank files: state/rank<R>.{pid,host,exit,loaded,problem} (written by rank_server.sh),
-    # logs/rank<R>.stdout (the wrapper's own output).
-    RANK_FILES = ("pid", "host", "exit", "loaded", "problem", "stdout")
-
-    def rank(self, rank: int | str, what: str) -> str:
-        if what not in self.RANK_FILES:
-            raise ValueError(f"no per-rank file {what!r}")
-        return f"rank{rank}.{what}"
-
-    def server_log(self, rank: int | str) -> str:   # logs/: tritonserver's log of a rank
-        return f"server-rank{rank}.log"
-
-
-FILES = RunFiles()
 EVENTS = f"{STATE}/{FILES.events}"
 
 # Styles whose job script runs on this host (as a process group), not through sbatch.

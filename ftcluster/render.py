@@ -45,12 +45,15 @@ from ftcluster.spec import (
     Server,
     pyxis_mount_path_problem,
 )
-from ftcluster.styles import STYLES, style_name
+from ftcluster.job.config import JobConfig, StepConfig
+from ftcluster.styles import STYLES, Style, style_name
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # Files copied into scripts/ under another name than their module's in ftcluster/rank/: a
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
+# The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "names.py", "ranks.py", "styles.py", "supervisor.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -75,11 +78,12 @@ def _env() -> jinja2.Environment:
     return env
 
 
-DOCKER_STYLES = tuple(name for name, style in STYLES.items() if style.docker)
-
-
 def launch_style(cluster: ClusterSpec) -> str:
     return style_name(cluster.scheduler, cluster.container.runtime)
+
+
+def style_of(cluster: ClusterSpec) -> Style:
+    return STYLES[launch_style(cluster)]
 
 
 def job_name(name: str, run_id: str) -> str:
@@ -189,6 +193,7 @@ class RenderedScripts:
         written = []
         for name, text in self.files.items():
             path = scripts_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             path.chmod(0o755)
             written.append(path)
@@ -204,6 +209,7 @@ class RenderContext:
     StrictUndefined makes a template that needs a name not here fail at render, in the tests."""
 
     style: str
+    summary: str                   # the style's one line: how the ranks start
     run_id: str
     run_dir: str
     job_name: str
@@ -274,11 +280,12 @@ def context(
     cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions
 ) -> RenderContext:
     """Everything the templates see; pure. `model` is None for a run without one (preflight)."""
-    style = launch_style(cluster)
+    style = style_of(cluster)
     env = {**cluster.env, **opts.extra_env}
     extra = opts.step.paths if opts.step else ()
     return RenderContext(
-        style=style,
+        style=style.name,
+        summary=style.summary,
         run_id=paths.run_id,
         run_dir=str(paths.run_dir),
         job_name=job_name(model.name if model else (opts.step.what if opts.step else "run"), paths.run_id),
@@ -296,22 +303,22 @@ def context(
         exclusive=cluster.exclusive,
         mpi=cluster.mpi,
         ports=cluster.ports,
-        port_stride=LOCAL_PORT_STRIDE if style == "local" else 0,
+        port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
         env=env,
         container=cluster.container,
         container_name=container_name(paths.run_id),
-        pyxis_mounts=pyxis_mounts(cluster, paths.run_dir, extra),
+        pyxis_mounts=pyxis_mounts(cluster, paths.run_dir, extra) if style.srun_mounts else "",
         tritonserver=opts.tritonserver or cluster.server.binary,
         server=cluster.server,
         # Never inside a container: this interpreter where the job script runs here.
-        python=opts.python or (sys.executable if style in HERE_STYLES else cluster.python or sys.executable),
+        python=opts.python or (sys.executable if style.runs_here else cluster.python or sys.executable),
         served_model=model.name if model else "",
         client=_client(model, plan),
         run_client=opts.client,
         keep_serving=opts.keep_serving,
-        # The local style's world is this machine's own mpirun; there is nothing to check.
-        mpi_check=opts.mpi_check and style != "local",
+        # A world on this machine alone is its own mpirun's; there is nothing to check.
+        mpi_check=opts.mpi_check and not style.one_host,
         mpi_check_timeout=opts.mpi_check_timeout,
         servers=opts.servers,
         step=opts.step,
@@ -321,7 +328,7 @@ def context(
         results=str(paths.results),
         scripts=str(paths.scripts),
         id_prefix=f"ftc-{paths.run_id}",
-        docker_run_args=docker_run_args(cluster, paths.run_dir, list(env), extra) if style in DOCKER_STYLES else [],
+        docker_run_args=docker_run_args(cluster, paths.run_dir, list(env), extra) if style.docker_run else [],
         docker_label=DOCKER_LABEL,
         ssh_dir=str(paths.state / "ssh"),
         run_hosts=list(cluster.hosts[: plan.nodes]),
@@ -331,37 +338,76 @@ def context(
     )
 
 
+def job_config(ctx: RenderContext) -> JobConfig:
+    """The supervisor's values (scripts/job.json): the context's job-side half."""
+    step = ctx.step
+    container_flags: list[str] = []
+    if STYLES[ctx.style].srun_mounts:
+        c = ctx.container
+        # The commas are Pyxis syntax; each flag is one argv word, never parsed by a shell.
+        container_flags = [f"--container-image={c.image}", f"--container-mounts={ctx.pyxis_mounts}",
+                           f"--container-name={ctx.container_name}"]
+        if c.workdir:
+            container_flags.append(f"--container-workdir={c.workdir}")
+    client_args = ["--protocol", ctx.client.protocol, "--batch-size", str(ctx.client.batch_size),
+                   "--input-len", str(ctx.client.input_len), "--output-len", str(ctx.client.output_len)]
+    if ctx.client.hidden_size:
+        client_args += ["--hidden-size", str(ctx.client.hidden_size)]
+    return JobConfig(
+        style=STYLES[ctx.style].job_style, run_id=ctx.run_id, run_dir=ctx.run_dir, logs=ctx.logs, state=ctx.state,
+        results=ctx.results, scripts=ctx.scripts, nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
+        http_port=ctx.ports.http, served_model=ctx.served_model, id_prefix=ctx.id_prefix, python=ctx.python,
+        tritonserver=ctx.tritonserver, ready_timeout=int(ctx.server.ready_timeout),
+        exit_grace=int(ctx.server.exit_grace), keep_serving=ctx.keep_serving, run_client=ctx.run_client,
+        client_args=client_args, servers=ctx.servers, mpi_check=ctx.mpi_check,
+        mpi_check_timeout=int(ctx.mpi_check_timeout), env=dict(ctx.env),
+        step=None if step is None else StepConfig(what=step.what, label=step.label, argv=list(step.argv),
+                                                  per_node=step.per_node,
+                                                  timeout=None if step.timeout is None else int(step.timeout)),
+        mpi=ctx.mpi, container_flags=container_flags, container_name=ctx.container_name,
+        docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
+        mpirun=ctx.mpirun,
+    )
+
+
+def _package_file(*parts: str) -> str:
+    return Path(__file__).resolve().parent.joinpath(*parts).read_text()
+
+
 def render(
     cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions | None = None
 ) -> RenderedScripts:
-    """Render the job script and the per-rank server wrapper for the cluster's launch style."""
+    """The run's scripts/ folder: the entry script, the supervisor and its values, the rank
+    wrapper, the style's node script and the rank-side files."""
     opts = opts or RenderOptions()
-    if launch_style(cluster) == "pyxis":
+    style = style_of(cluster)
+    if style.srun_mounts:
         problems = pyxis_mount_problems(cluster, paths, opts.step)
         if problems:
             raise UserError("; ".join(problems))
     ctx = context(cluster, model, plan, paths, opts)
-    style = ctx.style
     env = _env()
     variables = ctx.variables()
-    files = {paths.job_script(style).name: env.get_template(STYLE_TEMPLATE[style]).render(variables)}
+    files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
+             FILES.job_config: job_config(ctx).to_json()}
+    for module in SUPERVISOR_MODULES:
+        files[f"{FILES.supervisor}/{module}"] = _package_file("job", module)
     if opts.step is None:
         files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
     # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.
     # signal_rank.sh is the one way the job signals a rank it recorded (only while the pid is
-    # still that rank's).
+    # still that rank's); local_rank.sh gives a rank on this machine its slice of the GPUs.
     rank_files = ((("signal_rank.sh",) if opts.step is None else ())
+                  + (("local_rank.sh",) if style.one_host else ())
                   + (("mpicheck.py", "ctmpi.py", "rank_env.py") if ctx.mpi_check else ())
                   + (opts.step.rank_files if opts.step else ()))
     for name in rank_files:
-        files[name] = (Path(__file__).parent / "rank" / RANK_FILE_SOURCES.get(name, name)).read_text()
-    if style == "pyxis":
-        files["pyxis_node.sh"] = env.get_template("pyxis_node.sh.j2").render(variables)
-    if style in DOCKER_STYLES:
-        files["docker_node.sh"] = env.get_template("docker_node.sh.j2").render(variables)
-    if style == "ssh_docker":
+        files[name] = _package_file("rank", RANK_FILE_SOURCES.get(name, name))
+    if style.node_script:
+        files[style.node_script.removesuffix(".j2")] = env.get_template(style.node_script).render(variables)
+    if style.host_list:
         files["nodes.json"] = fanout_config(cluster, plan).to_json()
-    return RenderedScripts(style, files)
+    return RenderedScripts(style.name, files)
 
 
 def fanout_config(cluster: ClusterSpec, plan: Plan) -> FanoutConfig:

@@ -1,8 +1,10 @@
-"""The launch styles, one row each: which template renders the job script, which launcher runs it.
+"""The launch styles, one row each: what a style is made of and how it behaves.
 
-A new style is a template in job_templates/, a launcher module in ftcluster/launchers/ and one
-row here; everything else (rendering, the job request, status, logs, stop) finds it through
-this table. Light (no specs, no templates) so that status/logs/stop start fast.
+A new style is a row here, an entry script template that extends job_templates/job.sh.j2, a
+launcher module in ftcluster/launchers/ and a behaviour class in ftcluster/job/styles.py (how
+the job reaches the nodes and its containers). Rendering, the job request, status, logs and stop
+find it through this table and ask its fields, never its name. Light (no specs, no templates)
+so that status/logs/stop start fast.
 """
 
 from __future__ import annotations
@@ -13,19 +15,38 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Style:
     name: str
-    template: str        # the job script's template in job_templates/
-    launcher: str        # a key of LAUNCHERS
-    runs_here: bool      # the job script runs on this host as a process group, not through sbatch
-    docker: bool         # containers started with docker, mpirun over ssh with per-run keys
-    in_image: bool       # the ranks run inside the user's image (its own python3, no ftcluster)
+    summary: str               # one line for the entry script's header: how the ranks start
+    template: str              # the entry script's template in job_templates/ (extends job.sh.j2)
+    launcher: str              # a key of LAUNCHERS
+    runs_here: bool            # the job runs on this host as a process group (job.sh), not through sbatch (job.sbatch)
+    in_image: bool             # the ranks run inside the user's image (its own python3, no ftcluster)
+    node_script: str = ""      # a node-side script template rendered beside the job (containers up/down/guard)
+    run_keys: bool = False     # per-run ssh keys: mpirun over ssh between the run's containers
+    docker_run: bool = False   # containers started by `docker run` (its options rendered)
+    srun_mounts: bool = False  # the image's mounts go through srun --container-mounts (Pyxis syntax, checked)
+    host_list: bool = False    # fixed hosts reached over ssh (scripts/nodes.json for the fan-out)
+    one_host: bool = False     # every rank on this machine: distinct ports per rank, no MPI check
+
+    @property
+    def job_style(self) -> str:
+        """The supervisor's behaviour class for this style (ftcluster.job.styles.JOB_STYLES)."""
+        return self.name
 
 
 STYLES: dict[str, Style] = {s.name: s for s in (
-    Style("none", "sbatch.sh.j2", "slurm", runs_here=False, docker=False, in_image=False),
-    Style("pyxis", "sbatch.sh.j2", "pyxis_slurm", runs_here=False, docker=False, in_image=True),
-    Style("docker", "sbatch_docker.sh.j2", "docker_slurm", runs_here=False, docker=True, in_image=True),
-    Style("ssh_docker", "ssh_docker.sh.j2", "ssh_docker", runs_here=True, docker=True, in_image=True),
-    Style("local", "local.sh.j2", "local", runs_here=True, docker=False, in_image=False),
+    Style("none", "srun --mpi starts one rank per node on the hosts themselves", "slurm_job.sh.j2", "slurm",
+          runs_here=False, in_image=False),
+    Style("pyxis", "srun --mpi starts one rank per node in the image through Pyxis (--container-image)",
+          "slurm_job.sh.j2", "pyxis_slurm", runs_here=False, in_image=True, node_script="pyxis_node.sh.j2",
+          srun_mounts=True),
+    Style("docker", "a Docker container per node (srun runs scripts/docker_node.sh), mpirun over ssh from rank 0's",
+          "slurm_job.sh.j2", "docker_slurm", runs_here=False, in_image=True, node_script="docker_node.sh.j2",
+          run_keys=True, docker_run=True),
+    Style("ssh_docker", "a Docker container per host over ssh (python -m ftcluster.fanout), mpirun over ssh from "
+          "rank 0's", "here_job.sh.j2", "ssh_docker", runs_here=True, in_image=True, node_script="docker_node.sh.j2",
+          run_keys=True, docker_run=True, host_list=True),
+    Style("local", "one mpirun starts every rank on this machine, ports apart", "here_job.sh.j2", "local",
+          runs_here=True, in_image=False, one_host=True),
 )}
 
 # The record of a run whose job is one step in place of the servers names that step as its

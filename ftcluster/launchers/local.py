@@ -36,6 +36,12 @@ def _job_process(job_id: str) -> ProcessId | None:
     return ProcessId.parse(rest)
 
 
+def _job_mark(paths: RunPaths) -> str:
+    """What the job's command line holds: job.sh execs the supervisor with the run's scripts
+    folder in its arguments (`python3 RUN/scripts/ftcluster_job RUN/scripts/job.json`)."""
+    return f"{paths.scripts}/"
+
+
 def port_free(port: int) -> bool:
     """True when a server could listen on 0.0.0.0:port (as tritonserver does)."""
     with socket.socket() as s:
@@ -72,7 +78,7 @@ class LocalLauncher(Launcher):
 
     def _script_alive(self, job_id: str, paths: RunPaths) -> bool:
         job = _job_process(job_id)
-        script = str(paths.job_script("local"))  # job.sh, as for every style run here
+        script = _job_mark(paths)
         if job is None:
             # An older ftcluster's `local:PID`: enough to report on (never to signal).
             legacy = ProcessId.of(int(job_id.partition(":")[2]))
@@ -123,12 +129,12 @@ class LocalLauncher(Launcher):
                             hint=f"if `ps -o pid,args -p {job_id.split(':')[-1]}` shows bash {paths.job_script('local')}, "
                                  "stop it with kill -TERM -- -PID")
         if self._script_alive(job_id, paths):
-            job.signal_group(signal.SIGTERM, str(paths.job_script("local")))
+            job.signal_group(signal.SIGTERM, _job_mark(paths))
         deadline = time.monotonic() + grace + self.teardown_grace
         while self._script_alive(job_id, paths) and time.monotonic() < deadline:
             time.sleep(0.05)
         # What is left of the script's group (its leader gone, or still ours).
-        job.signal_group(signal.SIGKILL, str(paths.job_script("local")))
+        job.signal_group(signal.SIGKILL, _job_mark(paths))
         # Ranks lead their own process groups; kill any the script could not stop.
         for pidfile in paths.state.glob(FILES.rank("*", "pid")) if self.kill_stray_ranks else ():
             rank = read_pidfile(pidfile)

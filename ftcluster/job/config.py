@@ -1,0 +1,68 @@
+"""The supervisor's values (scripts/job.json): built by ftcluster's render, read by the job."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """A run's one step in place of the servers (`preflight`, `convert`)."""
+
+    what: str                       # names the step in events and logs
+    label: str                      # in messages: "the preflight", "the converter"
+    argv: List[str]                 # what each task runs (inside the container, where there is one)
+    per_node: bool                  # one task on every node (one world); else one task on one node
+    timeout: Optional[int] = None   # seconds; None: the job's time limit
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    style: str                      # which behaviour of ftcluster_job.styles runs the job
+    run_id: str
+    run_dir: str
+    logs: str
+    state: str
+    results: str
+    scripts: str
+    nodes: int
+    gpus_per_node: int
+    http_port: int
+    served_model: str
+    id_prefix: str                  # the servers' --id is ID_PREFIX-rank<R>
+    python: str                     # runs the client (and the ssh fan-out) on the job's host
+    tritonserver: str
+    ready_timeout: int
+    exit_grace: int
+    keep_serving: bool
+    run_client: bool
+    client_args: List[str]
+    servers: bool                   # False: the MPI check alone (`ftcluster check`)
+    mpi_check: bool
+    mpi_check_timeout: int
+    env: Dict[str, str]             # the spec's env: for the job's children only
+    step: Optional[StepConfig] = None
+    mpi: str = "pmix"               # srun --mpi (Slurm styles)
+    container_flags: List[str] = field(default_factory=list)   # srun's Pyxis flags
+    container_name: str = ""
+    docker_label: str = ""
+    ssh_dir: str = ""               # the run's keys (docker styles)
+    ssh_port: int = 0
+    run_hosts: List[str] = field(default_factory=list)   # fixed hosts, rank 0 first (ssh)
+    mpirun: str = "mpirun"          # the local style's Open MPI launcher
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> JobConfig:
+        raw: Dict[str, Any] = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown keys in the job's values: {', '.join(unknown)}")
+        step = raw.get("step")
+        raw["step"] = StepConfig(**step) if step else None
+        return cls(**raw)

@@ -1,0 +1,73 @@
+"""The names the job and the launcher share, defined once: event kinds and the run folder's files.
+
+The templates get these objects as `ev` and `files`; the supervisor and the launcher use EV and
+FILES. Stdlib only: shipped with the supervisor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """Every event kind a job writes (`EPOCH KIND ARGS...` lines in state/events)."""
+
+    job_started: str = "job_started"            # HOST JOB_ID
+    interrupted: str = "interrupted"            # INT/TERM acted on
+    mpicheck_started: str = "mpicheck_started"
+    mpicheck_ok: str = "mpicheck_ok"
+    step_started: str = "step_started"          # WHAT (preflight, convert): a run's one job step
+    step_done: str = "step_done"                # WHAT EXIT_CODE
+    containers_starting: str = "containers_starting"   # HOSTS... (docker styles)
+    node_ready: str = "node_ready"              # HOST DETAIL
+    node_failed: str = "node_failed"            # HOST WHY
+    containers_ready: str = "containers_ready"  # MPI_HOSTS
+    servers_starting: str = "servers_starting"  # RANK0_HOST
+    ready: str = "ready"                        # RANK0_HOST:PORT
+    client_started: str = "client_started"
+    client_done: str = "client_done"            # EXIT_CODE
+    serving: str = "serving"                    # RANK0_HOST:PORT (--keep-serving)
+    rank_failed: str = "rank_failed"            # RANK NODE EXIT_CODE|?
+    failed: str = "failed"                      # WHY...
+    servers_stopped: str = "servers_stopped"
+    containers_stopping: str = "containers_stopping"
+    teardown_failed: str = "teardown_failed"    # HOST WHY
+    containers_stopped: str = "containers_stopped"
+    done: str = "done"                          # EXIT_CODE of the job
+
+
+EV = Kinds()
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The names of the files in the run's folders."""
+
+    events: str = "events"                 # state/: one line per milestone
+    job_out: str = "job.out"               # logs/: the job's output (styles run here)
+    client_log: str = "client.log"         # logs/
+    mpicheck_log: str = "mpicheck.log"     # logs/
+    mpirun_log: str = "mpirun.log"         # logs/
+    step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
+    preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
+    client_json: str = "client.json"       # results/
+    mpicheck_json: str = "mpicheck.json"   # results/
+    job_config: str = "job.json"           # scripts/: the supervisor's values
+    supervisor: str = "ftcluster_job"      # scripts/: the supervisor's package
+
+    # Per-rank files: state/rank<R>.{pid,host,exit,loaded,problem} (written by rank_server.sh),
+    # logs/rank<R>.stdout (the wrapper's own output).
+    RANK_FILES = ("pid", "host", "exit", "loaded", "problem", "stdout")
+
+    def rank(self, rank: Union[int, str], what: str) -> str:
+        if what not in self.RANK_FILES:
+            raise ValueError(f"no per-rank file {what!r}")
+        return f"rank{rank}.{what}"
+
+    def server_log(self, rank: Union[int, str]) -> str:   # logs/: tritonserver's log of a rank
+        return f"server-rank{rank}.log"
+
+
+FILES = RunFiles()

@@ -1,0 +1,122 @@
+"""What the ranks left in the run folder (state/rank<R>.*, their server logs) and rank 0's HTTP
+answers: the facts readiness and failure messages are made of. Reads only; no process."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+from typing import List, Optional, Tuple
+
+from .names import FILES
+
+# glog's error lines ("E<MMDD> <time> ..."), less what a CPU-only server always logs.
+ERROR_LINE = re.compile(r"^E[0-9]{4} [0-9:.]+ ")
+HARMLESS_ERRORS = re.compile(r"CudaDriverHelper|NVML|DCGM|pinned")
+
+
+class RankFiles:
+    def __init__(self, state: str, logs: str, nodes: int):
+        self.state, self.logs, self.nodes = state, logs, nodes
+
+    def path(self, rank: int, what: str) -> str:
+        return os.path.join(self.logs if what == "stdout" else self.state, FILES.rank(rank, what))
+
+    def server_log(self, rank: int) -> str:
+        return os.path.join(self.logs, FILES.server_log(rank))
+
+    def read(self, rank: int, what: str) -> Optional[str]:
+        try:
+            with open(self.path(rank, what)) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def exists(self, rank: int, what: str) -> bool:
+        return os.path.exists(self.path(rank, what))
+
+    def node(self, rank: int) -> str:
+        return (self.read(rank, "host") or "").strip() or "?"
+
+    def exit(self, rank: int) -> Optional[Tuple[str, float, str]]:
+        """state/rank<R>.exit, "CODE EPOCH died|stopped" (rank_server.sh): (code, time, how)."""
+        text = self.read(rank, "exit")
+        if text is None:
+            return None
+        parts = text.split()
+        try:
+            t = float(parts[1]) if len(parts) > 1 else 0.0
+        except ValueError:
+            t = 0.0
+        return (parts[0] if parts else "?", t, parts[2] if len(parts) > 2 else "died")
+
+    def first_died(self) -> Optional[int]:
+        """The rank that died first, or None. Ranks that were asked to stop are not a cause."""
+        best: Optional[Tuple[float, int]] = None
+        for rank in range(self.nodes):
+            ex = self.exit(rank)
+            if ex is not None and ex[2] == "died" and (best is None or ex[1] < best[0]):
+                best = (ex[1], rank)
+        return None if best is None else best[1]
+
+    def first_with_error(self) -> Optional[Tuple[int, str]]:
+        """When the whole step was killed (Slurm's PMIx plugin aborts a step whose MPI process
+        exits without MPI_Finalize, wrappers included), no rank wrote an exit: the rank whose
+        server log holds the earliest error line is the cause. (rank, line)."""
+        best: Optional[Tuple[str, int, str]] = None
+        for rank in range(self.nodes):
+            try:
+                with open(self.server_log(rank), errors="replace") as f:
+                    line = next((ln.rstrip("\n") for ln in f
+                                 if ERROR_LINE.match(ln) and not HARMLESS_ERRORS.search(ln)), None)
+            except OSError:
+                continue
+            if line is not None and (best is None or line[1:21] < best[0]):
+                best = (line[1:21], rank, line)
+        return None if best is None else (best[1], best[2])
+
+    def not_loaded(self) -> List[int]:
+        """The ranks != 0 whose server has not reached FT's model-instance initialisation yet."""
+        return [r for r in range(1, self.nodes) if not self.exists(r, "loaded")]
+
+    def tail(self, rank: int, lines: int = 20) -> str:
+        """The last lines of the rank's server log and its wrapper's output, as `tail` shows two files."""
+        out = []
+        for path in (self.server_log(rank), self.path(rank, "stdout")):
+            try:
+                with open(path, errors="replace") as f:
+                    text = f.read().splitlines()[-lines:]
+            except OSError:
+                continue
+            out.append(f"==> {path} <==")
+            out.extend(text)
+        return "\n".join(out)
+
+
+def http_get(host: str, port: int, path: str, timeout: float = 2.0) -> Optional[bytes]:
+    """The body of GET http://HOST:PORT/PATH when the answer is 200, else None."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        return body if resp.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def rank0_ready(host: str, port: int, server_id: str, model: str) -> bool:
+    """Rank 0 is ours and serving: /v2 names OUR --id (not a stale server on the port), and every
+    model, the served one included, is ready."""
+    if http_get(host, port, "/v2/health/ready") is None:
+        return False
+    meta = http_get(host, port, "/v2")
+    try:
+        if meta is None or json.loads(meta).get("name") != server_id:
+            return False
+    except ValueError:
+        return False
+    return http_get(host, port, f"/v2/models/{model}/ready") is not None

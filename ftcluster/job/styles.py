@@ -1,0 +1,539 @@
+"""How each launch style runs the job's pieces: the only place of the supervisor that knows styles.
+
+A style answers: how a command reaches every node, or rank 0's node; how the run's containers go
+up and down; how the servers, the MPI check and a job step start; how rank 0 is asked to stop
+and every rank killed. `ftcluster.styles.Style.job_style` names the class here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from .config import StepConfig
+from .names import EV, FILES
+
+if TYPE_CHECKING:
+    from .supervisor import Job
+
+
+class JobStyle:
+    """The bare-metal Slurm style (no container); the others change what differs."""
+
+    ended_while_serving = "the server step ended while serving"
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.cfg = job.cfg
+        self.servers: Optional[subprocess.Popen[bytes]] = None
+
+    # --- who am I -----------------------------------------------------------------------------
+
+    def job_id(self) -> str:
+        return os.environ.get("SLURM_JOB_ID", "")
+
+    def script(self, name: str) -> str:
+        return os.path.join(self.cfg.scripts, name)
+
+    def state_file(self, name: str) -> str:
+        return os.path.join(self.cfg.state, name)
+
+    # --- containers ---------------------------------------------------------------------------
+
+    def up(self) -> None:
+        """The run's containers on every node (none here)."""
+
+    def down(self) -> bool:
+        """Removes the run's containers on every node; False when a node failed."""
+        return True
+
+    # --- Slurm steps --------------------------------------------------------------------------
+
+    def container_flags(self) -> List[str]:
+        return []
+
+    def srun_world(self) -> List[str]:
+        """One task per node, one MPI world, in the container where there is one."""
+        n = self.cfg.nodes
+        return ["srun", f"--mpi={self.cfg.mpi}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1", *self.container_flags()]
+
+    def every_node(self, output: str) -> List[str]:
+        """One task on every node at once, beside the other steps, its output to `output` (%N: the node)."""
+        n = self.cfg.nodes
+        return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+                f"--output={output}"]
+
+    def mpi_check(self) -> None:
+        """The MPI world through the same srun path and container as the servers: a broken world
+        otherwise shows up later as a tritonserver that hangs silently at model load."""
+        job, cfg = self.job, self.cfg
+        log = job.log_path(FILES.mpicheck_log)
+        job.event(EV.mpicheck_started)
+        rc = job.run([*self.srun_world(), "python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes),
+                      "--tritonserver", cfg.tritonserver, "--rank0-host", job_hostname(), "--out",
+                      os.path.join(cfg.results, FILES.mpicheck_json)], out=log, limit=cfg.mpi_check_timeout)
+        if rc:
+            text = read_text(log)
+            job.say(text.rstrip("\n"))
+            if "plugin" in text:
+                job.say("ftcluster: MPI plugins this cluster offers (set mpi: in the cluster spec):")
+                job.say(job.capture(["srun", "--mpi=list"]) or "")
+            job.fail(f"MPI check failed: {squeeze(srun_problem(text))}")
+        job.event(EV.mpicheck_ok)
+
+    def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
+        if step.per_node:
+            return [*self.srun_world(), *step.argv], {}
+        return ["srun", "--nodes=1", "--ntasks=1", *self.container_flags(), *step.argv], {}
+
+    def server_flags(self) -> List[str]:
+        return []
+
+    def start_servers(self) -> None:
+        self.servers = self.job.start([*self.srun_world(), *self.server_flags(),
+                                       f"--output={self.cfg.logs}/rank%t.stdout", "bash", self.script("rank_server.sh")])
+
+    def servers_alive(self) -> bool:
+        return self.servers is not None and self.servers.poll() is None
+
+    def started_servers(self) -> bool:
+        return self.servers is not None
+
+    def term_rank0(self) -> bool:
+        """SIGTERM to rank 0's wrapper, through a step on its node (scancel signals every step),
+        once identified as the recorded one (signal_rank.sh)."""
+        pidfile = self.job.ranks.path(0, "pid")
+        if not os.path.exists(pidfile):
+            return False
+        return self.job.run(["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", self.job.ranks.node(0),
+                             "bash", self.script("signal_rank.sh"), "TERM", pidfile],
+                            out=subprocess.DEVNULL, limit=30, interruptible=False) == 0
+
+    def kill_servers(self) -> None:
+        """SIGKILL to every rank: the job's steps (the teardown's own steps start afterwards)."""
+        if self.servers_alive():
+            if self.job.capture(["scancel", "--signal=KILL", self.job_id()]) is None:
+                self.kill_server_process()
+        self.reap_servers()
+
+    def kill_server_process(self) -> None:
+        if self.servers is not None and self.servers.poll() is None:
+            self.servers.kill()
+
+    def reap_servers(self) -> None:
+        if self.servers is not None:
+            try:
+                self.servers.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.servers.kill()
+                self.servers.wait()
+
+
+class NodeContainers:
+    """The run's containers on every node, through a node script's `guard` and `down` (written
+    once for Pyxis and Docker): a guard per node while the run may have containers (when the job
+    cannot run its teardown -- cancelled by hand, out of time, the machine running it lost --
+    the guard step ends and each guard removes its node's containers), and a `down` on every node
+    whose outcome each node writes to state/<kind>/<node>.down ("ok" or "failed WHY")."""
+
+    def __init__(self, style: JobStyle, kind: str, node_script: str, hint: str):
+        self.style, self.job = style, style.job
+        self.kind, self.node_script, self.hint = kind, node_script, hint
+        self.started = False
+        self.guard: Optional[subprocess.Popen[bytes]] = None
+
+    def dir(self) -> str:
+        return self.style.state_file(self.kind)
+
+    def node_step(self, what: str, log: str) -> List[str]:
+        return [*self.style.every_node(os.path.join(self.job.cfg.logs, f"{self.kind}-{log}-%N.log")),
+                "bash", self.node_script, what]
+
+    def start_guards(self) -> None:
+        os.makedirs(self.dir(), exist_ok=True)
+        self.started = True
+        self.guard = self.job.start(self.node_step("guard", "guard"))
+
+    def stop_guards(self) -> None:
+        # The teardown step removed the containers already: the guard step is simply ended.
+        if self.guard is not None:
+            self.job.end_child(self.guard, 30)
+            self.guard = None
+
+    def down(self, hosts: List[str]) -> bool:
+        if not self.started:
+            return True
+        job = self.job
+        job.event(EV.containers_stopping)
+        job.run(self.node_step("down", "down"), limit=120, interruptible=False)
+        bad = []
+        for h in hosts:
+            st = read_text(os.path.join(self.dir(), f"{h}.down")).strip() or "failed no answer from the teardown step"
+            if st != "ok":
+                bad.append(h)
+                why = st[len("failed "):] if st.startswith("failed ") else st
+                job.event(EV.teardown_failed, h, why)
+                job.say(f"ftcluster: removing the containers of the run on {h} failed: {why}; remove them by hand there: "
+                        + self.hint)
+        self.stop_guards()
+        if bad:
+            job.event(EV.failed, f"teardown failed on {' '.join(bad)}")
+            return False
+        job.event(EV.containers_stopped)
+        return True
+
+
+class PyxisStyle(JobStyle):
+    """Pyxis: the first step creates the named container on every node and the MPI check and
+    server steps reuse it (mounts repeated: a named container keeps its filesystem, not its
+    mounts). Nothing enters it while the servers run: the client runs here."""
+
+    def __init__(self, job: Job):
+        super().__init__(job)
+        self.containers = NodeContainers(self, "pyxis", self.script("pyxis_node.sh"),
+                                         f"enroot remove -f pyxis_{self.cfg.container_name}")
+
+    def container_flags(self) -> List[str]:
+        return list(self.cfg.container_flags)
+
+    def server_flags(self) -> List[str]:
+        return ["--job-name=ftc-servers"]   # named, so that the teardown can end this step alone
+
+    def up(self) -> None:
+        """The container on every node, and proof that the steps run in the image: a step's /
+        must not be this node's /. Pyxis loaded by srun but not by the nodes' slurmd accepts
+        --container-image and runs the step on the host."""
+        job, cfg = self.job, self.cfg
+        job.event(EV.containers_starting)
+        self.containers.start_guards()
+        st = os.stat("/")
+        host_root = f"{st.st_dev}:{st.st_ino}"
+        n = cfg.nodes
+        rc = job.run(["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                      *self.container_flags(), f"--output={cfg.logs}/container-%N.log",
+                      "bash", "-c", 'stat -Lc "%d:%i" / >"$1/pyxis/${SLURMD_NODENAME:-$(hostname -s)}.root"',
+                      "_", cfg.state])
+        if rc:
+            problem = ""
+            for name in sorted(os.listdir(cfg.logs)):
+                if name.startswith("container-") and name.endswith(".log"):
+                    problem = first_match(read_text(os.path.join(cfg.logs, name)), r"pyxis|enroot|error")
+                    if problem:
+                        break
+            job.fail(f"the container did not start: {squeeze(problem) or 'see logs/container-*.log'}")
+        node0 = os.environ.get("SLURMD_NODENAME") or short_hostname()
+        if read_text(os.path.join(self.containers.dir(), f"{node0}.root")).strip() == host_root:
+            job.fail(f"Pyxis is not active on the compute nodes: a step with --container-image ran on {node0}'s own "
+                     "filesystem, not in the image (srun accepts the flags when only the submitting side loads "
+                     "Pyxis; check plugstack.conf on the nodes)")
+        job.event(EV.containers_ready)
+
+    def kill_servers(self) -> None:
+        """SIGKILL to the server step alone (found by its name): a SIGKILL to the whole job ends
+        the job, and the teardown step could not start any more."""
+        if self.servers_alive():
+            steps = self.job.capture(["squeue", "-h", "-s", "-j", self.job_id(), "-o", "%i %j"]) or ""
+            step = next((ln.split()[0] for ln in steps.splitlines()
+                         if len(ln.split()) == 2 and ln.split()[1] == "ftc-servers"), "")
+            if not step or self.job.capture(["scancel", "--signal=KILL", step]) is None:
+                self.kill_server_process()
+        self.reap_servers()
+
+    def down(self) -> bool:
+        hosts = (self.job.capture(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")]) or "").split()
+        return self.containers.down(hosts)
+
+
+class DockerStyle(JobStyle):
+    """Docker: one container per node (the node script's `up`), sshd inside on the run's port and
+    key, then mpirun over ssh from rank 0's container. The fan-out to the nodes is the subclass's."""
+
+    ended_while_serving = "mpirun ended while serving"
+
+    def __init__(self, job: Job):
+        super().__init__(job)
+        self.node_script = self.script("docker_node.sh")
+        self.containers = NodeContainers(
+            self, "docker", self.node_script,
+            f"docker rm -f $(docker ps -aq --filter label={self.cfg.docker_label}={self.cfg.run_id})")
+        self.hosts: List[str] = []
+        self.rank0_node = ""
+
+    def on_node0(self) -> List[str]:
+        """The prefix that runs a command on rank 0's node (empty: this host)."""
+        raise NotImplementedError
+
+    def find_hosts(self) -> None:
+        raise NotImplementedError
+
+    def in_rank0_container(self, *argv: str) -> List[str]:
+        return [*self.on_node0(), "bash", self.node_script, "exec", *argv]
+
+    def mpirun(self, *argv: str) -> List[str]:
+        """One process per node, from rank 0's container, over ssh with the run's key."""
+        return self.in_rank0_container("bash", self.node_script, "mpirun", self.mpi_hosts(), *argv)
+
+    def mpi_hosts(self) -> str:
+        return ",".join(f"{h}:1" for h in self.hosts)
+
+    def up(self) -> None:
+        job, cfg = self.job, self.cfg
+        self.find_hosts()
+        ssh = cfg.ssh_dir
+        if not (file_size(os.path.join(ssh, "id_ed25519")) and file_size(os.path.join(ssh, "host_ed25519.pub"))):
+            job.fail(f"no run keys in {ssh} (ftcluster launch makes them before submitting)")
+        # Every node presents the run's host key on the ssh port: ssh verifies it, never skips it.
+        host_key = " ".join(read_text(os.path.join(ssh, "host_ed25519.pub")).split()[:2])
+        with open(os.path.join(ssh, "known_hosts"), "w") as f:
+            f.writelines(f"[{h}]:{cfg.ssh_port} {host_key}\n" for h in self.hosts)
+        job.event(EV.containers_starting, *self.hosts)
+        self.containers.start_guards()
+        job.run(self.containers.node_step("up", "up"))
+        bad, first = [], ""
+        for h in self.hosts:
+            st = read_text(os.path.join(self.containers.dir(), f"{h}.up")).strip()
+            if not st:
+                last = last_line(read_text(job.log_path(f"docker-up-{h}.log"))) or f"see logs/docker-up-{h}.log"
+                st = f"failed the node step did not run: {last}"
+            word, _, rest = st.partition(" ")
+            if word == "ok":
+                job.event(EV.node_ready, h, rest)
+            else:
+                bad.append(h)
+                job.event(EV.node_failed, h, rest)
+                first = first or f"{h}: {rest}"
+        if bad:
+            job.fail(f"containers failed to start on {' '.join(bad)}: {first}")
+        job.event(EV.containers_ready, self.mpi_hosts())
+
+    def mpi_check(self) -> None:
+        """The MPI world over the same ssh path and containers as the servers."""
+        job, cfg = self.job, self.cfg
+        log = job.log_path(FILES.mpicheck_log)
+        job.event(EV.mpicheck_started)
+        rc = job.run(self.mpirun("python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes), "--tritonserver",
+                                 cfg.tritonserver, "--rank0-host", self.rank0_node, "--out",
+                                 os.path.join(cfg.results, FILES.mpicheck_json)), out=log, limit=cfg.mpi_check_timeout)
+        if rc:
+            text = read_text(log)
+            job.say(text.rstrip("\n"))
+            problem = first_match(text, r"^PROBLEM: |error|ERROR|denied|failed")
+            problem = problem[len("PROBLEM: "):] if problem.startswith("PROBLEM: ") else problem
+            job.fail(f"MPI check failed: {squeeze(problem) or 'see logs/' + FILES.mpicheck_log}")
+        job.event(EV.mpicheck_ok)
+
+    def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
+        if step.per_node:
+            # One rank per container; rank 0's node is the rendezvous host.
+            return self.mpirun(*step.argv, "--master-addr", self.rank0_node), {}
+        return self.in_rank0_container(*step.argv), {}
+
+    def start_servers(self) -> None:
+        self.servers = self.job.start(self.mpirun("bash", self.node_script, "rank"),
+                                      out=self.job.log_path(FILES.mpirun_log))
+
+    def term_rank0(self) -> bool:
+        """SIGTERM to rank 0's wrapper in its container (pids as the container sees them), once
+        identified as the recorded one (signal_rank.sh)."""
+        pidfile = self.job.ranks.path(0, "pid")
+        if not os.path.exists(pidfile):
+            return False
+        return self.job.run(self.in_rank0_container("bash", self.script("signal_rank.sh"), "TERM", pidfile),
+                            out=subprocess.DEVNULL, limit=30, interruptible=False) == 0
+
+    def kill_servers(self) -> None:
+        # The container removal (the teardown) is the SIGKILL for every rank.
+        self.kill_server_process()
+        self.reap_servers()
+
+    def down(self) -> bool:
+        ok = self.containers.down(self.hosts)
+        # The run's keys are only good for this run's containers.
+        shutil.rmtree(self.cfg.ssh_dir, ignore_errors=True)
+        return ok
+
+
+class SlurmDockerStyle(DockerStyle):
+    """Slurm + Docker: srun is the fan-out; rank 0 is the batch node."""
+
+    def on_node0(self) -> List[str]:
+        return []
+
+    def find_hosts(self) -> None:
+        # Rank 0 is this node (the client and readiness checks run here); the others follow.
+        self.rank0_node = os.environ.get("SLURMD_NODENAME") or short_hostname()
+        listed = (self.job.capture(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")]) or "").split()
+        self.hosts = [self.rank0_node] + [h for h in listed if h != self.rank0_node]
+        if len(self.hosts) != self.cfg.nodes:
+            self.job.fail(f"expected {self.cfg.nodes} nodes, Slurm gave: {' '.join(self.hosts)}")
+
+
+class SshDockerStyle(DockerStyle):
+    """Docker on a plain host list: every node step goes over ssh, at most node_ssh.parallel at
+    once (python -m ftcluster.fanout with scripts/nodes.json); rank 0 is the first host."""
+
+    def fanout(self) -> List[str]:
+        return [self.cfg.python, "-m", "ftcluster.fanout", "--config", self.script("nodes.json")]
+
+    def every_node(self, output: str) -> List[str]:
+        return [*self.fanout(), "--hosts", ",".join(self.cfg.run_hosts), f"--output={output}"]
+
+    def on_node0(self) -> List[str]:
+        return [*self.fanout(), "--hosts", self.cfg.run_hosts[0], "--"]
+
+    def find_hosts(self) -> None:
+        self.hosts = list(self.cfg.run_hosts)
+        self.rank0_node = self.hosts[0]
+
+
+class LocalStyle(JobStyle):
+    """Every rank on this machine under one mpirun: they share its address and take ports
+    PORT_STRIDE apart. Each "node" sees only its own gpus_per_node GPUs, as on a real cluster
+    (FT refuses a rank that sees more or fewer): rank r gets slice r of CUDA_VISIBLE_DEVICES, or
+    of 0..N-1 when unset (local_rank.sh)."""
+
+    ended_while_serving = "a server rank exited while serving"
+
+    def __init__(self, job: Job):
+        super().__init__(job)
+        self.mpi_tmp = ""
+
+    def job_id(self) -> str:
+        return str(os.getpid())
+
+    def mpirun(self, stdout: str, argv: List[str], export: Tuple[str, ...] = ()) -> List[str]:
+        exports = [a for name in ("GPUS_PER_NODE", "GPU_POOL", *export) for a in ("-x", name)]
+        return [self.cfg.mpirun, "-np", str(self.cfg.nodes), "--oversubscribe", "--bind-to", "none", *exports,
+                "bash", self.script("local_rank.sh"), stdout, *argv]
+
+    def mpi_env(self) -> Dict[str, str]:
+        # Open MPI's session folder (its PMIx sockets) in a folder of this run: a SIGKILLed mpirun
+        # leaves it behind, and a later mpirun that gets the same pid cannot start its PMIx server there.
+        if not self.mpi_tmp:
+            self.mpi_tmp = tempfile.mkdtemp(prefix="ftc-mpi.", dir=self.job.child_env.get("TMPDIR") or None)
+        env = self.job.child_env
+        n = self.cfg.nodes * self.cfg.gpus_per_node
+        pool = env["CUDA_VISIBLE_DEVICES"] if "CUDA_VISIBLE_DEVICES" in env else ",".join(str(i) for i in range(n))
+        return {"TMPDIR": self.mpi_tmp, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                "GPUS_PER_NODE": str(self.cfg.gpus_per_node), "GPU_POOL": pool}
+
+    def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
+        if not step.per_node:
+            return list(step.argv), {}
+        # A free port for the ranks' torch.distributed rendezvous on this machine.
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return self.mpirun("-", list(step.argv), ("MASTER_PORT",)), {**self.mpi_env(), "MASTER_PORT": str(port)}
+
+    def start_servers(self) -> None:
+        stdout = os.path.join(self.cfg.logs, FILES.rank("{rank}", "stdout"))
+        self.servers = self.job.start(self.mpirun(stdout, ["bash", self.script("rank_server.sh")]),
+                                      out=self.job.log_path(FILES.mpirun_log),
+                                      env={**self.mpi_env(), "FTC_RANK_HOST": "127.0.0.1"})
+
+    def signal_ranks(self, sig: str, ranks: range) -> None:
+        """mpirun makes each rank the leader of its own process group (its server and the
+        server's stub inside): a signal to the group reaches all of them, once the rank is
+        identified as the recorded one (signal_rank.sh)."""
+        for r in ranks:
+            pidfile = self.job.ranks.path(r, "pid")
+            if os.path.exists(pidfile):
+                self.job.run(["bash", self.script("signal_rank.sh"), sig, pidfile, "group"],
+                             out=subprocess.DEVNULL, limit=30, interruptible=False)
+
+    def term_rank0(self) -> bool:
+        if not self.job.ranks.exists(0, "pid"):
+            return False
+        self.signal_ranks("TERM", range(1))
+        return True
+
+    def kill_servers(self) -> None:
+        self.signal_ranks("KILL", range(self.cfg.nodes))
+        self.kill_server_process()
+        self.reap_servers()
+
+    def down(self) -> bool:
+        if self.mpi_tmp:
+            shutil.rmtree(self.mpi_tmp, ignore_errors=True)
+        return True
+
+
+JOB_STYLES = {
+    "none": JobStyle,
+    "pyxis": PyxisStyle,
+    "docker": SlurmDockerStyle,
+    "ssh_docker": SshDockerStyle,
+    "local": LocalStyle,
+}
+
+
+def style_for(job: Job) -> JobStyle:
+    return JOB_STYLES[job.cfg.style](job)
+
+
+# --- small text helpers -----------------------------------------------------------------------
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def squeeze(text: str) -> str:
+    """On one line, runs of white space as one space."""
+    return " ".join(text.split())
+
+
+def first_match(text: str, pattern: str) -> str:
+    rx = re.compile(pattern)
+    return next((ln for ln in text.splitlines() if rx.search(ln)), "")
+
+
+def last_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def srun_problem(log: str) -> str:
+    """The cause of a failed MPI check from its log: the check's own PROBLEM line; else the first
+    task srun saw fail (the image's MPI ended a rank itself: Open MPI exits inside MPI_Init),
+    with the first line that is not srun's own; else srun's own error."""
+    problem = first_match(log, r"^PROBLEM: ")
+    if problem:
+        return problem[len("PROBLEM: "):]
+    for ln in log.splitlines():
+        m = re.match(r"^srun: error: ([^:]+): tasks? ([0-9]+)[^:]*: (.*)$", ln)
+        if m:
+            other = first_match(log, r"^(?!srun|slurmstepd)") or f"see logs/{FILES.mpicheck_log}"
+            return f"rank {m.group(2)} on {m.group(1)} ({m.group(3)}): {other}"
+    return first_match(log, r"error") or f"see logs/{FILES.mpicheck_log}"
+
+
+def short_hostname() -> str:
+    import socket
+
+    return socket.gethostname().split(".")[0]
+
+
+def job_hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+

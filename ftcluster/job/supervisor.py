@@ -1,0 +1,369 @@
+"""The job: containers, MPI check, a step or the servers, readiness, client, serving, teardown.
+
+One flow for every style; what differs between styles (how a command reaches the nodes, how
+containers go up and down, how rank 0 is asked to stop) is a `styles.JobStyle`.
+
+Signals: INT/TERM only set a flag. The flow acts on it at its waits (`nap`, `wait_child`) by
+raising Interrupted; the teardown never looks at it, so a signal that arrives late (scancel
+signals the batch shell and its steps, often twice) cannot cut the teardown short.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
+
+from .config import JobConfig
+from .names import EV, FILES
+from .ranks import RankFiles, rank0_ready
+
+
+class Interrupted(Exception):
+    """INT/TERM arrived: the job ends with 130 after its teardown."""
+
+
+class Failed(Exception):
+    """The job failed; the event and the message are written already."""
+
+    def __init__(self, rc: int = 1):
+        super().__init__(rc)
+        self.rc = rc
+
+
+def short_hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+class Job:
+    def __init__(self, cfg: JobConfig):
+        from .styles import style_for
+
+        self.cfg = cfg
+        self.ranks = RankFiles(cfg.state, cfg.logs, cfg.nodes)
+        # The job's children see the spec's env; the supervisor's own environment stays as it came.
+        self.child_env: Dict[str, str] = {**os.environ, **cfg.env}
+        self.interrupted = False
+        self.failing = False
+        self.phase = "during start-up"     # where the run is, for failure messages
+        self.rank0_host = ""
+        self.rank0_url = ""
+        self.client: Optional[subprocess.Popen[bytes]] = None
+        self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
+        self.style = style_for(self)
+
+    # --- events, signals, failure -------------------------------------------------------------
+
+    def event(self, kind: str, *args: object) -> None:
+        line = " ".join([f"{time.time():.9f}", kind, *(str(a) for a in args)])
+        with open(os.path.join(self.cfg.state, FILES.events), "a") as f:
+            f.write(line + "\n")
+
+    def say(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupted = True
+
+    def interrupt_point(self) -> None:
+        if self.interrupted:
+            self.interrupted = False
+            self.event(EV.interrupted)
+            raise Interrupted()
+
+    def nap(self, seconds: float) -> None:
+        time.sleep(seconds)
+        self.interrupt_point()
+
+    def fail(self, why: str) -> NoReturn:
+        """Any failure stops every rank at once (failing): the MPI world is broken, so a graceful
+        shutdown buys nothing -- rank 0's requests would hang in a broadcast."""
+        # A step that ended because the job was interrupted: the interrupt is the cause.
+        self.interrupt_point()
+        self.failing = True
+        rank = self.ranks.first_died()
+        if rank is not None:
+            node = self.ranks.node(rank)
+            ex = self.ranks.exit(rank)
+            code = ex[0] if ex else "?"
+            self.event(EV.rank_failed, rank, node, code)
+            why = f"rank {rank} on {node} exited (code {code}) {self.phase}"
+            # A cause the rank named itself (a port in use) says more than its exit.
+            problem = (self.ranks.read(rank, "problem") or "").strip()
+            if problem:
+                why = f"{problem} (rank {rank})"
+            self.say(f"ftcluster: rank {rank} on {node} exited; last lines of its log:")
+            self.say(self.ranks.tail(rank))
+        elif why.startswith("the server step ended"):
+            found = self.ranks.first_with_error()
+            if found is not None:
+                rank, line = found
+                node = self.ranks.node(rank)
+                self.event(EV.rank_failed, rank, node, "?")
+                why = f"rank {rank} on {node} failed {self.phase} (the step was ended with it): {line[:300]}"
+        self.event(EV.failed, why)
+        self.say(f"ftcluster: {why}")
+        raise Failed(1)
+
+    # --- children -----------------------------------------------------------------------------
+
+    def start(self, argv: Sequence[str], out: Union[str, int, None] = None,
+              env: Optional[Dict[str, str]] = None) -> subprocess.Popen[bytes]:
+        """A child with the job's env (plus `env`), its output to the file `out` (truncated) or
+        the job's own output."""
+        stdout: Union[IO[bytes], int, None] = None
+        if isinstance(out, str):
+            stdout = open(out, "wb")
+        elif out is not None:
+            stdout = out
+        try:
+            return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout,
+                                    stderr=subprocess.STDOUT if stdout is not None else None,
+                                    env={**self.child_env, **(env or {})})
+        finally:
+            if isinstance(out, str) and stdout is not None and not isinstance(stdout, int):
+                stdout.close()
+
+    def wait_child(self, proc: subprocess.Popen[bytes], limit: Optional[float] = None,
+                   kill_after: float = 5.0, interruptible: bool = True) -> int:
+        """The child's exit code; acts on INT/TERM meanwhile (interruptible). Past `limit`
+        seconds the child gets SIGTERM, `kill_after` seconds later SIGKILL, and the code is
+        124, as with coreutils' timeout."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            try:
+                return proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+            if interruptible:
+                self.interrupt_point()
+            if deadline is not None and time.monotonic() >= deadline:
+                self.end_child(proc, kill_after)
+                return 124
+
+    def end_child(self, proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+        """SIGTERM, up to `grace` seconds to go, then SIGKILL; reaped."""
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def run(self, argv: Sequence[str], out: Union[str, int, None] = None, limit: Optional[float] = None,
+            kill_after: float = 5.0, env: Optional[Dict[str, str]] = None, interruptible: bool = True) -> int:
+        """A child run to its end (or its limit); its exit code."""
+        proc = self.start(argv, out, env)
+        if interruptible:
+            self.foreground = proc
+        try:
+            return self.wait_child(proc, limit, kill_after, interruptible)
+        finally:
+            if proc.poll() is not None:
+                self.foreground = None
+
+    def capture(self, argv: Sequence[str], limit: float = 30.0) -> Optional[str]:
+        """A short command's output (None when it failed); for the teardown and look-ups."""
+        try:
+            r = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env=self.child_env, timeout=limit, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.decode(errors="replace") if r.returncode == 0 else None
+
+    def log_path(self, name: str) -> str:
+        return os.path.join(self.cfg.logs, name)
+
+    # --- the flow -----------------------------------------------------------------------------
+
+    def check_servers(self, deadline: float) -> None:
+        if self.ranks.first_died() is not None:
+            self.fail("a server rank exited")
+        if not self.style.servers_alive():
+            self.fail("the server step ended")
+        if time.monotonic() >= deadline:
+            self.fail(f"not ready after {self.cfg.ready_timeout}s (server.ready_timeout): {self.not_ready_why()}")
+
+    def is_ready(self) -> bool:
+        return rank0_ready(self.rank0_host, self.cfg.http_port, f"{self.cfg.id_prefix}-rank0",
+                           self.cfg.served_model)
+
+    def not_ready_why(self) -> str:
+        why = []
+        if not self.is_ready():
+            why.append(f"rank 0 gives no answer on {self.rank0_url or 'its HTTP port'} with our id and model "
+                       f"{self.cfg.served_model} ready")
+        for r in self.ranks.not_loaded():
+            if not (self.ranks.read(r, "host") or "").strip():
+                why.append(f"rank {r} never started")
+            else:
+                why.append(f"rank {r} on {self.ranks.node(r)} never reached model load (no FT "
+                           f"TRITONBACKEND_ModelInstanceInitialize line in logs/{FILES.server_log(r)})")
+        return "; ".join(why)
+
+    def wait_ready(self) -> None:
+        """Ready = rank 0 answers with our id and its models ready, AND every other rank's server
+        is alive and inside model load. FT's ranks != 0 never leave model load, so they never
+        answer HTTP and are never asked: rank_server.sh marks them loaded from their log. Every
+        10 ms rank 0 is asked (a refused connect until it listens) and the servers' liveness
+        checked (no file access); the run folder is read with a back-off to every 250 ms during
+        a long load, and every 10 ms again once rank 0's model is loaded."""
+        deadline = time.monotonic() + self.cfg.ready_timeout
+        while not (self.ranks.read(0, "host") or "").strip():
+            self.check_servers(deadline)
+            self.nap(0.05)
+        self.rank0_host = self.ranks.node(0)
+        self.rank0_url = f"{self.rank0_host}:{self.cfg.http_port}"
+        self.event(EV.servers_starting, self.rank0_host)
+        polls, every = 0, 1
+        while not (self.is_ready() and not self.ranks.not_loaded()):
+            polls += 1
+            if polls >= every:
+                polls = 0
+                self.check_servers(deadline)
+                every = 1 if self.ranks.exists(0, "loaded") else min(every + 1, 25)
+            elif not self.style.servers_alive():
+                self.fail("the server step ended")
+            self.nap(0.01)
+        self.check_servers(deadline)
+        self.event(EV.ready, self.rank0_url)
+
+    def run_client(self) -> int:
+        """The client runs beside the servers' watch: a rank that dies mid-request leaves rank 0
+        waiting in a broadcast, so the run fails (every rank stopped) instead of hanging. It runs
+        on the job's host with the launching Python and reaches rank 0 over the network:
+        nothing of ftcluster needs to be inside the user's image."""
+        cfg = self.cfg
+        self.phase = "during the client run"
+        self.event(EV.client_started)
+        self.client = self.start(
+            [cfg.python, "-m", "ftcluster.client", "identity", "--url", self.rank0_url, "--model", cfg.served_model,
+             *cfg.client_args, "--result-file", os.path.join(cfg.results, FILES.client_json)],
+            out=self.log_path(FILES.client_log))
+        while self.client.poll() is None:
+            if not self.style.servers_alive():
+                self.fail("the server step ended during the client run")
+            self.nap(0.05)
+        rc = self.client.returncode
+        self.client = None
+        # A client that failed because a rank died (rank 0 itself, say) names that rank: give the
+        # servers' exit a moment to show.
+        for _ in range(20 if rc else 0):
+            if self.ranks.first_died() is not None or not self.style.servers_alive():
+                self.fail("the client failed")
+            self.nap(0.05)
+        self.event(EV.client_done, rc)
+        return rc
+
+    def run_step(self) -> None:
+        """A run's one step in place of the servers, through the same path and container as the
+        servers would take; its outcome ends the job."""
+        step = self.cfg.step
+        assert step is not None
+        self.phase = f"during the {step.what} step"
+        self.event(EV.step_started, step.what)
+        argv, env = self.style.step_command(step)
+        rc = self.run(argv, out=self.log_path(FILES.step_log), limit=step.timeout, kill_after=10, env=env)
+        self.event(EV.step_done, step.what, rc)
+        if rc == 124 and step.timeout:
+            self.fail(f"{step.label} did not finish in {step.timeout}s")
+        if rc:
+            try:
+                with open(self.log_path(FILES.step_log), errors="replace") as f:
+                    lines = [ln for ln in f.read().splitlines() if ln.strip()]
+            except OSError:
+                lines = []
+            problem = " ".join(lines[-1].split()) if lines else f"see logs/{FILES.step_log}"
+            self.fail(f"{step.label} exited {rc}: {problem}")
+
+    def serve(self) -> None:
+        self.phase = "while serving"
+        self.event(EV.serving, self.rank0_url)
+        while self.style.servers_alive():
+            self.nap(0.1)
+        self.fail(self.style.ended_while_serving)
+
+    def body(self) -> int:
+        cfg = self.cfg
+        self.event(EV.job_started, socket.gethostname(), self.style.job_id())
+        self.style.up()
+        if cfg.mpi_check:
+            self.style.mpi_check()
+        if cfg.step is not None:
+            self.run_step()
+            return 0
+        if not cfg.servers:
+            return 0
+        self.style.start_servers()
+        self.wait_ready()
+        if cfg.run_client:
+            rc = self.run_client()
+            if rc:
+                return rc
+        if cfg.keep_serving:
+            self.serve()
+        return 0
+
+    def stop_rank0(self) -> None:
+        """A normal end stops rank 0 first: FT's other ranks must live while its last requests
+        finish. Waits until its wrapper recorded its exit, the servers ended or the exit grace ran
+        out; the style then SIGKILLs every rank: the others sit in model load for good."""
+        if not (self.style.servers_alive() and self.style.term_rank0()):
+            return
+        deadline = time.monotonic() + self.cfg.exit_grace
+        while (self.style.servers_alive() and not self.ranks.exists(0, "exit")
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+
+    def teardown(self, rc: int) -> int:
+        """The one teardown, on every exit: client, an interrupted foreground step, the servers,
+        then the style's containers. Runs to its end: nothing in it acts on INT/TERM."""
+        if self.client is not None and self.client.poll() is None:
+            self.client.terminate()
+        if self.foreground is not None:
+            # An interrupted node or container step ends first, so no container appears after the teardown.
+            self.end_child(self.foreground)
+            self.foreground = None
+        if self.style.started_servers():
+            if not self.failing:
+                self.stop_rank0()
+            self.style.kill_servers()
+            self.event(EV.servers_stopped)
+        if not self.style.down() and not rc:
+            rc = 1
+        self.event(EV.done, rc)
+        return rc
+
+    def main(self) -> int:
+        for d in (self.cfg.logs, self.cfg.state, self.cfg.results):
+            os.makedirs(d, exist_ok=True)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        rc = 1
+        try:
+            rc = self.body()
+        except Interrupted:
+            rc = 130
+        except Failed as f:
+            rc = f.rc
+        except Exception as e:  # a bug of ours: still tear down, and say what it was
+            self.event(EV.failed, f"the job supervisor failed: {type(e).__name__}: {e}")
+            import traceback
+
+            traceback.print_exc()
+            rc = 1
+        return self.teardown(rc)
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 1:
+        print("usage: ftcluster_job JOB_JSON", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        cfg = JobConfig.from_json(f.read())
+    return Job(cfg).main()
