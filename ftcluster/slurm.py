@@ -1,4 +1,5 @@
-"""Slurm knowledge in one place: submit, state, cancel, partitions.
+"""Slurm knowledge in one place: submit, state, cancel, partitions. Every Slurm command that
+ftcluster runs (sbatch, squeue, sacct, scontrol, sinfo, scancel) is built here.
 
 Job states map to a few launch-level states in one table. State comes from `squeue` first
 (live jobs) and `sacct` when accounting exists; clusters without accounting (sacct exits 1)
@@ -8,6 +9,7 @@ fall back to `scontrol show job` while Slurm still remembers the job.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -92,8 +94,13 @@ class Slurm:
         self.runner = runner
         self._has_sacct: bool | None = None
 
+    @staticmethod
+    def submit_command(script: str) -> tuple[str, ...]:
+        """The argv that submits a job script; --parsable: sbatch prints the job id alone."""
+        return ("sbatch", "--parsable", script)
+
     def submit(self, argv: Sequence[str], cwd: str) -> str:
-        """Run an `sbatch --parsable ...` argv (a job request's) in cwd; the job id it prints."""
+        """Run a submit_command argv (a job request's) in cwd; the job id it prints."""
         res = self.runner.run(list(argv), cwd=cwd, timeout=120)
         if res.returncode == 127:
             raise UserError("sbatch not found", hint="run on a Slurm login node or set login_host")
@@ -106,9 +113,20 @@ class Slurm:
             raise LaunchError(f"sbatch printed no job id: {res.stdout.strip()!r}")
         return job_id
 
-    def cancel(self, job_id: str, signal: str | None = None) -> None:
-        argv = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [job_id]
-        self.runner.run(argv, timeout=60)
+    def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
+        """End the job; with a signal, send it that instead (batch: to the batch shell alone,
+        not to its steps)."""
+        argv = ["scancel"] + (["--batch"] if batch else []) + ([f"--signal={signal}"] if signal else [])
+        self.runner.run([*argv, job_id], timeout=60)
+
+    def wait_gone(self, job_id: str, seconds: float) -> bool:
+        """Whether the job is gone within `seconds` (JobInfo.gone), asking every 0.2 s."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.info(job_id).gone:
+                return True
+            time.sleep(0.2)
+        return False
 
     def info(self, job_id: str) -> JobInfo:
         """The job's state; JobInfo.gone and .unreachable say whether Slurm knows it no more

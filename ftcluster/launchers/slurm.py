@@ -9,7 +9,6 @@ period is it scancelled (the node guards then remove what is left).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
@@ -45,7 +44,7 @@ class SlurmLauncher(Launcher):
     @staticmethod
     def command(script: str) -> tuple[str, ...]:
         # Submitted from the run folder (the request's cwd): #SBATCH --output paths are relative.
-        return ("sbatch", "--parsable", script)
+        return Slurm.submit_command(script)
 
     def submit(self, request: JobRequest) -> str:
         return self.slurm.submit(request.argv, cwd=str(request.cwd))
@@ -54,23 +53,12 @@ class SlurmLauncher(Launcher):
         return self.slurm.info(job_id)
 
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
-        if self.node_teardown:
-            info = self.slurm.info(job_id)
-            if not info.gone:
-                self.runner.run(["scancel", "--batch", "--signal=TERM", job_id], timeout=60)
-                deadline = time.monotonic() + grace + TEARDOWN_GRACE
-                while time.monotonic() < deadline:
-                    info = self.slurm.info(job_id)
-                    if info.gone:
-                        return
-                    time.sleep(0.2)
-        self.slurm.cancel(job_id)
-        deadline = time.monotonic() + grace + 30
-        while time.monotonic() < deadline:
-            info = self.slurm.info(job_id)
-            if info.gone:
+        if self.node_teardown and not self.slurm.info(job_id).gone:
+            self.slurm.cancel(job_id, signal="TERM", batch=True)
+            if self.slurm.wait_gone(job_id, grace + TEARDOWN_GRACE):
                 return
-            time.sleep(0.2)
+        self.slurm.cancel(job_id)
+        self.slurm.wait_gone(job_id, grace + 30)
 
 
 class PyxisSlurmLauncher(SlurmLauncher):

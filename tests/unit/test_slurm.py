@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import IO
 
 import pytest
 
+from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
+from ftcluster.launchers.slurm import PyxisSlurmLauncher, SlurmLauncher
+from ftcluster.layout import RunPaths
 from ftcluster.runner import CommandResult
 from ftcluster.slurm import JobInfo, JobState, Slurm
 
@@ -54,3 +58,25 @@ def test_gone_and_unreachable(answers: dict[str, tuple[int, str, str]], state: J
 def test_a_terminal_state_is_gone_whoever_answered() -> None:
     for state in JobState:
         assert JobInfo("7", state, state.value, source="local").gone == state.terminal
+
+
+class Cancellable(Scripted):
+    """A running job that ends at the first scancel."""
+
+    def run(self, argv: list[str], *, cwd: str | None = None, timeout: float | None = 60.0) -> CommandResult:
+        if any(c[0] == "scancel" for c in self.calls):
+            self.answers = {"squeue": INVALID, "sacct": (1, "", "disabled"), "scontrol": INVALID}
+        return super().run(argv, cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize(("launcher", "scancel"), [
+    (SlurmLauncher, ["scancel", "7"]),
+    # a container style: SIGTERM to the batch shell alone, whose trap runs the node teardown
+    (PyxisSlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
+    (DockerSlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
+])
+def test_cancel_runs_slurms_scancel(tmp_path: Path, launcher: type[SlurmLauncher], scancel: list[str]) -> None:
+    runner = Cancellable(squeue=(0, "RUNNING|None|n1\n", ""))
+    launcher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
+    assert [c for c in runner.calls if c[0] == "scancel"] == [scancel]
+    assert launcher.command("s.sbatch") == Slurm.submit_command("s.sbatch") == ("sbatch", "--parsable", "s.sbatch")
