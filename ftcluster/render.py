@@ -187,6 +187,8 @@ class RenderedScripts:
 
     style: str
     files: dict[str, str]
+    # The files that are copies of the package's own (the supervisor, the rank-side files): name -> source.
+    sources: dict[str, str] = field(default_factory=dict)
 
     def materialize(self, scripts_dir: Path) -> list[Path]:
         scripts_dir.mkdir(parents=True, exist_ok=True)
@@ -374,6 +376,11 @@ def _package_file(*parts: str) -> str:
     return Path(__file__).resolve().parent.joinpath(*parts).read_text()
 
 
+def _ship(files: dict[str, str], sources: dict[str, str], name: str, *source: str) -> None:
+    files[name] = _package_file(*source)
+    sources[name] = "/".join(("ftcluster", *source))
+
+
 def render(
     cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions | None = None
 ) -> RenderedScripts:
@@ -390,8 +397,9 @@ def render(
     variables = ctx.variables()
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
              FILES.job_config: job_config(ctx).to_json()}
+    sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
-        files[f"{FILES.supervisor}/{module}"] = _package_file("job", module)
+        _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)
     if opts.step is None:
         files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
     # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.
@@ -402,12 +410,12 @@ def render(
                   + (("mpicheck.py", "ctmpi.py", "rank_env.py") if ctx.mpi_check else ())
                   + (opts.step.rank_files if opts.step else ()))
     for name in rank_files:
-        files[name] = _package_file("rank", RANK_FILE_SOURCES.get(name, name))
+        _ship(files, sources, name, "rank", RANK_FILE_SOURCES.get(name, name))
     if style.node_script:
         files[style.node_script.removesuffix(".j2")] = env.get_template(style.node_script).render(variables)
     if style.host_list:
         files["nodes.json"] = fanout_config(cluster, plan).to_json()
-    return RenderedScripts(style.name, files)
+    return RenderedScripts(style.name, files, sources)
 
 
 def fanout_config(cluster: ClusterSpec, plan: Plan) -> FanoutConfig:

@@ -28,6 +28,12 @@ class JobFile:
     path: str        # relative to the run folder
     text: str
     mode: int
+    source: str = ""  # a copy of this package file (shown by name in a dry run, not in full)
+
+    def __str__(self) -> str:
+        if self.source:
+            return f"# ===== {self.path} ({self.mode:04o}): a copy of {self.source} ====="
+        return f"# ===== {self.path} ({self.mode:04o}) =====\n{self.text}"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class JobRequest:
         written = []
         for f in self.files:
             path = self.paths.run_dir / f.path
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f.text)
             path.chmod(f.mode)
             written.append(path)
@@ -65,7 +72,7 @@ class JobRequest:
     def __str__(self) -> str:
         head = (f"# run {self.paths.run_id} ({self.kind}): style {self.style}, launcher {self.launcher}, "
                 f"run folder {self.paths.run_dir}\n")
-        files = "\n".join(f"# ===== {f.path} ({f.mode:04o}) =====\n{f.text}" for f in self.files)
+        files = "\n".join(str(f) for f in self.files)
         return f"{head}{files}\n# ===== would run =====\n{self.command()}\n"
 
 
@@ -104,7 +111,8 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
     script = paths.job_script(style.name)
     return JobRequest(
         kind=kind, launcher=style.launcher, scheduler=cluster.scheduler, style=style.name, paths=paths,
-        files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name)) for name, text in scripts.files.items()),
+        files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""))
+                    for name, text in scripts.files.items()),
         argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
-        ssh_keys=style.docker,
+        ssh_keys=style.run_keys,
     )

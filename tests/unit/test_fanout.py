@@ -4,6 +4,8 @@ bed's sshd in tests/integration/test_ssh_docker_launch.py."""
 
 from __future__ import annotations
 
+import json
+
 import io
 import socket
 import threading
@@ -60,6 +62,8 @@ def test_render_writes_the_plan_hosts_and_node_ssh() -> None:
     cfg = fanout_config(c, plan)
     assert cfg.hosts == ("h1", "h2") and cfg.user == "me" and cfg.port == 2200 and cfg.parallel == 2
     files = render(c, m, plan, RunPaths("r1", Path("/shared/runs/r1")), RenderOptions()).files
-    assert sorted(files) == ["ctmpi.py", "docker_node.sh", "job.sh", "mpicheck.py", "nodes.json", "rank_env.py", "rank_server.sh", "signal_rank.sh"]
+    assert sorted(f for f in files if not f.startswith("ftcluster_job/")) == [
+        "ctmpi.py", "docker_node.sh", "job.json", "job.sh", "mpicheck.py", "nodes.json", "rank_env.py",
+        "rank_server.sh", "signal_rank.sh"]
     assert FanoutConfig.from_json(files["nodes.json"]) == cfg
-    assert "RUN_HOSTS=(h1 h2)" in files["job.sh"]
+    assert json.loads(files["job.json"])["run_hosts"] == ["h1", "h2"]

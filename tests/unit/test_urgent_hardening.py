@@ -51,8 +51,8 @@ def _no_pwned(root: Path) -> None:
 
 # --------------------------------------------------------------------------- 1. env names
 
-@pytest.mark.parametrize("name", ["RUN_CLIENT", "EXIT_GRACE", "READY_TIMEOUT", "KEEP_SERVING", "NODES",
-                                  "SERVER_PID", "INTERRUPTED", *SHELL_SPECIAL, *RUNTIME])
+@pytest.mark.parametrize("name", ["RUN_ID", "EXIT_GRACE", "STATE", "TRITON", "NODES", "SERVER_MARK",
+                                  "GPU_POOL", "GPUS_PER_NODE", "NAPPER", *SHELL_SPECIAL, *RUNTIME])
 def test_env_names_of_the_job_shell_and_runtimes_are_refused(name: str) -> None:
     problem = env_name_problem(name)
     assert problem and name in problem and "choose another name" in problem
@@ -91,7 +91,7 @@ def test_every_variable_a_rendered_script_defines_is_refused_as_an_env_name(styl
     for name, text in scripts.files.items():
         if name.endswith((".sh", ".sbatch")) and "export RUN_ID " in text:
             defined |= _defined_by_variable_block(text, tmp_path)
-    assert {"RUN_ID", "RUN_CLIENT", "NODES"} <= defined
+    assert {"RUN_ID", "EXIT_GRACE", "NODES"} <= defined
     accepted = {n for n in defined if env_name_problem(n) is None}
     # The spec's own env (NCCL_*) is the user's: exported first, then the job's variables.
     assert {n for n in accepted if not n.startswith("NCCL_")} == set()
@@ -99,8 +99,8 @@ def test_every_variable_a_rendered_script_defines_is_refused_as_an_env_name(styl
 
 def test_the_scanner_sees_every_variable_of_the_job_library() -> None:
     names = job_library_names()
-    for want in ("RUN_CLIENT", "EXIT_GRACE", "READY_TIMEOUT", "KEEP_SERVING", "NODES", "READY_DEADLINE",
-                 "FAILING", "PHASE", "GPU_SLICE", "HTTP_BODY", "MPI_TMP", "SELF_STAT", "pid", "rc"):
+    for want in ("RUN_ID", "EXIT_GRACE", "NODES", "STATE", "SERVER_MARK", "GPU_POOL", "GPUS_PER_NODE",
+                 "NAPPER", "IN_SSH", "SELF_STAT", "pid", "rc"):
         assert want in names
 
 
@@ -117,7 +117,7 @@ def _hostile_env_cluster(folder: Path, runtime: str, names: list[str]) -> Path:
 
 @pytest.mark.parametrize("runtime", ["local", "pyxis", "docker"])
 def test_hostile_env_names_refused_by_every_command_at_once(runtime: str, tmp_path: Path) -> None:
-    names = ["RUN_CLIENT", "BASH_ENV", "READY_TIMEOUT", "KEEP_SERVING", "NODES"]
+    names = ["RUN_ID", "BASH_ENV", "EXIT_GRACE", "STATE", "NODES"]
     spec = _hostile_env_cluster(tmp_path, runtime, names)
     for cmd in (["launch", "--dry-run"], ["render", "--out", str(tmp_path / "out")]):
         res = run_cli(*cmd, "--cluster", str(spec), "--nodes", "2", "--gpus-per-node", "1", cwd=tmp_path)
@@ -131,7 +131,8 @@ def test_hostile_env_names_refused_by_every_command_at_once(runtime: str, tmp_pa
 @pytest.mark.parametrize("style", STYLES)
 def test_hostile_env_values_stay_data_in_every_style(style: str, tmp_path: Path) -> None:
     """Accepted names with payload values: every rendered script passes bash -n and its variable
-    block evaluates, the payload arriving as the value, nothing run."""
+    block evaluates, the payload arriving as the value, nothing run; the supervisor gets them as
+    data for its children."""
     env = {"MY_SETTING": PAYLOAD, "OMPI_MCA_btl": "$(touch PWNED2)", "CUDA_VISIBLE_DEVICES": "`touch PWNED3`"}
     if style in ("docker", "ssh_docker"):
         env = {k: v.replace('"', "") for k, v in env.items()}
@@ -145,10 +146,11 @@ def test_hostile_env_values_stay_data_in_every_style(style: str, tmp_path: Path)
         if "export RUN_ID " in text:
             m = re.search(r"^set -uo pipefail\n(.*?^export RUN_ID .*?$)", text, re.DOTALL | re.MULTILINE)
             assert m
-            shell = f'{m.group(1)}\nprintf "%s\\0" "$MY_SETTING" "$OMPI_MCA_btl" "$CUDA_VISIBLE_DEVICES" "$RUN_CLIENT"'
+            shell = f'{m.group(1)}\nprintf "%s\\0" "$MY_SETTING" "$OMPI_MCA_btl" "$CUDA_VISIBLE_DEVICES" "$NODES"'
             r = subprocess.run(["bash", "-c", shell], capture_output=True, cwd=tmp_path, timeout=30)
             assert r.returncode == 0, r.stderr
-            assert r.stdout.decode().split("\0")[:4] == [*env.values(), "1"]
+            assert r.stdout.decode().split("\0")[:4] == [*env.values(), "2"]
+    assert {k: v for k, v in json.loads(scripts.files["job.json"])["env"].items() if k in env} == env
     _no_pwned(tmp_path)
 
 
@@ -158,13 +160,13 @@ def test_a_job_variable_in_env_cannot_replace_the_jobs_value_even_past_validatio
     from ftcluster.plan import plan_for
 
     c = cluster()
-    c = c.model_copy(update={"env": {"RUN_CLIENT": PAYLOAD, "EXIT_GRACE": PAYLOAD}})  # skips validation
+    c = c.model_copy(update={"env": {"NODES": PAYLOAD, "EXIT_GRACE": PAYLOAD}})  # skips validation
     m = model(checkpoint_root="/ckpt")
     p = plan_for(c, m, facts(), ckpt(tp=1, layers=2), 1, 1)
-    text = render(c, m, p, RunPaths("r1", tmp_path / "run"), RenderOptions()).files["job.sh"]
+    text = render(c, m, p, RunPaths("r1", tmp_path / "run"), RenderOptions()).files["rank_server.sh"]
     block = re.search(r"^set -uo pipefail\n(.*?^export RUN_ID .*?$)", text, re.DOTALL | re.MULTILINE)
     assert block
-    shell = f"{block.group(1)}\nif (( RUN_CLIENT )); then :; fi\necho $((EXIT_GRACE + 0))"
+    shell = f"{block.group(1)}\nif (( NODES )); then :; fi\necho $((EXIT_GRACE + 0))"
     r = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=tmp_path, timeout=30, check=False)
     assert r.returncode == 0, r.stderr
     _no_pwned(tmp_path)
@@ -229,10 +231,8 @@ def test_accepted_render_out_survives_enroots_bash(tmp_path: Path) -> None:
     res = run_cli("render", "--cluster", str(_pyxis_cluster(tmp_path)),
                   "--nodes", "1", "--gpus-per-node", "1", "--out", str(out), cwd=tmp_path)
     assert res.rc == 0, res.stderr
-    text = (out / "scripts" / "job.sbatch").read_text()
-    line = next(ln for ln in text.splitlines() if ln.startswith("CONTAINER=("))
-    r = subprocess.run(["bash", "-c", f"{line}\nprintf '%s\\0' \"${{CONTAINER[@]}}\""], capture_output=True)
-    flags = dict(a.split("=", 1) for a in r.stdout.decode().split("\0")[:-1])
+    container = json.loads((out / "scripts" / "job.json").read_text())["container_flags"]
+    flags = dict(a.split("=", 1) for a in container)
     mounts = source_mounts(flags["--container-mounts"], tmp_path)
     assert (str(out), str(out), "x-create=auto,rbind") in mounts
     assert "\\040" in start_config(flags["--container-mounts"])   # Pyxis's escaping was applied

@@ -1,5 +1,6 @@
-"""The event kinds and the run folder's file names are defined once, in Python: the templates
-take them from the render context, and the scripts they render write nothing else."""
+"""The event kinds and the run folder's file names are defined once, in Python (ftcluster/job/names.py):
+the templates take them from the render context, the job supervisor writes events only through EV,
+and what a run folder holds writes nothing else."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def test_no_template_spells_an_event_kind_or_a_run_file_itself() -> None:
 @pytest.mark.parametrize("style", STYLES)
 def test_rendered_scripts_write_only_known_event_kinds(style: str) -> None:
     scripts = render_style(style)
-    written = {m.group(1) for text in scripts.files.values() for m in re.finditer(r'\bevent "([a-z_]+)', text)}
+    texts = scripts.files.values()
+    assert not any(re.search(r'\bevent\(\s*["\']|\bevent "', text) for text in texts)   # no kind spelt out
+    written = {m.group(1) for text in texts for m in re.finditer(r"\bevent\(\s*EV\.([a-z_0-9]+)", text)}
     assert written and written <= KINDS
     assert {EV.ready, EV.done, EV.failed} <= written   # what every launch waits for
 
