@@ -19,7 +19,7 @@ from ftcluster.errors import UserError
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.slurm import PyxisSlurmLauncher
 from ftcluster.runner import LocalRunner
-from tests.unit.test_render import render_style
+from tests.unit.test_render import RUN_DIR, render_style
 
 FAKE_ENROOT = r"""#!/bin/bash
 store=$FAKE_ENROOT_DATA
@@ -77,16 +77,21 @@ def test_down_reports_a_failed_removal(tmp_path: Path) -> None:
     assert [e.name for e in data.iterdir()] == ["pyxis_ftc-gpt-2n"]   # the other one went
 
 
-def test_job_script_tears_down_and_guards_every_node() -> None:
-    text = render_style("pyxis").files["job.sbatch"]
-    assert 'bash "$PYXIS_NODE" down' in text and 'bash "$PYXIS_NODE" guard' in text
-    # The shared teardown calls the Pyxis hook: the container removal, then the guards.
-    assert "trap cleanup EXIT" in text
-    hook = text[text.rindex("containers_down() {"):]
-    assert hook.index("teardown ||") < hook.index("stop_guards")
-    assert "Pyxis is not active on the compute nodes" in text
+def test_job_guards_and_tears_down_every_node_through_the_node_script() -> None:
+    from ftcluster.job.config import JobConfig
+    from ftcluster.job.styles import PyxisStyle
+    from ftcluster.job.supervisor import Job
+
+    files = render_style("pyxis").files
+    job = Job(JobConfig.from_json(files["job.json"]))
+    assert isinstance(job.style, PyxisStyle)
+    node_script = str(RUN_DIR / "scripts" / "pyxis_node.sh")
+    for what in ("guard", "down"):
+        argv = job.style.containers.node_step(what, what)
+        assert argv[:2] == ["srun", "--overlap"] and argv[-3:] == ["bash", node_script, what]
+    assert "pyxis_node.sh" in files
     bare = render_style("none").files
-    assert "pyxis_node.sh" not in bare and "PYXIS_NODE" not in bare["job.sbatch"]
+    assert "pyxis_node.sh" not in bare and "pyxis" not in bare["job.json"]
 
 
 def _pyxis_cluster(image: str):  # type: ignore[no-untyped-def]

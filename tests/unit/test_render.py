@@ -6,6 +6,7 @@ deliberate template change regenerate them with `FTC_UPDATE_GOLDEN=1 python -m p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,17 +85,18 @@ def render_style(style: str, run_dir: Path = RUN_DIR, nodes: int = 2, **spec: ob
 
 # --------------------------------------------------------------------------- golden files
 
-# The rank side's Python files are copied verbatim from ftcluster/rank/: compared with their
-# source, not kept twice under tests/golden.
-SHIPPED = {"mpicheck.py", "ctmpi.py", "rank_env.py", "signal_rank.sh"}
-
-
+# The supervisor and the rank side's files are copied verbatim from ftcluster/job/ and
+# ftcluster/rank/: compared with their source, not kept twice under tests/golden.
 @pytest.mark.parametrize("style", STYLES)
 def test_golden(style: str) -> None:
     scripts = render_style(style)
-    rendered = {n: t for n, t in scripts.files.items() if n not in SHIPPED}
-    for name in SHIPPED & set(scripts.files):
-        assert scripts.files[name] == (REPO_ROOT / "ftcluster" / "rank" / RANK_FILE_SOURCES.get(name, name)).read_text()
+    rendered = {n: t for n, t in scripts.files.items() if n not in scripts.sources}
+    assert {n for n in scripts.sources if not n.startswith("ftcluster_job/")} <= (
+        {"mpicheck.py", "ctmpi.py", "rank_env.py", "signal_rank.sh", "local_rank.sh"})
+    for name, source in scripts.sources.items():
+        assert scripts.files[name] == (REPO_ROOT / source).read_text()
+        if not name.startswith("ftcluster_job/"):
+            assert source == f"ftcluster/rank/{RANK_FILE_SOURCES.get(name, name)}"
     folder = GOLDEN / style
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
@@ -123,11 +125,7 @@ def _write(scripts: RenderedScripts, d: Path) -> list[Path]:
 # Template findings reported to the templates' owner (job_templates/ is not edited by these
 # tests): while one of these is all shellcheck finds, the test xfails and names it; any other
 # finding fails.
-KNOWN_TEMPLATE_ISSUES = {
-    "SC2034": "local.sh: TRITON from _vars.sh.j2 is unused in job.sh (rank_server.sh disables SC2034, job.sh not)",
-    "SC2015": "docker_node.sh.j2 line ~149: `A && B || C` used as if-then-else",
-    "SC2054": "sbatch.sh.j2: CONTAINER=(... --container-mounts=a:b,c:d ...) needs SC2054 disabled (the commas are Pyxis syntax)",
-}
+KNOWN_TEMPLATE_ISSUES: dict[str, str] = {}
 
 
 def shellcheck(paths: list[Path]) -> None:
@@ -193,21 +191,37 @@ def test_hostile_values_are_quoted_for_bash_and_shellcheck(style: str, weird_tmp
 
 
 def _var_block(text: str) -> str:
-    """The assignment block every script starts with (the spec's env exports, RUN_ID=... through
-    the export line)."""
+    """The assignment block every node-side script starts with (the spec's env exports, RUN_ID=...
+    through the export line)."""
     m = re.search(r"^set -uo pipefail\n(.*?^export RUN_ID .*?$)", text, re.S | re.M)
     assert m, "no variable block"
     return m.group(1)
 
 
+def entry_argv(text: str, cwd: Path) -> list[str]:
+    """What a rendered entry script (job.sh, job.sbatch) would exec, as bash parses it."""
+    shell = f"exec() {{ printf '%s\\0' \"$@\"; }}\n{text}"
+    r = subprocess.run(["bash", "-c", shell], cwd=cwd, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode().split("\0")[:-1]
+
+
 def test_hostile_variable_block_arrives_verbatim(weird_tmp_path: Path) -> None:
     scripts, run_dir = _hostile_render("local", weird_tmp_path)
-    block = _var_block(scripts.files["job.sh"])
-    shell = f"{block}\nprintf '%s\\0' \"$RUN_DIR\" \"$REPO\" \"$LOGS\" \"$PY\" \"$NCCL_DEBUG\" \"${{CLIENT_ARGS[@]}}\"\n"
+    block = _var_block(scripts.files["rank_server.sh"])
+    shell = f"{block}\nprintf '%s\\0' \"$RUN_DIR\" \"$STATE\" \"$LOGS\" \"$TRITON\" \"$NCCL_DEBUG\"\n"
     r = subprocess.run(["bash", "-c", shell], cwd=weird_tmp_path, capture_output=True)
     assert r.returncode == 0, r.stderr
     values = r.stdout.decode().split("\0")[:-1]
-    assert values[:5] == [str(run_dir), str(run_dir / "model_repository"), str(run_dir / "logs"), PYTHON, HOSTILE]
+    assert values == [str(run_dir), str(run_dir / "state"), str(run_dir / "logs"),
+                      str(weird_tmp_path / "bin" / "triton $(touch PWNED)"), HOSTILE]
+    # The entry script execs the supervisor on the run's values, the paths arriving as data.
+    scripts_dir = run_dir / "scripts"
+    assert entry_argv(scripts.files["job.sh"], weird_tmp_path) == [
+        PYTHON, f"{scripts_dir}/ftcluster_job", f"{scripts_dir}/job.json"]
+    job = json.loads(scripts.files["job.json"])
+    assert (job["run_dir"], job["logs"], job["python"], job["env"]) == (
+        str(run_dir), str(run_dir / "logs"), PYTHON, {"NCCL_DEBUG": HOSTILE})
     _no_pwned(weird_tmp_path.parent)
 
 
@@ -261,16 +275,13 @@ PYXIS_FLAGS = {"--container-image", "--container-mounts", "--container-name", "-
 MOUNT_RE = re.compile(r"^[./][^,:]*:[./][^,:]*(:[a-z]+(\+[a-z]+)*)?$")
 
 
-def _container_array(text: str) -> list[str]:
-    line = next(ln for ln in text.splitlines() if ln.startswith("CONTAINER=("))
-    r = subprocess.run(["bash", "-c", f"{line}\nprintf '%s\\0' \"${{CONTAINER[@]}}\""], capture_output=True)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.decode().split("\0")[:-1]
+def _container_flags(scripts: RenderedScripts) -> list[str]:
+    return list(json.loads(scripts.files["job.json"])["container_flags"])
 
 
 def test_pyxis_flags_match_pyxis_syntax() -> None:
-    text = render_style("pyxis").files["job.sbatch"]
-    arr = _container_array(text)
+    scripts = render_style("pyxis")
+    arr = _container_flags(scripts)
     flags = dict(a.split("=", 1) for a in arr)
     assert len(flags) == len(arr) and set(flags) == PYXIS_FLAGS, arr
     assert flags["--container-image"] == "/lustre/images/triton_ft.sqsh"
@@ -281,14 +292,8 @@ def test_pyxis_flags_match_pyxis_syntax() -> None:
     assert all(MOUNT_RE.match(m) for m in mounts), mounts
     assert mounts[:2] == ["/lustre/models:/models:ro", "/lustre/ckpt:/ckpt:ro+rprivate"]
     assert f"{RUN_DIR}:{RUN_DIR}" in mounts          # the run folder at the same path inside
-    # The server step uses the container flags, one rank per node.
-    assert re.search(r'^srun --mpi="\$MPI" --nodes="\$NODES" .*--ntasks-per-node=1', text, re.M)
-    assert re.search(r'srun .*"\$\{CONTAINER\[@\]\}".*rank_server\.sh', text, re.S)
-    # Nothing re-enters the servers' named container (NVIDIA/pyxis#130: a later step sees the
-    # image without its mounts); the client runs on the job's host with the launching Python.
-    assert not re.search(r'srun --overlap [^\n]*CONTAINER', text)
-    assert re.search(r'^  "\$PY" -m ftcluster\.client identity', text, re.M)
-    assert "MPI=pmix" in text
+    assert json.loads(scripts.files["job.json"])["mpi"] == "pmix"
+    # How the supervisor uses them: tests/unit/test_job_supervisor.py.
 
 
 def test_sbatch_header() -> None:
@@ -302,9 +307,9 @@ def test_sbatch_header() -> None:
 
 
 def test_bare_slurm_has_no_container_flags() -> None:
-    text = render_style("none").files["job.sbatch"]
-    assert "CONTAINER=()" in text and "--container-" not in text
-    assert "#SBATCH --constraint=a100" in text
+    scripts = render_style("none")
+    assert _container_flags(scripts) == [] and "--container-" not in scripts.files["job.json"]
+    assert "#SBATCH --constraint=a100" in scripts.files["job.sbatch"]
 
 
 def test_pyxis_refuses_run_dir_that_mounts_cannot_express() -> None:
@@ -316,7 +321,7 @@ def test_pyxis_refuses_run_dir_that_mounts_cannot_express() -> None:
 
 def test_hostile_pyxis_container_flags_arrive_verbatim(weird_tmp_path: Path) -> None:
     scripts, run_dir = _hostile_render("pyxis", weird_tmp_path)
-    arr = _container_array(scripts.files["job.sbatch"])
+    arr = _container_flags(scripts)
     mounts = dict(a.split("=", 1) for a in arr)["--container-mounts"].split(",")
     assert mounts[-1] == f"{run_dir}:{run_dir}"
     _no_pwned(weird_tmp_path.parent)

@@ -23,6 +23,8 @@ import yaml
 
 from ftcluster.convert import ConvertRequest, convert_launch
 from ftcluster.errors import UserError
+from ftcluster.job.config import JobConfig
+from ftcluster.job.supervisor import Job
 from ftcluster.layout import RunPaths
 from ftcluster.plan import make_plan
 from ftcluster.preflight import PreflightOptions, preflight_launch, report_from_output
@@ -56,9 +58,21 @@ def _script(req: JobRequest) -> str:
     return next(f.text for f in req.files if f.path == f"scripts/{req.paths.job_script(req.style).name}")
 
 
-def _step_argv(script: str) -> list[str]:
-    line = next(ln for ln in script.splitlines() if ln.startswith("STEP=("))
-    return shlex.split(line[len("STEP=("):-1])
+def _job(req: JobRequest) -> Job:
+    """The supervisor the request's run folder starts (its job.json)."""
+    return Job(JobConfig.from_json(next(f.text for f in req.files if f.path == "scripts/job.json")))
+
+
+def _step_argv(req: JobRequest) -> list[str]:
+    step = _job(req).cfg.step
+    assert step is not None
+    return list(step.argv)
+
+
+def _step_command(req: JobRequest) -> list[str]:
+    job = _job(req)
+    assert job.cfg.step is not None
+    return job.style.step_command(job.cfg.step)[0]
 
 
 def _check_shell(req: JobRequest, tmp_path: Path) -> None:
@@ -74,9 +88,7 @@ def _check_shell(req: JobRequest, tmp_path: Path) -> None:
             assert r.returncode == 0, f"bash -n {p.name}: {r.stderr}"
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed")
-    # A step run ends (`exit 0`) where the shared job templates go on to start the servers:
-    # shellcheck notes that code as unreachable (SC2317), rightly, for this run.
-    r = subprocess.run(["shellcheck", "-s", "bash", "-f", "gcc", "--exclude=SC2317", *map(str, paths)],
+    r = subprocess.run(["shellcheck", "-s", "bash", "-f", "gcc", *map(str, paths)],
                        capture_output=True, text=True, check=False)
     codes = set(re.findall(r"\[(SC\d+)\]$", r.stdout, re.MULTILINE))
     assert codes <= set(KNOWN_TEMPLATE_ISSUES), r.stdout + r.stderr
@@ -85,25 +97,23 @@ def _check_shell(req: JobRequest, tmp_path: Path) -> None:
 def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     req = _preflight(tmp_path, container=PYXIS)
     assert (req.kind, req.launcher, req.style) == ("preflight", "pyxis_slurm", "pyxis")
-    modes = {f.path: f.mode for f in req.files}
+    modes = {f.path: f.mode for f in req.files if not f.path.startswith("scripts/ftcluster_job/")}
     # The rank side is plain files in the run folder; no server wrapper.
-    assert modes == {"scripts/job.sbatch": 0o755, "scripts/pyxis_node.sh": 0o755,
+    assert modes == {"scripts/job.sbatch": 0o755, "scripts/job.json": 0o644, "scripts/pyxis_node.sh": 0o755,
                      "scripts/preflight.py": 0o644, "scripts/rank_env.py": 0o644}
     assert next(f.text for f in req.files if f.path == "scripts/preflight.py") == \
         (REPO / "ftcluster" / "rank" / "preflight.py").read_text()
-    script = _script(req)
-    # The container flags are the servers' own: the same line a launch of this run id renders.
+    # The container flags are the servers' own: the same flags a launch of this run id renders.
     m = load_model(default_model_path())
     c = _spec(tmp_path, container=PYXIS, server={"binary": "/opt/t"})
     serve = build_request(c, m, make_plan(c, m, 2), RunPaths("r1", req.paths.run_dir), RenderOptions(tritonserver="/opt/t"))
-    container = next(ln for ln in script.splitlines() if ln.startswith("CONTAINER=("))
-    assert container in _script(serve).splitlines()
-    assert '"${CONTAINER[@]}" "${STEP[@]}"' in script
-    assert ('run_step "${STEP_LIMIT[@]}" srun --mpi="$MPI" --nodes="$NODES" --ntasks="$NODES" '
-            '--ntasks-per-node=1') in script
-    assert "STEP_LIMIT=(timeout --kill-after=10 720)" in script   # its gather timeout + 120 s
+    flags = _job(req).cfg.container_flags
+    assert flags and flags == _job(serve).cfg.container_flags
+    assert _step_command(req) == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                                  "--kill-on-bad-exit=1", *flags, *_step_argv(req)]
+    assert _job(req).cfg.step.timeout == 720   # type: ignore[union-attr]  # its gather timeout + 120 s
     # Inside the image: its python3 and the copy in the run folder; the report in results/.
-    assert _step_argv(script) == ["python3", f"{req.paths.scripts}/preflight.py", "--sizes", "1M,64M",
+    assert _step_argv(req) == ["python3", f"{req.paths.scripts}/preflight.py", "--sizes", "1M,64M",
                                   "--timeout", "600.0", "--expect-gpus-per-node", "2",
                                   "--out", f"{req.paths.results}/preflight",
                                   "--tritonserver", "/opt/tritonserver/bin/tritonserver"]
@@ -113,30 +123,39 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
 def test_bare_slurm_preflight_uses_the_specs_python(tmp_path: Path) -> None:
     req = _preflight(tmp_path, nodes=3)
     script = _script(req)
-    assert req.launcher == "slurm" and "CONTAINER=()" in script
-    assert _step_argv(script)[:2] == ["/opt/py/bin/python3", f"{req.paths.scripts}/preflight.py"]
+    assert req.launcher == "slurm" and _job(req).cfg.container_flags == []
+    assert _step_argv(req)[:2] == ["/opt/py/bin/python3", f"{req.paths.scripts}/preflight.py"]
+    assert _step_command(req)[:6] == ["srun", "--mpi=pmix", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
+                                      "--kill-on-bad-exit=1"]
     assert "#SBATCH --nodes=3" in script
     _check_shell(req, tmp_path)
 
 
 def test_docker_preflight_runs_over_mpirun_from_rank0s_container(tmp_path: Path) -> None:
     req = _preflight(tmp_path, container=DOCKER)
-    script = _script(req)
     assert req.launcher == "docker_slurm" and req.ssh_keys
-    assert ('run_step "${STEP_LIMIT[@]}" "${NODE0[@]}" bash "$NODE_SCRIPT" exec bash "$NODE_SCRIPT" mpirun "$MPI_HOSTS" \\\n'
-            '  "${STEP[@]}" --master-addr "$RANK0_NODE"') in script
-    assert _step_argv(script)[0] == "python3"
-    # The containers and their teardown are the servers' (the step sits where the servers start).
-    assert script.index("containers_starting") < script.index("step_started") < script.index('mpirun "$MPI_HOSTS" bash "$NODE_SCRIPT" rank')
+    job = _job(req)
+    job.style.hosts, job.style.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
+    node = f"{req.paths.scripts}/docker_node.sh"
+    assert job.style.step_command(job.cfg.step)[0] == [  # type: ignore[arg-type]
+        "bash", node, "exec", "bash", node, "mpirun", "n1:1,n2:1", *_step_argv(req), "--master-addr", "n1"]
+    assert _step_argv(req)[0] == "python3"
+    # The containers and their teardown are the servers' (the step runs where the servers start):
+    # tests/integration/test_docker_preflight.py runs one.
     _check_shell(req, tmp_path)
 
 
 def test_local_preflight_under_mpirun_with_gpu_slices(tmp_path: Path) -> None:
     req = _preflight(tmp_path, scheduler="local", partition=None, gpus_per_node=1, python=None)
-    script = _script(req)
     assert req.launcher == "local" and req.argv == ("bash", str(req.paths.scripts / "job.sh"))
-    assert 'run_step "${STEP_LIMIT[@]}" "$MPIRUN" -np "$NODES"' in script and "GPU_POOL" in script
-    assert _step_argv(script)[0] == sys.executable
+    job = _job(req)
+    assert job.cfg.step is not None
+    argv, env = job.style.step_command(job.cfg.step)
+    assert argv[:3] == [job.cfg.mpirun, "-np", "2"] and "GPU_POOL" in argv and "MASTER_PORT" in argv
+    assert argv[argv.index("bash"):] == ["bash", f"{req.paths.scripts}/local_rank.sh", "-", *_step_argv(req)]
+    assert env["GPUS_PER_NODE"] == "1" and env["MASTER_PORT"].isdigit()
+    job.style.down()   # its Open MPI session folder
+    assert _step_argv(req)[0] == sys.executable
     _check_shell(req, tmp_path)
 
 
@@ -150,15 +169,14 @@ def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None
     req = convert_launch(_convert_req(tmp_path, "/hf/gpt2", container=PYXIS)).dry_run()
     assert (req.kind, req.launcher) == ("convert", "pyxis_slurm")
     script = _script(req)
-    container = next(ln for ln in script.splitlines() if ln.startswith("CONTAINER=("))
-    mounts = shlex.split(container[len("CONTAINER=("):-1])[1].split("=", 1)[1].split(",")
+    mounts = _job(req).cfg.container_flags[1].split("=", 1)[1].split(",")
     assert mounts[:2] == ["/data:/data:ro", f"{req.paths.run_dir}:{req.paths.run_dir}"]
     assert sorted(mounts[2:]) == sorted(["/hf/gpt2:/hf/gpt2", f"{TEST_CONVERTER}:{TEST_CONVERTER}",
                                          f"{tmp_path / 'ckpt'}:{tmp_path / 'ckpt'}"])
-    assert 'run_step "${STEP_LIMIT[@]}" srun --nodes=1 --ntasks=1 "${CONTAINER[@]}" "${STEP[@]}"' in script
-    assert "STEP_LIMIT=()" in script   # the job's time limit bounds a conversion
+    assert _step_command(req) == ["srun", "--nodes=1", "--ntasks=1", *_job(req).cfg.container_flags, *_step_argv(req)]
+    assert _job(req).cfg.step.timeout is None   # type: ignore[union-attr]  # the job's time limit bounds a conversion
     assert "#SBATCH --nodes=1" in script and "#SBATCH --gpus-per-node=1" in script
-    assert _step_argv(script)[:2] == ["python3", str(TEST_CONVERTER / "examples/pytorch/gpt/utils/huggingface_gpt_convert.py")]
+    assert _step_argv(req)[:2] == ["python3", str(TEST_CONVERTER / "examples/pytorch/gpt/utils/huggingface_gpt_convert.py")]
     _check_shell(req, tmp_path)
     # Pyxis splits a mount on ',' and ':', Enroot's bash would run a $(...): refused, before
     # anything is written.

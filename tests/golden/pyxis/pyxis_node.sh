@@ -15,24 +15,16 @@ export NCCL_DEBUG=WARN
 export NCCL_IB_HCA=mlx5
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
-REPO=/shared/runs/gpt-2n/model_repository
 LOGS=/shared/runs/gpt-2n/logs
 STATE=/shared/runs/gpt-2n/state
-RESULTS=/shared/runs/gpt-2n/results
 SCRIPTS=/shared/runs/gpt-2n/scripts
 NODES=2
 HTTP_PORT=8000
 PORT_STRIDE=0
-SERVED_MODEL=ensemble
 ID_PREFIX=ftc-gpt-2n
-PY=/opt/ftcluster/venv/bin/python
 TRITON=/opt/tritonserver/bin/tritonserver
-READY_TIMEOUT=1200
 EXIT_GRACE=20
-KEEP_SERVING=0
-RUN_CLIENT=1
-CLIENT_ARGS=(--protocol http --batch-size 2 --input-len 8 --output-len 8)
-export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
+export RUN_ID RUN_DIR LOGS STATE ID_PREFIX PORT_STRIDE
 CNAME=ftc-gpt-2n
 NODE=${SLURMD_NODENAME:-$(hostname -s)}
 
@@ -95,13 +87,19 @@ down() {
   fi
 }
 
+# The guard's removal: enroot may be missing on a node where nothing could start anyway.
+remove_all() { command -v enroot >/dev/null 2>&1 && remove_containers; }
+# Waits until its step ends (SIGTERM from Slurm or the job, SIGHUP when the ssh session is gone),
+# then removes this node's containers of the run (remove_all): the teardown of last resort, for
+# when the job cannot run its own (cancelled by hand, out of time, the machine running it lost).
 NAPPER=
 guard() {
+  declare -F remove_all >/dev/null || { echo "guard: no remove_all defined" >&2; exit 2; }
   # shellcheck disable=SC2317  # reached through the trap
   on_end() {
     trap - TERM HUP INT
     kill "$NAPPER" 2>/dev/null
-    command -v enroot >/dev/null 2>&1 && remove_containers >/dev/null
+    remove_all >/dev/null 2>&1
     exit 0
   }
   trap on_end TERM HUP INT

@@ -8,24 +8,16 @@
 set -uo pipefail
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
-REPO=/shared/runs/gpt-2n/model_repository
 LOGS=/shared/runs/gpt-2n/logs
 STATE=/shared/runs/gpt-2n/state
-RESULTS=/shared/runs/gpt-2n/results
 SCRIPTS=/shared/runs/gpt-2n/scripts
 NODES=2
 HTTP_PORT=8000
 PORT_STRIDE=0
-SERVED_MODEL=ensemble
 ID_PREFIX=ftc-gpt-2n
-PY=/opt/ftcluster/venv/bin/python
 TRITON=/opt/tritonserver/bin/tritonserver
-READY_TIMEOUT=900
 EXIT_GRACE=20
-KEEP_SERVING=0
-RUN_CLIENT=1
-CLIENT_ARGS=(--protocol http --batch-size 2 --input-len 8 --output-len 8)
-export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
+export RUN_ID RUN_DIR LOGS STATE ID_PREFIX PORT_STRIDE
 IMAGE=triton_with_ft:22.12
 IMAGE_TAR=''
 DOCKER_HOST_TEMPLATE=''
@@ -183,23 +175,32 @@ down() {
   record down ok
 }
 
-# Waits until its step ends (SIGTERM from Slurm or the job script, SIGHUP when the ssh session
-# is gone), then removes this node's containers of the run: the teardown of last resort.
-guard() {
+# The guard's removal: every container of the run on this node.
+remove_all() {
   local ids
+  ids=$(docker ps -aq --filter "label=$LABEL=$RUN_ID" 2>/dev/null)
+  # One id per line; word splitting is wanted here.
+  # shellcheck disable=SC2086
+  [ -z "$ids" ] || docker rm -f $ids
+}
+# Waits until its step ends (SIGTERM from Slurm or the job, SIGHUP when the ssh session is gone),
+# then removes this node's containers of the run (remove_all): the teardown of last resort, for
+# when the job cannot run its own (cancelled by hand, out of time, the machine running it lost).
+NAPPER=
+guard() {
+  declare -F remove_all >/dev/null || { echo "guard: no remove_all defined" >&2; exit 2; }
   # shellcheck disable=SC2317  # reached through the trap
   on_end() {
     trap - TERM HUP INT
-    ids=$(docker ps -aq --filter "label=$LABEL=$RUN_ID" 2>/dev/null)
-    # One id per line; word splitting is wanted here.
-    # shellcheck disable=SC2086
-    [ -z "$ids" ] || docker rm -f $ids >/dev/null 2>&1
+    kill "$NAPPER" 2>/dev/null
+    remove_all >/dev/null 2>&1
     exit 0
   }
   trap on_end TERM HUP INT
   while :; do
     sleep 5 &
-    wait $!
+    NAPPER=$!
+    wait "$NAPPER"
   done
 }
 

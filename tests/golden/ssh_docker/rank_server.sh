@@ -6,24 +6,16 @@
 set -uo pipefail
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
-REPO=/shared/runs/gpt-2n/model_repository
 LOGS=/shared/runs/gpt-2n/logs
 STATE=/shared/runs/gpt-2n/state
-RESULTS=/shared/runs/gpt-2n/results
 SCRIPTS=/shared/runs/gpt-2n/scripts
 NODES=2
 HTTP_PORT=8000
 PORT_STRIDE=0
-SERVED_MODEL=ensemble
 ID_PREFIX=ftc-gpt-2n
-PY=/opt/ftcluster/venv/bin/python
 TRITON=/opt/tritonserver/bin/tritonserver
-READY_TIMEOUT=900
 EXIT_GRACE=20
-KEEP_SERVING=0
-RUN_CLIENT=1
-CLIENT_ARGS=(--protocol http --batch-size 2 --input-len 8 --output-len 8)
-export RUN_ID RUN_DIR REPO LOGS STATE ID_PREFIX PORT_STRIDE
+export RUN_ID RUN_DIR LOGS STATE ID_PREFIX PORT_STRIDE
 GRPC_PORT=8001
 METRICS_PORT=8002
 EXTRA_ARGS=()

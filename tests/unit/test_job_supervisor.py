@@ -1,0 +1,160 @@
+"""The job supervisor (ftcluster/job, shipped as scripts/ftcluster_job): what each style runs, and
+a teardown that runs to its end whatever signal arrives meanwhile.
+
+The argv tests build the supervisor from a rendered run's job.json, as the job does, and ask its
+style what it would run; the teardown test runs a real local job (a stand-in tritonserver that
+ignores SIGTERM, under a one-rank stand-in mpirun) and signals it the way scancel does, twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ftcluster.job.config import JobConfig
+from ftcluster.job.supervisor import Job
+from ftcluster.render import RenderedScripts, RenderOptions, render
+from tests.unit.test_render import PYTHON, RUN_DIR, render_style
+
+
+def job_of(files: dict[str, str]) -> Job:
+    """The supervisor a run folder's job.json starts."""
+    return Job(JobConfig.from_json(files["job.json"]))
+
+
+def test_job_json_round_trips() -> None:
+    for style in ("local", "none", "pyxis", "docker", "ssh_docker"):
+        text = render_style(style).files["job.json"]
+        assert JobConfig.from_json(text).to_json() == text
+
+
+def test_pyxis_steps_carry_the_container_flags_and_the_node_steps_never_do() -> None:
+    job = job_of(render_style("pyxis").files)
+    flags = job.cfg.container_flags
+    assert [f.split("=", 1)[0] for f in flags] == ["--container-image", "--container-mounts", "--container-name",
+                                                   "--container-workdir"]
+    world = job.style.srun_world()
+    assert world[:6] == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert world[6:] == flags
+    # Nothing re-enters the servers' named container beside them (NVIDIA/pyxis#130: a later step
+    # sees the image without its mounts): the node steps run on the hosts.
+    every = job.style.every_node("/x/%N.log")
+    assert every[:2] == ["srun", "--overlap"] and not any(a.startswith("--container") for a in every)
+
+
+def test_bare_slurm_steps_have_no_container_flags() -> None:
+    job = job_of(render_style("none").files)
+    assert not any(a.startswith("--container") for a in job.style.srun_world())
+
+
+def test_docker_world_is_mpirun_from_rank0s_container() -> None:
+    job = job_of(render_style("docker").files)
+    style = job.style
+    style.hosts, style.rank0_node = ["n1", "n2"], "n1"     # what up() finds through Slurm
+    argv = style.mpirun("bash", "X", "rank")
+    node_script = f"{RUN_DIR}/scripts/docker_node.sh"
+    assert argv == ["bash", node_script, "exec", "bash", node_script, "mpirun", "n1:1,n2:1", "bash", "X", "rank"]
+    ssh = job_of(render_style("ssh_docker").files)
+    ssh.style.find_hosts()   # type: ignore[attr-defined]
+    assert ssh.style.in_rank0_container("true")[:6] == [      # type: ignore[attr-defined]
+        PYTHON, "-m", "ftcluster.fanout", "--config", f"{RUN_DIR}/scripts/nodes.json", "--hosts"]
+
+
+# ------------------------------------------------------------------ the teardown runs to its end
+
+STUBBORN_TRITON = """#!/bin/bash
+# A tritonserver that ignores SIGTERM: the job's graceful stop waits for it.
+trap '' TERM
+echo "I1124 started"
+exec sleep 600
+"""
+ONE_RANK_MPIRUN = """#!/bin/bash
+# mpirun for one rank: skip the options, start the command as its own process group as mpirun does.
+while [ "$1" != bash ]; do shift; done
+exec setsid "$@"
+"""
+
+
+def _local_job(tmp_path: Path) -> tuple[RenderedScripts, Path]:
+    from tests.helpers_specs import ckpt, cluster, facts, model
+    from ftcluster.layout import RunPaths
+    from ftcluster.plan import plan_for
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("tritonserver", STUBBORN_TRITON), ("mpirun", ONE_RANK_MPIRUN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    c = cluster(scheduler="local", gpus_per_node=1, ports={"http": 47100, "grpc": 47101, "metrics": 47102},
+                server={"binary": str(bin_dir / "tritonserver"), "exit_grace": 3, "ready_timeout": 60})
+    m = model(checkpoint_root="/ckpt")
+    plan = plan_for(c, m, facts(), ckpt(tp=1, layers=2), 1, 1)
+    run_dir = tmp_path / "run"
+    scripts = render(c, m, plan, RunPaths("late", run_dir),
+                     RenderOptions(python=sys.executable, mpirun=str(bin_dir / "mpirun")))
+    scripts.materialize(run_dir / "scripts")
+    return scripts, run_dir
+
+
+def _events(run_dir: Path) -> list[list[str]]:
+    path = run_dir / "state" / "events"
+    return [ln.split()[1:] for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait_for(what: str, cond: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_late_signal_does_not_cut_the_teardown_short(tmp_path: Path) -> None:
+    """SIGTERM while starting (the job is stopped), then SIGTERM again while the teardown waits
+    for rank 0 to go: the teardown still stops every rank, removes what it made and writes done.
+    (The bash job of old exited 130 at the teardown's first nap here, skipping both.)"""
+    _, run_dir = _local_job(tmp_path)
+    tmp = tmp_path / "tmp"   # the job's TMPDIR: where its Open MPI session folder goes
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    job = subprocess.Popen(["bash", str(run_dir / "scripts" / "job.sh")], start_new_session=True, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_for("rank 0's pid file", lambda: (run_dir / "state" / "rank0.pid").exists())
+        _wait_for("servers_starting", lambda: ["servers_starting", "127.0.0.1"] in _events(run_dir))
+        rank0 = int((run_dir / "state" / "rank0.pid").read_text().split()[0])
+        assert [p.name[:8] for p in tmp.iterdir()] == ["ftc-mpi."]
+        job.send_signal(signal.SIGTERM)
+        _wait_for("the interrupt", lambda: ["interrupted"] in _events(run_dir))
+        time.sleep(0.5)   # the teardown now waits (exit_grace 3 s) for a rank 0 that ignores SIGTERM
+        assert job.poll() is None
+        job.send_signal(signal.SIGTERM)
+        out = job.communicate(timeout=60)[0].decode()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    kinds = [e[0] for e in _events(run_dir)]
+    assert kinds[-2:] == ["servers_stopped", "done"] and _events(run_dir)[-1] == ["done", "130"], (kinds, out)
+    assert job.returncode == 130
+    # Every rank is gone (its whole process group), and the job's Open MPI session folder too.
+    _wait_for("rank 0 to be gone", lambda: not Path(f"/proc/{rank0}").exists(), 10)
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_start_up_ends_the_job_with_130(sig: int, tmp_path: Path) -> None:
+    _, run_dir = _local_job(tmp_path)
+    job = subprocess.Popen(["bash", str(run_dir / "scripts" / "job.sh")], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for("servers_starting", lambda: ["servers_starting", "127.0.0.1"] in _events(run_dir))
+        job.send_signal(sig)
+        assert job.wait(timeout=60) == 130
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert [e[0] for e in _events(run_dir)][-3:] == ["interrupted", "servers_stopped", "done"]
