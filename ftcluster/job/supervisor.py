@@ -322,22 +322,36 @@ class Job:
 
     def teardown(self, rc: int) -> int:
         """The one teardown, on every exit: client, an interrupted foreground step, the servers,
-        then the style's containers. Runs to its end: nothing in it acts on INT/TERM."""
+        then the style's containers. Runs to its end: nothing in it acts on INT/TERM, and a stage
+        that breaks is reported and the next one still runs."""
+        ok = True
+        for stage in (self._stop_client, self._end_foreground, self._stop_servers, self.style.down):
+            try:
+                ok = stage() is not False and ok
+            except Exception as e:  # noqa: BLE001  (what is left must still be removed)
+                self.say(f"ftcluster: teardown: {stage.__name__} failed: {type(e).__name__}: {e}")
+                ok = False
+        if not ok and not rc:
+            rc = 1
+        self.event(EV.done, rc)
+        return rc
+
+    def _stop_client(self) -> None:
         if self.client is not None and self.client.poll() is None:
             self.client.terminate()
+
+    def _end_foreground(self) -> None:
+        # An interrupted node or container step ends first, so no container appears after the teardown.
         if self.foreground is not None:
-            # An interrupted node or container step ends first, so no container appears after the teardown.
             self.end_child(self.foreground)
             self.foreground = None
+
+    def _stop_servers(self) -> None:
         if self.style.started_servers():
             if not self.failing:
                 self.stop_rank0()
             self.style.kill_servers()
             self.event(EV.servers_stopped)
-        if not self.style.down() and not rc:
-            rc = 1
-        self.event(EV.done, rc)
-        return rc
 
     def main(self) -> int:
         for d in (self.cfg.logs, self.cfg.state, self.cfg.results):

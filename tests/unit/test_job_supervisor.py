@@ -158,3 +158,26 @@ def test_a_signal_during_start_up_ends_the_job_with_130(sig: int, tmp_path: Path
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     assert [e[0] for e in _events(run_dir)][-3:] == ["interrupted", "servers_stopped", "done"]
+
+
+def test_the_shipped_supervisor_is_python_38_and_stdlib_only(tmp_path: Path) -> None:
+    """The job host's python3 runs the run folder's copy: no ftcluster, no site-packages."""
+    import ast
+
+    scripts = render_style("pyxis")
+    shipped = {n: t for n, t in scripts.files.items() if n.startswith("ftcluster_job/")}
+    assert shipped
+    for name, text in shipped.items():
+        ast.parse(text, feature_version=(3, 8), filename=name)
+    folder = tmp_path / "scripts"
+    scripts.materialize(folder)
+    r = subprocess.run([sys.executable, "-I", "-S", "-c",
+                        "import sys; sys.path.insert(0, sys.argv[1]); import ftcluster_job.supervisor, "
+                        "ftcluster_job.styles; print(sorted(m for m in sys.modules if m.startswith('ftcluster')))",
+                        str(folder)], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "'ftcluster'" not in r.stdout and "ftcluster_job.names" in r.stdout
+    # Its usage line, when started without the run's values.
+    r = subprocess.run([sys.executable, "-I", "-S", str(folder / "ftcluster_job")], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode == 2 and "usage: ftcluster_job JOB_JSON" in r.stderr
