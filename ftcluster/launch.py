@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster import sshkeys
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import EV, Event, EventFollower
-from ftcluster.launchers import launcher_for
+from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
 from ftcluster.logs import Follower, LogSource
@@ -28,7 +27,7 @@ from ftcluster.plan import Plan
 from ftcluster.poll import Backoff
 from ftcluster.render import JobStep, RenderOptions, RunPaths, launch_style
 from ftcluster.request import JobRequest, build_request
-from ftcluster.slurm import JobState
+from ftcluster.slurm import JobInfo, JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
 from ftcluster.visibility import check_checkpoint_visible
@@ -161,7 +160,7 @@ class Launch:
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         self._claim_run()
         try:
-            write_run(request, self.cluster, self.model, self.plan)
+            write_run(request, self.cluster, self.model, self.plan, self.launcher)
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)   # ours: _claim_run made it
             raise
@@ -212,7 +211,7 @@ class Launch:
         except KeyboardInterrupt:
             self.progress("cancelling", time.time() - t0, "interrupted: cancelling the job")
             self.launcher.cancel(job_id, self.paths, self.cluster.server.exit_grace)
-            sshkeys.remove(self.paths.state)
+            self.launcher.release_resources(self.paths)
             self.store.update(record, status="CANCELLED")
             raise LaunchError(f"interrupted; job {job_id} of run {record.run_id} was cancelled") from None
         status = "SERVING" if outcome.ok and self.opts.keep_serving else ("COMPLETED" if outcome.ok else "FAILED")
@@ -259,10 +258,9 @@ class Launch:
                     time.sleep(event_wait.next(changed))
                     continue
                 unreachable_since = None
-                if info.state is JobState.PENDING and EV.job_started in outcome.phases:
-                    # Requeued after it started (a node or slurmctld failure): the ranks of this
-                    # launch are gone and a re-run would start from scratch. Fail; _finish cancels.
-                    outcome.failure = _requeued(info.reason)
+                requeued = self._requeued(info, outcome)
+                if requeued:
+                    outcome.failure = requeued   # _finish cancels the job
                     return self._finish(outcome, follower.events)
                 next_info = now + info_wait.next(changed or (info.state, info.reason) != last_info)
                 last_info = (info.state, info.reason)
@@ -331,31 +329,37 @@ class Launch:
         deadline = time.monotonic() + (10.0 if done else 0.0)
         while True:
             info = self.launcher.info(outcome.record.job_id, self.paths)
-            if info.state is JobState.PENDING and EV.job_started in outcome.phases and not outcome.ok:
-                outcome.failure = _requeued(info.reason)
+            requeued = None if outcome.ok else self._requeued(info, outcome)
+            if requeued:
+                outcome.failure = requeued
                 break
             if info.gone or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
         if not info.gone:
             self.launcher.cancel(outcome.record.job_id, self.paths, self.cluster.server.exit_grace)
-        sshkeys.remove(self.paths.state)  # the docker style's per-run keys, if any
+        self.launcher.release_resources(self.paths)
         return outcome
+
+    def _requeued(self, info: JobInfo, outcome: LaunchOutcome) -> str | None:
+        """The failure to report when the scheduler put the job back in the queue after it
+        started (the launcher knows how its scheduler shows that)."""
+        return self.launcher.requeued(info) if EV.job_started in outcome.phases else None
 
     def _rank_log_tail(self, rank: str, n: int = 12) -> list[str]:
         return rank_log_tail(self.paths, rank, n)
 
 
-def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan) -> list[Path]:
+def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan,
+              launcher: Launcher | None = None) -> list[Path]:
     """Lay out the run folder as its job expects it: the request's files, the model repository
-    (a run with servers), the per-run ssh keys (Docker styles) and run.json. `launch` and
-    `render --out` both write a run this way."""
+    (a run with servers), what its launcher prepares (the Docker styles' per-run ssh keys) and
+    run.json. `launch` and `render --out` both write a run this way."""
     paths = request.paths
     if request.kind in ("serve", "check") and model is not None:
         prepare_repository(model, plan, paths.repo)
     written = request.write_files()
-    if request.ssh_keys:
-        sshkeys.generate(paths.state, paths.run_id)  # mpirun over ssh
+    (launcher or launcher_named(request.launcher)).prepare_resources(request)
     if model is not None:
         written.append(write_run_metadata(paths, cluster, model, plan))
     return written
@@ -389,10 +393,6 @@ def write_run_metadata(paths: RunPaths, cluster: ClusterSpec, model: ModelSpec, 
     path = paths.run_dir / "run.json"
     path.write_text(json.dumps(run_metadata(cluster, model, plan, paths.run_id), indent=2, default=str) + "\n")
     return path
-
-
-def _requeued(reason: str) -> str:
-    return f"Slurm requeued the job after it had started{': ' + reason if reason else ''}; it was cancelled"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ftcluster import sshkeys
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import EV, parse_events
@@ -111,5 +110,5 @@ def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
         raise UserError(f"run {rec.run_id} was never submitted")
     launcher = launcher_for_record(rec)
     launcher.cancel(rec.job_id, paths_of(rec))
-    sshkeys.remove(paths_of(rec).state)  # the docker style's per-run keys, if any
+    launcher.release_resources(paths_of(rec))
     return (store or RunStore()).update(rec, status="STOPPED")

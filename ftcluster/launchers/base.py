@@ -39,3 +39,15 @@ class Launcher(ABC):
     @abstractmethod
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         """Stop the job and everything it started; returns when it is gone (or after grace)."""
+
+    def prepare_resources(self, request: JobRequest) -> None:
+        """Make what this style's job needs beside the request's files (written with them, so
+        that a run folder written by `render --out` has it too)."""
+
+    def release_resources(self, paths: RunPaths) -> None:
+        """Remove what prepare_resources made: the run has ended or was stopped."""
+
+    def requeued(self, info: JobInfo) -> str | None:
+        """Asked once the job has started: the failure to report when the scheduler has put it
+        back in the queue (its ranks are gone; a re-run would start from scratch), else None."""
+        return None

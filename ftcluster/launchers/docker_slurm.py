@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ftcluster.events import EV, parse_events
+from ftcluster.launchers.run_keys import RunKeysLauncher
 from ftcluster.launchers.slurm import SlurmLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
@@ -30,7 +31,7 @@ def teardown_state(paths: RunPaths) -> str:
     return "done" if EV.containers_stopped in kinds else "pending"
 
 
-class DockerSlurmLauncher(SlurmLauncher):
+class DockerSlurmLauncher(RunKeysLauncher, SlurmLauncher):
     """Slurm + Docker: the job script removes the run's containers on every node at its end."""
 
     node_teardown = True

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ftcluster.errors import UserError
 from ftcluster.launchers.base import Launcher
 from ftcluster.runner import Runner
-from ftcluster.slurm import JobInfo, Slurm
+from ftcluster.slurm import JobInfo, JobState, Slurm
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
@@ -51,6 +51,13 @@ class SlurmLauncher(Launcher):
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         return self.slurm.info(job_id)
+
+    def requeued(self, info: JobInfo) -> str | None:
+        # PENDING after it started: requeued after a node or slurmctld failure. The launch
+        # fails and cancels it rather than wait for a run that starts from scratch.
+        if info.state is not JobState.PENDING:
+            return None
+        return f"Slurm requeued the job after it had started{': ' + info.reason if info.reason else ''}; it was cancelled"
 
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         if self.node_teardown and not self.slurm.info(job_id).gone:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ftcluster.errors import UserError
 from ftcluster.fanout import FanoutConfig
 from ftcluster.launchers.local import LocalLauncher
+from ftcluster.launchers.run_keys import RunKeysLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.spec import ClusterSpec
 
 
-class SshDockerLauncher(LocalLauncher):
+class SshDockerLauncher(RunKeysLauncher, LocalLauncher):
     kill_stray_ranks = False   # rank pids are container pids: the container removal ends them
     # The node-side teardown over ssh: stop the ranks, docker rm -f on every host.
     teardown_grace = 90.0

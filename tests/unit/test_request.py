@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launch import Launch, LaunchOptions
+from ftcluster.launch import Launch, LaunchOptions, write_run
 from ftcluster.launchers import launcher_for_record, launcher_named
 from ftcluster.launchers.base import Launcher
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.local import LocalLauncher
+from ftcluster.launchers.run_keys import RunKeysLauncher
 from ftcluster.launchers.slurm import SlurmLauncher
 from ftcluster.layout import RunPaths
 from ftcluster.plan import make_plan
@@ -74,6 +75,19 @@ def test_writing_a_request_lays_out_the_run_folder(tmp_path: Path) -> None:
     for f in req.files:
         path = req.paths.run_dir / f.path
         assert path.read_text() == f.text and path.stat().st_mode & 0o777 == f.mode
+
+
+def test_the_docker_launchers_make_and_remove_the_runs_keys(tmp_path: Path) -> None:
+    for style in STYLES.values():
+        assert isinstance(launcher_named(style.launcher), RunKeysLauncher) == style.run_keys, style.name
+    for spec, keys in (({"container": {"runtime": "docker", "image": "i:1"}}, True), ({}, False)):
+        req = _request(tmp_path / str(keys), **spec)
+        c = cluster(**{**SLURM, **spec})
+        write_run(req, c, None, make_plan(c, load_model(default_model_path()), 1))   # as `render --out` does
+        ssh = req.paths.state / "ssh"
+        assert (ssh / "id_ed25519").is_file() == (ssh / "host_ed25519").is_file() == keys
+        launcher_named(req.launcher).release_resources(req.paths)
+        assert not ssh.exists()
 
 
 class Recording(Launcher):

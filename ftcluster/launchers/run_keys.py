@@ -1,0 +1,23 @@
+"""The Docker styles' per-run ssh keys: mpirun reaches the other containers over ssh with keys
+made for the run in its state/ssh (ftcluster.sshkeys). Their launchers own them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ftcluster import sshkeys
+from ftcluster.launchers.base import Launcher
+
+if TYPE_CHECKING:
+    from ftcluster.layout import RunPaths
+    from ftcluster.request import JobRequest
+
+
+class RunKeysLauncher(Launcher):
+    """A launcher whose job needs per-run ssh keys: made before submission, removed at the end."""
+
+    def prepare_resources(self, request: JobRequest) -> None:
+        sshkeys.generate(request.paths.state, request.paths.run_id)
+
+    def release_resources(self, paths: RunPaths) -> None:
+        sshkeys.remove(paths.state)

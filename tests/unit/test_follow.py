@@ -1,0 +1,139 @@
+"""How `launch` follows a submitted run to its end (Launch._follow, _finish): the job's events and
+a scripted scheduler, each exit in turn, without a cluster."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ftcluster import launch as launch_module
+from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
+from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.layout import RunPaths
+from ftcluster.plan import Plan, make_plan
+from ftcluster.request import JobRequest
+from ftcluster.runner import LocalRunner
+from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
+from ftcluster.spec import ClusterSpec, default_model_path, load_model
+from ftcluster.store import RunStore
+from tests.helpers_specs import cluster
+
+RUNNING = JobInfo("42", JobState.RUNNING, "RUNNING", source="squeue")
+COMPLETED = JobInfo("42", JobState.COMPLETED, "COMPLETED", source="sacct")
+FAST = {"event_poll": 0.001, "event_poll_max": 0.002, "state_poll": 0.001, "state_poll_max": 0.002,
+        "log_poll": 0.001}
+
+
+class Scripted(SlurmLauncher):
+    """Slurm's launcher (its requeue check) over a scripted scheduler: the job writes `events`
+    at submission; each info() gives the next answer (the last one again), after writing the
+    events `later` holds for that answer."""
+
+    def __init__(self, events: list[str], answers: list[JobInfo], later: dict[int, list[str]] | None = None):
+        super().__init__(LocalRunner())
+        self.events, self.answers, self.later = events, answers, later or {}
+        self.asked = 0
+        self.cancelled: list[str] = []
+        self.released: list[Path] = []
+        self.paths: RunPaths | None = None
+
+    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
+        pass
+
+    def submit(self, request: JobRequest) -> str:
+        self.paths = request.paths
+        self._write(self.events)
+        return "42"
+
+    def _write(self, lines: list[str]) -> None:
+        assert self.paths is not None
+        with open(self.paths.events, "a") as f:
+            f.writelines(f"{time.time():.3f} {line}\n" for line in lines)
+
+    def info(self, job_id: str, paths: RunPaths) -> JobInfo:
+        self._write(self.later.get(self.asked, []))
+        answer = self.answers[min(self.asked, len(self.answers) - 1)]
+        self.asked += 1
+        return answer
+
+    def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
+        self.cancelled.append(job_id)
+
+    def release_resources(self, paths: RunPaths) -> None:
+        self.released.append(paths.run_dir)
+
+
+def _launch(tmp_path: Path, launcher: Scripted, **opts: object) -> tuple[LaunchOutcome, list[tuple[str, str]]]:
+    c = cluster(name="s", scheduler="slurm", partition="gpu", gpus_per_node=1, workspace=str(tmp_path / "ws"),
+                server={"binary": "/opt/tritonserver/bin/tritonserver"})
+    m = load_model(default_model_path())
+    shown: list[tuple[str, str]] = []
+    launch = Launch(c, m, make_plan(c, m, 1), LaunchOptions(**{**FAST, **opts}),  # type: ignore[arg-type]
+                    progress=lambda phase, t, detail: shown.append((phase, detail)),
+                    store=RunStore(tmp_path / "runs.sqlite"), launcher=launcher, run_id="r1")
+    return launch.run(), shown
+
+
+def test_done_ends_the_launch(tmp_path: Path) -> None:
+    launcher = Scripted(["job_started h 42", "ready h:8000", "done 0"], [COMPLETED])
+    outcome, _ = _launch(tmp_path, launcher)
+    assert outcome.ok and outcome.endpoint == "h:8000" and outcome.failure is None
+    assert "ready" in outcome.phases and launcher.cancelled == [] and len(launcher.released) == 1
+
+
+def test_serving_ends_the_launch_and_leaves_the_job_running(tmp_path: Path) -> None:
+    launcher = Scripted(["job_started h 42", "ready h:8000", "serving h:8000"], [RUNNING])
+    outcome, _ = _launch(tmp_path, launcher, keep_serving=True)
+    assert outcome.ok and launcher.cancelled == [] and launcher.released == []
+
+
+def test_a_failed_run_ends_when_its_job_does(tmp_path: Path) -> None:
+    failed = JobInfo("42", JobState.FAILED, "FAILED", source="sacct")
+    launcher = Scripted(["job_started h 42", "rank_failed 1 n2 9", "failed rank 1 died"], [RUNNING, RUNNING, failed])
+    outcome, _ = _launch(tmp_path, launcher)
+    assert not outcome.ok and outcome.failure == "rank 1 died"   # the job's own words, not "the job ended"
+    assert outcome.failed_rank == {"rank": "1", "node": "n2", "exit_code": "9"}
+    assert launcher.cancelled == [] and len(launcher.released) == 1
+
+
+def test_pending_reasons_are_shown_once_each(tmp_path: Path) -> None:
+    pending = [JobInfo("42", JobState.PENDING, "PENDING", reason=r, source="squeue")
+               for r in ("Priority", "Priority", "Resources")]
+    launcher = Scripted([], [*pending, RUNNING, COMPLETED], later={3: ["job_started h 42", "done 0"]})
+    outcome, shown = _launch(tmp_path, launcher)
+    assert outcome.ok
+    assert [d for p, d in shown if d.startswith("pending")] == ["pending: Priority", "pending: Resources"]
+
+
+def test_a_job_requeued_after_it_started_fails_and_is_cancelled(tmp_path: Path) -> None:
+    requeued = JobInfo("42", JobState.PENDING, "PENDING", reason="BeginTime", source="squeue")
+    launcher = Scripted(["job_started h 42"], [requeued])
+    outcome, _ = _launch(tmp_path, launcher)
+    assert outcome.failure == "Slurm requeued the job after it had started: BeginTime; it was cancelled"
+    assert not outcome.ok and launcher.cancelled == ["42"]
+
+
+def test_a_job_gone_without_done_fails_after_reading_its_last_events(tmp_path: Path) -> None:
+    failed = JobInfo("42", JobState.FAILED, "NODE_FAIL", reason="n2 died", source="sacct")
+    outcome, _ = _launch(tmp_path, Scripted(["job_started h 42"], [RUNNING, failed]))
+    assert outcome.failure == "the job ended (NODE_FAIL: n2 died) before the run finished"
+    # `done` written just before the scheduler forgot the job: read before judging
+    gone = JobInfo("42", JobState.UNKNOWN, "UNKNOWN", source=NO_SUCH_JOB)
+    outcome, _ = _launch(tmp_path / "2", Scripted(["job_started h 42"], [gone], later={0: ["done 0"]}))
+    assert outcome.ok and outcome.failure is None
+
+
+def test_an_unreachable_scheduler_is_asked_again_then_given_up(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch_module, "SCHEDULER_UNREACHABLE_LIMIT", 0.05)
+    down = JobInfo("42", JobState.UNKNOWN, "UNKNOWN", reason="timed out", source=UNREACHABLE)
+    launcher = Scripted(["job_started h 42"], [down])
+    outcome, _ = _launch(tmp_path, launcher)
+    assert outcome.failure == "the scheduler could not be asked about job 42 for 0s: timed out"
+    assert launcher.asked > 2 and launcher.cancelled == ["42"]
+    # An answer in between starts the count again; the job's own events still end the launch.
+    launcher = Scripted(["job_started h 42"], [down, RUNNING, down, COMPLETED], later={3: ["done 0"]})
+    outcome, _ = _launch(tmp_path / "2", launcher)
+    assert outcome.ok
