@@ -21,14 +21,13 @@ from ftcluster.converters import converter_argv, converter_for
 from ftcluster.errors import LaunchError, PlanError, UserError
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome, Progress
 from ftcluster.plan import _resolve_gpus
-from ftcluster.render import JobStep, launch_style
+from ftcluster.render import JobStep
 from ftcluster.request import job_shape
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore
+from ftcluster.styles import style_of
 
 STYLE = "convert"
-# Launch styles a conversion runs through: Slurm (bare or Pyxis) and local.
-STYLES = ("none", "pyxis", "local")
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def check_request(req: ConvertRequest) -> None:
 
 
 def check_scheduler(cluster: ClusterSpec) -> None:
-    if launch_style(cluster) not in STYLES:
+    if not style_of(cluster).converts:
         raise UserError(f"convert runs through Slurm (bare or Pyxis) or locally, not scheduler "
                         f"{cluster.scheduler!r} with container runtime {cluster.container.runtime!r}",
                         field="scheduler", hint="use a slurm (runtime none or pyxis) or local cluster spec")

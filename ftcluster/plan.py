@@ -82,9 +82,13 @@ def _resolve_gpus(cluster: ClusterSpec, gpus_per_node: int | None) -> int:
 
 
 def node_names(cluster: ClusterSpec, nodes: int) -> list[str | None]:
-    if cluster.scheduler == "ssh":
+    """The nodes known before submission: a host list's, this machine's ranks; else the scheduler picks."""
+    from ftcluster.styles import style_of
+
+    style = style_of(cluster)
+    if style.host_list:
         return list(cluster.hosts[:nodes])
-    if cluster.scheduler == "local":
+    if style.one_host:
         return [f"local{i}" for i in range(nodes)]
     return [None] * nodes
 

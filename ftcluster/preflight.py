@@ -19,11 +19,11 @@ from ftcluster.errors import LaunchError, UserError
 from ftcluster.launch import Launch, LaunchOptions, Progress, workspace_dir
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.rank.preflight import REPORT_FILE, build_report, parse_tagged
-from ftcluster.render import JobStep, launch_style
+from ftcluster.render import JobStep
 from ftcluster.request import job_shape
 from ftcluster.spec import ClusterSpec
 from ftcluster.store import new_run_id
-from ftcluster.styles import STYLES
+from ftcluster.styles import style_of
 
 STEP = "preflight"
 
@@ -36,7 +36,7 @@ class PreflightOptions:
 
 
 def rank_python(cluster: ClusterSpec) -> str:
-    if STYLES[launch_style(cluster)].in_image:
+    if style_of(cluster).in_image:
         return "python3"   # the image's own
     # On the nodes' host (shared filesystem) or here: the Python that has torch for the test.
     return cluster.python or sys.executable
@@ -61,7 +61,7 @@ def gpus_for_shape(cluster: ClusterSpec, nodes: int, probe: bool) -> int:
     machine's GPUs shared out evenly (probe=False: 0), elsewhere 0 (the nodes say)."""
     if isinstance(cluster.gpus_per_node, int):
         return cluster.gpus_per_node
-    if cluster.scheduler == "local" and probe:
+    if style_of(cluster).one_host and probe:
         from ftcluster.rank.preflight import collect_inventory
 
         return len(collect_inventory().gpus) // nodes

@@ -46,7 +46,7 @@ from ftcluster.spec import (
     pyxis_mount_path_problem,
 )
 from ftcluster.job.config import JobConfig, StepConfig
-from ftcluster.styles import STYLES, Style, style_name
+from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # Files copied into scripts/ under another name than their module's in ftcluster/rank/: a
@@ -82,8 +82,6 @@ def launch_style(cluster: ClusterSpec) -> str:
     return style_name(cluster.scheduler, cluster.container.runtime)
 
 
-def style_of(cluster: ClusterSpec) -> Style:
-    return STYLES[launch_style(cluster)]
 
 
 def job_name(name: str, run_id: str) -> str:

@@ -10,6 +10,10 @@ so that status/logs/stop start fast.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # specs are heavy (pydantic); annotations only
+    from ftcluster.spec import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class Style:
     srun_mounts: bool = False  # the image's mounts go through srun --container-mounts (Pyxis syntax, checked)
     host_list: bool = False    # fixed hosts reached over ssh (scripts/nodes.json for the fan-out)
     one_host: bool = False     # every rank on this machine: distinct ports per rank, no MPI check
+    converts: bool = False     # FT's converter can run as this style's one-task job step (`ftcluster convert`)
 
     @property
     def job_style(self) -> str:
@@ -35,10 +40,10 @@ class Style:
 
 STYLES: dict[str, Style] = {s.name: s for s in (
     Style("none", "srun --mpi starts one rank per node on the hosts themselves", "slurm_job.sh.j2", "slurm",
-          runs_here=False, in_image=False),
+          runs_here=False, in_image=False, converts=True),
     Style("pyxis", "srun --mpi starts one rank per node in the image through Pyxis (--container-image)",
           "slurm_job.sh.j2", "pyxis_slurm", runs_here=False, in_image=True, node_script="pyxis_node.sh.j2",
-          srun_mounts=True),
+          srun_mounts=True, converts=True),
     Style("docker", "a Docker container per node (srun runs scripts/docker_node.sh), mpirun over ssh from rank 0's",
           "slurm_job.sh.j2", "docker_slurm", runs_here=False, in_image=True, node_script="docker_node.sh.j2",
           run_keys=True, docker_run=True),
@@ -46,7 +51,7 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           "rank 0's", "here_job.sh.j2", "ssh_docker", runs_here=True, in_image=True, node_script="docker_node.sh.j2",
           run_keys=True, docker_run=True, host_list=True),
     Style("local", "one mpirun starts every rank on this machine, ports apart", "here_job.sh.j2", "local",
-          runs_here=True, in_image=False, one_host=True),
+          runs_here=True, in_image=False, one_host=True, converts=True),
 )}
 
 # The record of a run whose job is one step in place of the servers names that step as its
@@ -70,6 +75,11 @@ def style_name(scheduler: str, runtime: str) -> str:
     if scheduler == "ssh":
         return "ssh_docker"   # the spec allows no other runtime with scheduler ssh
     return runtime
+
+
+def style_of(cluster: ClusterSpec) -> Style:
+    """The launch style of a cluster spec."""
+    return STYLES[style_name(cluster.scheduler, cluster.container.runtime)]
 
 
 def launcher_name(scheduler: str, style: str) -> str:

@@ -58,8 +58,10 @@ def server_checkpoint_path(model: ModelSpec, tp: int) -> str:
 
 
 def check_checkpoint_visible(cluster: ClusterSpec, model: ModelSpec, tp: int, run_dir: Path | None = None) -> None:
-    """Refuse a checkpoint the rank containers cannot see; no-op for runs without containers."""
-    if cluster.scheduler == "local" or cluster.container.runtime == "none":
+    """Refuse a checkpoint the rank containers cannot see; no-op for ranks that run on the hosts."""
+    from ftcluster.styles import style_of
+
+    if not style_of(cluster).in_image:
         return
     path = server_checkpoint_path(model, tp)
     inside = _in_container(path)

@@ -26,7 +26,9 @@ def check_cmd(as_json: bool, **kw: Any) -> None:
     if maybe_forward(kw):
         return
     planned = load_and_plan(**kw)
-    if planned.cluster.scheduler == "local":
+    from ftcluster.styles import style_of
+
+    if style_of(planned.cluster).one_host:
         raise UserError("local ranks are separate processes, not an MPI world; nothing to check",
                         field="scheduler", hint="use a slurm cluster spec")
     run_launch(planned, LaunchOptions(servers=False, client=False), as_json)

@@ -206,9 +206,9 @@ def test_env_names_cannot_run_code_and_values_stay_data(tmp_path: Path) -> None:
     """The audit's payloads for real: env NAMES that are the job's variables or bash's are refused
     before anything exists; payload VALUES under ordinary names reach the ranks as strings."""
     payload = "SECONDS[$(touch PWNED)]"
-    bad = write_cluster(tmp_path, env={"RUN_CLIENT": payload, "EXIT_GRACE": payload, "BASH_ENV": "$(touch PWNED1)"})
+    bad = write_cluster(tmp_path, env={"NODES": payload, "EXIT_GRACE": payload, "BASH_ENV": "$(touch PWNED1)"})
     rc, out, err = launch_json(bad, "--nodes", "1")
-    assert rc == 3 and "env" in err and "RUN_CLIENT" in err and "BASH_ENV" in err, err
+    assert rc == 3 and "env" in err and "NODES" in err and "BASH_ENV" in err, err
     assert not (tmp_path / "ws").exists()
     good = write_cluster(tmp_path, env={"MY_SETTING": payload, "NCCL_DEBUG": "$(touch PWNED2)"})
     rc, out, err = launch_json(good, "--nodes", "2")
