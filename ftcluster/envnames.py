@@ -1,16 +1,18 @@
 """Which names a spec's `env:` may use.
 
-`env:` is exported by the job scripts, so its NAMES reach bash as well as its values: a name
-that is one of the scripts' own variables replaces it (and bash arithmetic evaluates `$(...)`
+`env:` is given to every process the job starts and exported by the node-side scripts
+(rank_server.sh, the Pyxis and Docker node scripts), so its NAMES reach bash as well as its
+values: a name that is one of the scripts' own variables replaces it (and bash arithmetic evaluates `$(...)`
 in an array subscript: `RUN_CLIENT: 'SECONDS[$(cmd)]'` ran `cmd`), a shell-special name
 changes how every bash of the job behaves (BASH_ENV is expanded, then sourced, by each
 non-interactive bash; Enroot is a bash script that Pyxis starts with the job's environment),
 and the launchers' and runtimes' own variables (Slurm's input variables, Pyxis/Enroot, Docker,
 PMIx) change what starts the ranks. All of these are refused.
 
-The job scripts' names are read from the job library itself (job_templates/, the shipped
-rank-side shell files, and the FTC_* variables the rank-side Python reads), so a variable added
-or renamed there is refused at once.
+The scripts' names are read from the scripts themselves (job_templates/, the shipped rank-side
+shell files, and the FTC_* variables the rank-side Python reads), so a variable added or renamed
+there is refused at once. The job supervisor (ftcluster/job/) never reads the user's env: it
+gives it to its children only.
 """
 
 from __future__ import annotations
