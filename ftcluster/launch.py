@@ -78,6 +78,25 @@ class LaunchOutcome:
 Progress = Callable[[str, float, str], None]   # (phase, seconds, detail)
 
 
+@dataclass
+class _Watch:
+    """What following a run carries from one poll to the next (Launch._follow)."""
+
+    job_id: str
+    t0: float
+    outcome: LaunchOutcome
+    events: EventFollower
+    rank0_log: Follower
+    # Fast while things happen (a new event or log line), slower through a long model load.
+    event_wait: Backoff
+    info_wait: Backoff
+    next_info: float = 0.0                          # when to ask the scheduler next
+    next_log: float = 0.0                           # when to read rank 0's log next
+    last_info: tuple[JobState, str] | None = None   # the scheduler's last (state, reason)
+    last_detail: str = ""                           # the pending reason shown last
+    unreachable_since: float | None = None
+
+
 def workspace_dir(cluster: ClusterSpec) -> Path:
     # Already expanded by the spec (expand_workspace); expanding again would rewrite a '$' or
     # '~' that came from a variable's value.
@@ -219,64 +238,79 @@ class Launch:
         return outcome
 
     def _follow(self, record: RunRecord, t0: float) -> LaunchOutcome:
+        """Follow the run to its end: its events, rank 0's log until it is ready, and the
+        scheduler's view of the job, each on its own timer. A handler's True ends the launch."""
         assert record.job_id is not None
-        follower = EventFollower(str(self.paths.events))
-        rank0_log = Follower([LogSource("rank0", str(self.paths.server_log(0)))])
-        outcome = LaunchOutcome(record, False, {"submitted": 0.0})
-        # Fast while things happen (a new event or log line), slower through a long model load.
-        event_wait = Backoff(self.opts.event_poll, self.opts.event_poll_max)
-        info_wait = Backoff(self.opts.state_poll, self.opts.state_poll_max)
-        next_info = next_log = 0.0
-        last_info: tuple[JobState, str] | None = None
-        last_detail = ""
-        unreachable_since: float | None = None
+        w = _Watch(record.job_id, t0, LaunchOutcome(record, False, {"submitted": 0.0}),
+                   EventFollower(str(self.paths.events)),
+                   Follower([LogSource("rank0", str(self.paths.server_log(0)))]),
+                   Backoff(self.opts.event_poll, self.opts.event_poll_max),
+                   Backoff(self.opts.state_poll, self.opts.state_poll_max))
         while True:
-            new = follower.poll()
-            for ev in new:
-                if self._on_event(ev, outcome, t0):
-                    return self._finish(outcome, follower.events)
+            new = w.events.poll()
+            if self._on_events(w, new):
+                break
             changed = bool(new)
             now = time.monotonic()
-            if EV.ready not in outcome.phases and now >= next_log:
-                next_log = now + self.opts.log_poll
-                for _, line in rank0_log.poll():
-                    changed = True
-                    if _WORTH_SHOWING.search(line):
-                        self.progress("log", time.time() - t0, line.strip())
-            if now >= next_info:
-                info = self.launcher.info(record.job_id, self.paths)
-                if info.unreachable:
-                    # The scheduler could not be asked (a busy slurmctld times out): not an
-                    # answer. The job's own events still end the launch; a scheduler that stays
-                    # unreachable does.
-                    next_info = now + self.opts.state_poll
-                    unreachable_since = unreachable_since or now
-                    if now - unreachable_since >= SCHEDULER_UNREACHABLE_LIMIT:
-                        outcome.failure = (f"the scheduler could not be asked about job {record.job_id} for "
-                                           f"{SCHEDULER_UNREACHABLE_LIMIT:.0f}s: {info.reason}")
-                        return self._finish(outcome, follower.events)
-                    time.sleep(event_wait.next(changed))
-                    continue
-                unreachable_since = None
-                requeued = self._requeued(info, outcome)
-                if requeued:
-                    outcome.failure = requeued   # _finish cancels the job
-                    return self._finish(outcome, follower.events)
-                next_info = now + info_wait.next(changed or (info.state, info.reason) != last_info)
-                last_info = (info.state, info.reason)
-                if info.state is JobState.PENDING and info.reason and info.reason != last_detail:
-                    last_detail = info.reason
-                    self.progress("submitted", time.time() - t0, f"pending: {info.reason}")
-                if info.gone:
-                    # The job is gone; read the events it left once more before judging.
-                    for ev in follower.poll():
-                        if self._on_event(ev, outcome, t0):
-                            return self._finish(outcome, follower.events)
-                    outcome.failure = outcome.failure or (
-                        f"the job ended ({info.raw_state}{': ' + info.reason if info.reason else ''}) "
-                        "before the run finished")
-                    return self._finish(outcome, follower.events)
-            time.sleep(event_wait.next(changed))
+            if EV.ready not in w.outcome.phases and now >= w.next_log:
+                changed = self._on_log_due(w, now) or changed
+            if now >= w.next_info and self._on_info_due(w, now, changed):
+                break
+            time.sleep(w.event_wait.next(changed))
+        return self._finish(w.outcome, w.events.events)
+
+    def _on_events(self, w: _Watch, events: list[Event]) -> bool:
+        """The job's milestones, in order; True at the one that ends the launch."""
+        return any(self._on_event(ev, w.outcome, w.t0) for ev in events)
+
+    def _on_log_due(self, w: _Watch, now: float) -> bool:
+        """Rank 0's new log lines, the ones worth it shown; True when there were any."""
+        w.next_log = now + self.opts.log_poll
+        lines = w.rank0_log.poll()
+        for _, line in lines:
+            if _WORTH_SHOWING.search(line):
+                self.progress("log", time.time() - w.t0, line.strip())
+        return bool(lines)
+
+    def _on_info_due(self, w: _Watch, now: float, changed: bool) -> bool:
+        """Ask the scheduler about the job; True when its answer ends the launch."""
+        info = self.launcher.info(w.job_id, self.paths)
+        if info.unreachable:
+            return self._on_unreachable(w, info, now)
+        w.unreachable_since = None
+        requeued = self._requeued(info, w.outcome)
+        if requeued:
+            w.outcome.failure = requeued   # _finish cancels the job
+            return True
+        # Asked again soon after a change (here or in the answer), less often while none comes.
+        w.next_info = now + w.info_wait.next(changed or (info.state, info.reason) != w.last_info)
+        w.last_info = (info.state, info.reason)
+        if info.state is JobState.PENDING and info.reason and info.reason != w.last_detail:
+            w.last_detail = info.reason
+            self.progress("submitted", time.time() - w.t0, f"pending: {info.reason}")
+        if info.gone:
+            self._on_gone(w, info)
+            return True
+        return False
+
+    def _on_unreachable(self, w: _Watch, info: JobInfo, now: float) -> bool:
+        """The scheduler could not be asked (a busy slurmctld times out): not an answer. The
+        job's own events still end the launch; a scheduler that stays unreachable does."""
+        w.next_info = now + self.opts.state_poll
+        w.unreachable_since = w.unreachable_since or now
+        if now - w.unreachable_since < SCHEDULER_UNREACHABLE_LIMIT:
+            return False
+        w.outcome.failure = (f"the scheduler could not be asked about job {w.job_id} for "
+                             f"{SCHEDULER_UNREACHABLE_LIMIT:.0f}s: {info.reason}")
+        return True
+
+    def _on_gone(self, w: _Watch, info: JobInfo) -> None:
+        """The job is gone; read the events it left once more before judging."""
+        if self._on_events(w, w.events.poll()):
+            return
+        w.outcome.failure = w.outcome.failure or (
+            f"the job ended ({info.raw_state}{': ' + info.reason if info.reason else ''}) "
+            "before the run finished")
 
     def _on_event(self, ev: Event, outcome: LaunchOutcome, t0: float) -> bool:
         """Record one milestone; True when the launch is over (for good or bad)."""

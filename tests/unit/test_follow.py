@@ -31,9 +31,10 @@ class Scripted(SlurmLauncher):
     at submission; each info() gives the next answer (the last one again), after writing the
     events `later` holds for that answer."""
 
-    def __init__(self, events: list[str], answers: list[JobInfo], later: dict[int, list[str]] | None = None):
+    def __init__(self, events: list[str], answers: list[JobInfo], later: dict[int, list[str]] | None = None,
+                 log: str = ""):
         super().__init__(LocalRunner())
-        self.events, self.answers, self.later = events, answers, later or {}
+        self.events, self.answers, self.later, self.log = events, answers, later or {}, log
         self.asked = 0
         self.cancelled: list[str] = []
         self.released: list[Path] = []
@@ -44,6 +45,7 @@ class Scripted(SlurmLauncher):
 
     def submit(self, request: JobRequest) -> str:
         self.paths = request.paths
+        self.paths.server_log(0).write_text(self.log)
         self._write(self.events)
         return "42"
 
@@ -137,3 +139,11 @@ def test_an_unreachable_scheduler_is_asked_again_then_given_up(tmp_path: Path,
     launcher = Scripted(["job_started h 42"], [down, RUNNING, down, COMPLETED], later={3: ["done 0"]})
     outcome, _ = _launch(tmp_path / "2", launcher)
     assert outcome.ok
+
+
+def test_rank0s_telling_log_lines_are_shown(tmp_path: Path) -> None:
+    log = "I1124 12:00:00 loading\nE1124 12:00:01 model_repository_manager.cc:1 failed to load\n"
+    launcher = Scripted(["job_started h 42"], [RUNNING, COMPLETED], later={1: ["done 0"]}, log=log)
+    outcome, shown = _launch(tmp_path, launcher)
+    assert outcome.ok
+    assert [d for p, d in shown if p == "log"] == ["E1124 12:00:01 model_repository_manager.cc:1 failed to load"]
