@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftcluster.launchers import launcher_class
 from ftcluster.layout import LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan import Plan, RankSlot, node_names
 from ftcluster.render import RenderOptions, render
@@ -104,8 +105,6 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
     kind = request_kind(opts)
     if kind not in KINDS:
         raise ValueError(f"unknown job kind {kind!r}")
-    from ftcluster.launchers import launcher_class
-
     style = STYLES[style_name(cluster.scheduler, cluster.container.runtime)]
     scripts = render(cluster, model, plan, paths, opts)
     script = paths.job_script(style.name)

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ftcluster.runner import Runner
 from ftcluster.slurm import JobInfo
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from pathlib import Path
+
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
-    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
+
+
+class Submission(Protocol):
+    """What a launcher reads of a job request (ftcluster.request.JobRequest). The request module
+    imports the launchers (each builds its request's argv), never the other way round."""
+
+    @property
+    def paths(self) -> RunPaths: ...
+
+    @property
+    def argv(self) -> tuple[str, ...]: ...
+
+    @property
+    def cwd(self) -> Path: ...
 
 
 class Launcher(ABC):
@@ -29,7 +44,7 @@ class Launcher(ABC):
         (servers=False: a job step, no server ports)."""
 
     @abstractmethod
-    def submit(self, request: JobRequest) -> str:
+    def submit(self, request: Submission) -> str:
         """Run the request's argv in its cwd (its files are written); return a job id for info/cancel."""
 
     @abstractmethod
@@ -40,7 +55,7 @@ class Launcher(ABC):
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         """Stop the job and everything it started; returns when it is gone (or after grace)."""
 
-    def prepare_resources(self, request: JobRequest) -> None:
+    def prepare_resources(self, request: Submission) -> None:
         """Make what this style's job needs beside the request's files (written with them, so
         that a run folder written by `render --out` has it too)."""
 

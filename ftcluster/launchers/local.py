@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
 from ftcluster.events import EV, last, parse_events
-from ftcluster.launchers.base import Launcher
+from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.layout import FILES
 from ftcluster.procs import ProcessId, read_pidfile
 from ftcluster.slurm import JobInfo, JobState
@@ -22,7 +22,6 @@ from ftcluster.slurm import JobInfo, JobState
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
-    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
 
 
@@ -63,7 +62,7 @@ class LocalLauncher(Launcher):
     def command(script: str) -> tuple[str, ...]:
         return ("bash", script)
 
-    def submit(self, request: JobRequest) -> str:
+    def submit(self, request: Submission) -> str:
         paths = request.paths
         paths.logs.mkdir(parents=True, exist_ok=True)
         with open(paths.logs / FILES.job_out, "ab") as out:

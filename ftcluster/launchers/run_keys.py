@@ -6,17 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ftcluster import sshkeys
-from ftcluster.launchers.base import Launcher
+from ftcluster.launchers.base import Launcher, Submission
 
 if TYPE_CHECKING:
     from ftcluster.layout import RunPaths
-    from ftcluster.request import JobRequest
 
 
 class RunKeysLauncher(Launcher):
     """A launcher whose job needs per-run ssh keys: made before submission, removed at the end."""
 
-    def prepare_resources(self, request: JobRequest) -> None:
+    def prepare_resources(self, request: Submission) -> None:
         sshkeys.generate(request.paths.state, request.paths.run_id)
 
     def release_resources(self, paths: RunPaths) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
-from ftcluster.launchers.base import Launcher
+from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.runner import Runner
 from ftcluster.slurm import JobInfo, JobState, Slurm
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
     from ftcluster.plan import Plan
-    from ftcluster.request import JobRequest
     from ftcluster.spec import ClusterSpec
 
 
@@ -46,7 +45,7 @@ class SlurmLauncher(Launcher):
         # Submitted from the run folder (the request's cwd): #SBATCH --output paths are relative.
         return Slurm.submit_command(script)
 
-    def submit(self, request: JobRequest) -> str:
+    def submit(self, request: Submission) -> str:
         return self.slurm.submit(request.argv, cwd=str(request.cwd))
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:

@@ -10,10 +10,10 @@ import pytest
 
 from ftcluster import launch as launch_module
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
+from ftcluster.launchers.base import Submission
 from ftcluster.launchers.slurm import SlurmLauncher
 from ftcluster.layout import RunPaths
 from ftcluster.plan import Plan, make_plan
-from ftcluster.request import JobRequest
 from ftcluster.runner import LocalRunner
 from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
 from ftcluster.spec import ClusterSpec, default_model_path, load_model
@@ -43,7 +43,7 @@ class Scripted(SlurmLauncher):
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         pass
 
-    def submit(self, request: JobRequest) -> str:
+    def submit(self, request: Submission) -> str:
         self.paths = request.paths
         self.paths.server_log(0).write_text(self.log)
         self._write(self.events)

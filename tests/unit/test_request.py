@@ -3,14 +3,15 @@ the run record names its launcher, so status/logs/stop find it."""
 
 from __future__ import annotations
 
+import ast
 import shlex
 from pathlib import Path
 
 import pytest
 
 from ftcluster.launch import Launch, LaunchOptions, write_run
-from ftcluster.launchers import launcher_for_record, launcher_named
-from ftcluster.launchers.base import Launcher
+from ftcluster.launchers import launcher_class, launcher_for_record, launcher_named
+from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.run_keys import RunKeysLauncher
@@ -93,13 +94,13 @@ def test_the_docker_launchers_make_and_remove_the_runs_keys(tmp_path: Path) -> N
 class Recording(Launcher):
     """Records the request it is given; the job ends at once."""
 
-    submitted: list[JobRequest] = []
+    submitted: list[Submission] = []
 
     @staticmethod
     def command(script: str) -> tuple[str, ...]:
         return SlurmLauncher.command(script)
 
-    def submit(self, request: JobRequest) -> str:
+    def submit(self, request: Submission) -> str:
         self.submitted.append(request)
         return "42"
 
@@ -136,3 +137,15 @@ def test_status_logs_and_stop_find_the_runs_launcher(scheduler: str, style: str,
     rec = RunRecord(run_id="r", created=0.0, cluster_name="c", cluster_source="", scheduler=scheduler,
                     style=style, run_dir="/x", nodes=1, model="m", launcher=launcher)
     assert type(launcher_for_record(rec)) is cls
+
+
+def test_the_launchers_never_import_the_request() -> None:
+    """One way only: the request imports the launchers (each builds its argv); a launcher reads
+    a request through launchers.base.Submission, not even under TYPE_CHECKING."""
+    package = Path(launcher_class.__code__.co_filename).parent
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not any(n == "ftcluster.request" or n.startswith("ftcluster.request.") for n in names), source
