@@ -21,7 +21,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-_PACKAGE = Path(__file__).parent
+from ftcluster.resources import package_path
+
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 NAME_RE = re.compile(_IDENT)
 
@@ -83,11 +84,11 @@ def names_in_script(text: str) -> set[str]:
 def job_library_files() -> list[Path]:
     """The job library: the templates every job script is rendered from, and the rank-side shell
     files shipped beside them."""
-    return sorted((_PACKAGE / "job_templates").glob("*.j2")) + sorted((_PACKAGE / "rank").glob("*.sh"))
+    return sorted(package_path("job_templates").glob("*.j2")) + sorted(package_path("rank").glob("*.sh"))
 
 
 def rank_python_files() -> list[Path]:
-    return sorted((_PACKAGE / "rank").glob("*.py"))
+    return sorted(package_path("rank").glob("*.py"))
 
 
 @lru_cache(maxsize=1)

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from ftcluster.errors import SpecError
+from ftcluster.resources import package_path
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UNLIMITED|INFINITE)$", re.ASCII)
@@ -589,15 +590,11 @@ def load_model(path: str | Path) -> ModelSpec:
     return spec.model_copy(update={"source": str(p.resolve())})
 
 
-def package_root() -> Path:
-    return Path(__file__).resolve().parent
-
-
 def default_cluster_path() -> Path:
     """The embedded default cluster: local processes on this machine."""
-    return package_root() / "demo" / "local-cluster.yaml"
+    return package_path("demo", "local-cluster.yaml")
 
 
 def default_model_path() -> Path:
     """The embedded default model: the FT-shaped test model shipped with the package."""
-    return package_root() / "demo" / "model.yaml"
+    return package_path("demo", "model.yaml")

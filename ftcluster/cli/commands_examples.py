@@ -11,6 +11,7 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.errors import UserError
+from ftcluster.resources import package_path
 
 # Spec keys whose relative values are paths relative to the spec file.
 _PATH_KEY = re.compile(r"^(?P<key>\s*(?:repository|checkpoint_root|checkpoint_mount_src):\s*)"
@@ -18,8 +19,9 @@ _PATH_KEY = re.compile(r"^(?P<key>\s*(?:repository|checkpoint_root|checkpoint_mo
 
 
 def examples_root() -> Path:
-    # Inside the package, so a wheel install has them too (configs/ in a checkout links here).
-    return Path(__file__).resolve().parent.parent / "examples"
+    # Inside the package, so a wheel install has them too; this command copies them out
+    # (into ./configs by default).
+    return package_path("examples")
 
 
 def example_files() -> list[Path]:
