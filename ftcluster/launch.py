@@ -22,7 +22,7 @@ from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
 from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
-from ftcluster.phases import PHASES  # noqa: F401  (re-exported; milestones and their labels)
+from ftcluster.phases import PHASES
 from ftcluster.plan import Plan
 from ftcluster.poll import Backoff
 from ftcluster.render import JobStep, RenderOptions, RunPaths, launch_style

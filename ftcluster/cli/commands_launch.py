@@ -16,7 +16,8 @@ from ftcluster.cli.options import Planned, load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import document, run_json
 from ftcluster.errors import LaunchError, UserError
-from ftcluster.launch import PHASES, Launch, LaunchOptions, LaunchOutcome
+from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
+from ftcluster.phases import PHASES
 from ftcluster.remote import forward, needs_forwarding
 from ftcluster.spec import default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
