@@ -36,6 +36,7 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
+from ftcluster.resources import package_path
 from ftcluster.spec import (
     ClientDefaults,
     ClusterSpec,
@@ -60,7 +61,7 @@ LOCAL_PORT_STRIDE = 10
 
 def templates_dir() -> Path:
     # Inside the package, so a wheel install renders the same scripts as a checkout.
-    return Path(__file__).resolve().parent / "job_templates"
+    return package_path("job_templates")
 
 
 @lru_cache(maxsize=1)
@@ -371,7 +372,7 @@ def job_config(ctx: RenderContext) -> JobConfig:
 
 
 def _package_file(*parts: str) -> str:
-    return Path(__file__).resolve().parent.joinpath(*parts).read_text()
+    return package_path(*parts).read_text()
 
 
 def _ship(files: dict[str, str], sources: dict[str, str], name: str, *source: str) -> None:
