@@ -25,7 +25,8 @@ from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES
 from ftcluster.plan import Plan
 from ftcluster.poll import Backoff
-from ftcluster.render import JobStep, RenderOptions, RunPaths, launch_style
+from ftcluster.render import JobStep, RenderOptions, RunPaths
+from ftcluster.styles import style_of
 from ftcluster.request import JobRequest, build_request
 from ftcluster.slurm import JobInfo, JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
@@ -117,7 +118,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
                    opts: LaunchOptions, build: bool = True) -> RenderOptions:
     """What the templates need beyond the specs: the binaries found on this machine."""
     mpi: dict[str, Any] = {}
-    if launch_style(cluster) == "local" and build and (opts.step is None or opts.step.per_node):
+    if style_of(cluster).one_host and build and (opts.step is None or opts.step.per_node):
         from ftcluster.local_mpi import find_local_mpi
 
         local = find_local_mpi()

@@ -47,7 +47,6 @@ class JobRequest:
     files: tuple[JobFile, ...]
     argv: tuple[str, ...]          # run from cwd by the launcher, exactly
     cwd: Path
-    ssh_keys: bool                 # per-run keys for mpirun over ssh (docker styles)
 
     @property
     def folders(self) -> tuple[Path, ...]:
@@ -113,5 +112,4 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
         files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""))
                     for name, text in scripts.files.items()),
         argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
-        ssh_keys=style.run_keys,
     )

@@ -91,9 +91,9 @@ def test_convert_runs_in_the_image_with_its_paths_mounted(pb: PyxisBed, spec_dir
     for want in ("containers_ready", "step_done convert 0", "containers_stopped", "done 0"):
         assert want in events, events
     assert "TEST CONVERTER: wrote" in ftcluster("logs", run_id).stdout
-    # The image's python3 ran it: the run's scripts name no interpreter of this machine.
-    step = next(ln for ln in (run_dir / "scripts" / "job.sbatch").read_text().splitlines() if ln.startswith("STEP=("))
-    assert step.startswith("STEP=(python3 ")
+    # The image's python3 ran it: the run's step names no interpreter of this machine.
+    step = json.loads((run_dir / "scripts" / "job.json").read_text())["step"]
+    assert step["argv"][0] == "python3"
     _assert_run_gone(run_id)
 
 

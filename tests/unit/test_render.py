@@ -327,3 +327,35 @@ def test_hostile_pyxis_container_flags_arrive_verbatim(weird_tmp_path: Path) -> 
     _no_pwned(weird_tmp_path.parent)
 
 
+
+
+# --------------------------------------------------------------------------- one job library
+
+def test_no_shared_template_piece_names_a_style() -> None:
+    """Shared pieces (the base entry template, the `_` includes, the rank wrapper) serve every
+    style alike: what differs is a Style row's field or a style's own template."""
+    from ftcluster.styles import STYLES as ROWS
+
+    own = {ROWS[s].template for s in ROWS} | {ROWS[s].node_script for s in ROWS if ROWS[s].node_script}
+    shared = [t for t in templates_dir().glob("*.j2") if t.name not in own - {"job.sh.j2"}]
+    assert {t.name for t in shared} >= {"job.sh.j2", "_vars.sh.j2", "_node_guard.sh.j2", "rank_server.sh.j2"}
+    for t in shared:
+        # The code, not the comments (which may say why a line exists: "Enroot (Pyxis) starts ...").
+        text = re.sub(r"\{#.*?#\}", "", t.read_text(), flags=re.S)
+        code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+        assert not re.search(r"\bstyle\s*(==|!=|in)\b", code), t.name
+        assert not re.search(r"\b(pyxis|docker|ssh_docker)\b", code, re.I), t.name
+
+
+def test_no_block_of_eight_lines_repeats_across_the_job_library() -> None:
+    files = [*templates_dir().glob("*.j2"), *(REPO_ROOT / "ftcluster" / "rank").glob("*.sh")]
+    seen: dict[tuple[str, ...], str] = {}
+    for f in files:
+        lines = [ln.strip() for ln in f.read_text().splitlines()]
+        for i in range(len(lines) - 7):
+            window = tuple(lines[i:i + 8])
+            if sum(1 for ln in window if ln and not ln.startswith("#")) < 5:
+                continue   # blank lines and comments
+            where = f"{f.name}:{i + 1}"
+            assert window not in seen, f"{where} repeats {seen[window]}"
+            seen[window] = where

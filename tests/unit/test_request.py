@@ -64,7 +64,6 @@ def test_the_request_is_pure_and_names_what_runs(tmp_path: Path, spec: dict[str,
     text = str(req)
     words = shlex.split(text.split("# ===== would run =====\n", 1)[1])
     assert words[:3] == ["cd", str(req.cwd), "&&"] and tuple(words[3:]) == req.argv
-    assert req.ssh_keys == (launcher == "docker_slurm")
 
 
 def test_writing_a_request_lays_out_the_run_folder(tmp_path: Path) -> None:

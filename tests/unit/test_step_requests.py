@@ -133,7 +133,7 @@ def test_bare_slurm_preflight_uses_the_specs_python(tmp_path: Path) -> None:
 
 def test_docker_preflight_runs_over_mpirun_from_rank0s_container(tmp_path: Path) -> None:
     req = _preflight(tmp_path, container=DOCKER)
-    assert req.launcher == "docker_slurm" and req.ssh_keys
+    assert req.launcher == "docker_slurm"
     job = _job(req)
     job.style.hosts, job.style.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
     node = f"{req.paths.scripts}/docker_node.sh"
