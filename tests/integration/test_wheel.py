@@ -52,7 +52,10 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, di
 def test_wheel_holds_templates_examples_and_the_demo(wheel_venv: tuple[Path, Path, dict[str, str]]) -> None:
     whl, _, _ = wheel_venv
     names = set(zipfile.ZipFile(whl).namelist())
-    assert "ftcluster/job_templates/_lib.sh.j2" in names
+    assert "ftcluster/job_templates/job.sh.j2" in names and "ftcluster/job_templates/_node_guard.sh.j2" in names
+    # The job supervisor, shipped into every run folder, and the rank-side shell files.
+    assert {"ftcluster/job/supervisor.py", "ftcluster/job/__main__.py", "ftcluster/rank/local_rank.sh",
+            "ftcluster/rank/signal_rank.sh"} <= names
     assert "ftcluster/examples/clusters/pyxis.yaml" in names
     assert "ftcluster/demo/model_repository/fastertransformer/1/model.py" in names
     # The test model's MPI binding is a link in the checkout; the wheel carries the file.
