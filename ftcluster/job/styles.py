@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .config import StepConfig
 from .names import EV, FILES
+from .text import first_match, last_line, read_text, squeeze
 
 if TYPE_CHECKING:
     from .supervisor import Job
@@ -56,11 +58,16 @@ class JobStyle:
     def container_flags(self) -> List[str]:
         return []
 
-    def srun_world(self) -> List[str]:
-        """One task per node, one MPI world, in the container where there is one."""
+    def srun_world(self, mpi: bool = True) -> List[str]:
+        """One task per node (one MPI world unless mpi=False), in the container where there is one."""
         n = self.cfg.nodes
-        return ["srun", f"--mpi={self.cfg.mpi}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-                "--kill-on-bad-exit=1", *self.container_flags()]
+        return ["srun", *([f"--mpi={self.cfg.mpi}"] if mpi else []), f"--nodes={n}", f"--ntasks={n}",
+                "--ntasks-per-node=1", "--kill-on-bad-exit=1", *self.container_flags()]
+
+    def job_nodes(self) -> List[str]:
+        """The job's nodes, as Slurm names them."""
+        listed = self.job.capture(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")])
+        return (listed or "").split()
 
     def every_node(self, output: str) -> List[str]:
         """One task on every node at once, beside the other steps, its output to `output` (%N: the node)."""
@@ -69,26 +76,49 @@ class JobStyle:
                 f"--output={output}"]
 
     def mpi_check(self) -> None:
-        """The MPI world through the same srun path and container as the servers: a broken world
+        """The MPI world through the same path and container as the servers: a broken world
         otherwise shows up later as a tritonserver that hangs silently at model load."""
         job, cfg = self.job, self.cfg
         log = job.log_path(FILES.mpicheck_log)
         job.event(EV.mpicheck_started)
-        rc = job.run([*self.srun_world(), "python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes),
-                      "--tritonserver", cfg.tritonserver, "--rank0-host", job_hostname(), "--out",
-                      os.path.join(cfg.results, FILES.mpicheck_json)], out=log, limit=cfg.mpi_check_timeout)
+        rc = job.run(self.mpi_world("python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes),
+                                    "--tritonserver", cfg.tritonserver, "--rank0-host", self.rank0_host(),
+                                    "--out", os.path.join(cfg.results, FILES.mpicheck_json)),
+                     out=log, limit=cfg.mpi_check_timeout)
         if rc:
             text = read_text(log)
             job.say(text.rstrip("\n"))
-            if "plugin" in text:
-                job.say("ftcluster: MPI plugins this cluster offers (set mpi: in the cluster spec):")
-                job.say(job.capture(["srun", "--mpi=list"]) or "")
-            job.fail(f"MPI check failed: {squeeze(srun_problem(text))}")
+            job.fail(f"MPI check failed: {squeeze(self.mpi_check_problem(text)) or 'see logs/' + FILES.mpicheck_log}")
         job.event(EV.mpicheck_ok)
+
+    def mpi_world(self, *argv: str) -> List[str]:
+        """One process per node of one MPI world, as the servers start."""
+        return [*self.srun_world(), *argv]
+
+    def rank0_host(self) -> str:
+        return socket.gethostname()
+
+    def mpi_check_problem(self, log: str) -> str:
+        """The cause of a failed MPI check from its log: the check's own PROBLEM line; else the
+        first task srun saw fail (the image's MPI ended a rank itself: Open MPI exits inside
+        MPI_Init), with the first line that is not srun's own; else srun's own error. A plugin
+        srun does not know gets the list of those it does."""
+        if "plugin" in log:
+            self.job.say("ftcluster: MPI plugins this cluster offers (set mpi: in the cluster spec):")
+            self.job.say(self.job.capture(["srun", "--mpi=list"]) or "")
+        problem = first_match(log, r"^PROBLEM: ")
+        if problem:
+            return problem[len("PROBLEM: "):]
+        for ln in log.splitlines():
+            m = re.match(r"^srun: error: ([^:]+): tasks? ([0-9]+)[^:]*: (.*)$", ln)
+            if m:
+                other = first_match(log, r"^(?!srun|slurmstepd)") or f"see logs/{FILES.mpicheck_log}"
+                return f"rank {m.group(2)} on {m.group(1)} ({m.group(3)}): {other}"
+        return first_match(log, r"error")
 
     def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
         if step.per_node:
-            return [*self.srun_world(), *step.argv], {}
+            return self.mpi_world(*step.argv), {}
         return ["srun", "--nodes=1", "--ntasks=1", *self.container_flags(), *step.argv], {}
 
     def server_flags(self) -> List[str]:
@@ -105,14 +135,17 @@ class JobStyle:
         return self.servers is not None
 
     def term_rank0(self) -> bool:
-        """SIGTERM to rank 0's wrapper, through a step on its node (scancel signals every step),
-        once identified as the recorded one (signal_rank.sh)."""
+        """SIGTERM to rank 0's wrapper where it runs, once identified as the recorded one
+        (signal_rank.sh)."""
         pidfile = self.job.ranks.path(0, "pid")
         if not os.path.exists(pidfile):
             return False
-        return self.job.run(["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", self.job.ranks.node(0),
-                             "bash", self.script("signal_rank.sh"), "TERM", pidfile],
+        return self.job.run(self.where_rank0_runs("bash", self.script("signal_rank.sh"), "TERM", pidfile),
                             out=subprocess.DEVNULL, limit=30, interruptible=False) == 0
+
+    def where_rank0_runs(self, *argv: str) -> List[str]:
+        """A command run beside rank 0: a step on its node (scancel signals every step)."""
+        return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", self.job.ranks.node(0), *argv]
 
     def kill_servers(self) -> None:
         """SIGKILL to every rank: the job's steps (the teardown's own steps start afterwards)."""
@@ -213,9 +246,7 @@ class PyxisStyle(JobStyle):
         self.containers.start_guards()
         st = os.stat("/")
         host_root = f"{st.st_dev}:{st.st_ino}"
-        n = cfg.nodes
-        rc = job.run(["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                      *self.container_flags(), f"--output={cfg.logs}/container-%N.log",
+        rc = job.run([*self.srun_world(mpi=False), f"--output={cfg.logs}/container-%N.log",
                       "bash", "-c", 'stat -Lc "%d:%i" / >"$1/pyxis/${SLURMD_NODENAME:-$(hostname -s)}.root"',
                       "_", cfg.state])
         if rc:
@@ -226,7 +257,7 @@ class PyxisStyle(JobStyle):
                     if problem:
                         break
             job.fail(f"the container did not start: {squeeze(problem) or 'see logs/container-*.log'}")
-        node0 = os.environ.get("SLURMD_NODENAME") or short_hostname()
+        node0 = this_node()
         if read_text(os.path.join(self.containers.dir(), f"{node0}.root")).strip() == host_root:
             job.fail(f"Pyxis is not active on the compute nodes: a step with --container-image ran on {node0}'s own "
                      "filesystem, not in the image (srun accepts the flags when only the submitting side loads "
@@ -245,8 +276,7 @@ class PyxisStyle(JobStyle):
         self.reap_servers()
 
     def down(self) -> bool:
-        hosts = (self.job.capture(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")]) or "").split()
-        return self.containers.down(hosts)
+        return self.containers.down(self.job_nodes())
 
 
 class DockerStyle(JobStyle):
@@ -274,9 +304,16 @@ class DockerStyle(JobStyle):
     def in_rank0_container(self, *argv: str) -> List[str]:
         return [*self.on_node0(), "bash", self.node_script, "exec", *argv]
 
-    def mpirun(self, *argv: str) -> List[str]:
+    def mpi_world(self, *argv: str) -> List[str]:
         """One process per node, from rank 0's container, over ssh with the run's key."""
         return self.in_rank0_container("bash", self.node_script, "mpirun", self.mpi_hosts(), *argv)
+
+    def where_rank0_runs(self, *argv: str) -> List[str]:
+        # In its container: pids as the container sees them.
+        return self.in_rank0_container(*argv)
+
+    def rank0_host(self) -> str:
+        return self.rank0_node
 
     def mpi_hosts(self) -> str:
         return ",".join(f"{h}:1" for h in self.hosts)
@@ -311,40 +348,19 @@ class DockerStyle(JobStyle):
             job.fail(f"containers failed to start on {' '.join(bad)}: {first}")
         job.event(EV.containers_ready, self.mpi_hosts())
 
-    def mpi_check(self) -> None:
-        """The MPI world over the same ssh path and containers as the servers."""
-        job, cfg = self.job, self.cfg
-        log = job.log_path(FILES.mpicheck_log)
-        job.event(EV.mpicheck_started)
-        rc = job.run(self.mpirun("python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes), "--tritonserver",
-                                 cfg.tritonserver, "--rank0-host", self.rank0_node, "--out",
-                                 os.path.join(cfg.results, FILES.mpicheck_json)), out=log, limit=cfg.mpi_check_timeout)
-        if rc:
-            text = read_text(log)
-            job.say(text.rstrip("\n"))
-            problem = first_match(text, r"^PROBLEM: |error|ERROR|denied|failed")
-            problem = problem[len("PROBLEM: "):] if problem.startswith("PROBLEM: ") else problem
-            job.fail(f"MPI check failed: {squeeze(problem) or 'see logs/' + FILES.mpicheck_log}")
-        job.event(EV.mpicheck_ok)
+    def mpi_check_problem(self, log: str) -> str:
+        problem = first_match(log, r"^PROBLEM: |error|ERROR|denied|failed")
+        return problem[len("PROBLEM: "):] if problem.startswith("PROBLEM: ") else problem
 
     def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
         if step.per_node:
             # One rank per container; rank 0's node is the rendezvous host.
-            return self.mpirun(*step.argv, "--master-addr", self.rank0_node), {}
+            return self.mpi_world(*step.argv, "--master-addr", self.rank0_node), {}
         return self.in_rank0_container(*step.argv), {}
 
     def start_servers(self) -> None:
-        self.servers = self.job.start(self.mpirun("bash", self.node_script, "rank"),
+        self.servers = self.job.start(self.mpi_world("bash", self.node_script, "rank"),
                                       out=self.job.log_path(FILES.mpirun_log))
-
-    def term_rank0(self) -> bool:
-        """SIGTERM to rank 0's wrapper in its container (pids as the container sees them), once
-        identified as the recorded one (signal_rank.sh)."""
-        pidfile = self.job.ranks.path(0, "pid")
-        if not os.path.exists(pidfile):
-            return False
-        return self.job.run(self.in_rank0_container("bash", self.script("signal_rank.sh"), "TERM", pidfile),
-                            out=subprocess.DEVNULL, limit=30, interruptible=False) == 0
 
     def kill_servers(self) -> None:
         # The container removal (the teardown) is the SIGKILL for every rank.
@@ -366,9 +382,8 @@ class SlurmDockerStyle(DockerStyle):
 
     def find_hosts(self) -> None:
         # Rank 0 is this node (the client and readiness checks run here); the others follow.
-        self.rank0_node = os.environ.get("SLURMD_NODENAME") or short_hostname()
-        listed = (self.job.capture(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")]) or "").split()
-        self.hosts = [self.rank0_node] + [h for h in listed if h != self.rank0_node]
+        self.rank0_node = this_node()
+        self.hosts = [self.rank0_node] + [h for h in self.job_nodes() if h != self.rank0_node]
         if len(self.hosts) != self.cfg.nodes:
             self.job.fail(f"expected {self.cfg.nodes} nodes, Slurm gave: {' '.join(self.hosts)}")
 
@@ -426,8 +441,6 @@ class LocalStyle(JobStyle):
         if not step.per_node:
             return list(step.argv), {}
         # A free port for the ranks' torch.distributed rendezvous on this machine.
-        import socket
-
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -479,56 +492,9 @@ def style_for(job: Job) -> JobStyle:
     return JOB_STYLES[job.cfg.style](job)
 
 
-# --- small text helpers -----------------------------------------------------------------------
-
-def read_text(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def squeeze(text: str) -> str:
-    """On one line, runs of white space as one space."""
-    return " ".join(text.split())
-
-
-def first_match(text: str, pattern: str) -> str:
-    rx = re.compile(pattern)
-    return next((ln for ln in text.splitlines() if rx.search(ln)), "")
-
-
-def last_line(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
-def srun_problem(log: str) -> str:
-    """The cause of a failed MPI check from its log: the check's own PROBLEM line; else the first
-    task srun saw fail (the image's MPI ended a rank itself: Open MPI exits inside MPI_Init),
-    with the first line that is not srun's own; else srun's own error."""
-    problem = first_match(log, r"^PROBLEM: ")
-    if problem:
-        return problem[len("PROBLEM: "):]
-    for ln in log.splitlines():
-        m = re.match(r"^srun: error: ([^:]+): tasks? ([0-9]+)[^:]*: (.*)$", ln)
-        if m:
-            other = first_match(log, r"^(?!srun|slurmstepd)") or f"see logs/{FILES.mpicheck_log}"
-            return f"rank {m.group(2)} on {m.group(1)} ({m.group(3)}): {other}"
-    return first_match(log, r"error") or f"see logs/{FILES.mpicheck_log}"
-
-
-def short_hostname() -> str:
-    import socket
-
-    return socket.gethostname().split(".")[0]
-
-
-def job_hostname() -> str:
-    import socket
-
-    return socket.gethostname()
+def this_node() -> str:
+    """This node's name as Slurm knows it, else the short hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 def file_size(path: str) -> int:
@@ -536,4 +502,3 @@ def file_size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-

@@ -21,6 +21,7 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 from .config import JobConfig
 from .names import EV, FILES
 from .ranks import RankFiles, rank0_ready
+from .text import last_line, read_text, squeeze
 
 
 class Interrupted(Exception):
@@ -33,10 +34,6 @@ class Failed(Exception):
     def __init__(self, rc: int = 1):
         super().__init__(rc)
         self.rc = rc
-
-
-def short_hostname() -> str:
-    return socket.gethostname().split(".")[0]
 
 
 class Job:
@@ -273,12 +270,7 @@ class Job:
         if rc == 124 and step.timeout:
             self.fail(f"{step.label} did not finish in {step.timeout}s")
         if rc:
-            try:
-                with open(self.log_path(FILES.step_log), errors="replace") as f:
-                    lines = [ln for ln in f.read().splitlines() if ln.strip()]
-            except OSError:
-                lines = []
-            problem = " ".join(lines[-1].split()) if lines else f"see logs/{FILES.step_log}"
+            problem = squeeze(last_line(read_text(self.log_path(FILES.step_log)))) or f"see logs/{FILES.step_log}"
             self.fail(f"{step.label} exited {rc}: {problem}")
 
     def serve(self) -> None:

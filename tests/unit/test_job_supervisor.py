@@ -56,7 +56,7 @@ def test_docker_world_is_mpirun_from_rank0s_container() -> None:
     job = job_of(render_style("docker").files)
     style = job.style
     style.hosts, style.rank0_node = ["n1", "n2"], "n1"     # what up() finds through Slurm
-    argv = style.mpirun("bash", "X", "rank")
+    argv = style.mpi_world("bash", "X", "rank")
     node_script = f"{RUN_DIR}/scripts/docker_node.sh"
     assert argv == ["bash", node_script, "exec", "bash", node_script, "mpirun", "n1:1,n2:1", "bash", "X", "rank"]
     ssh = job_of(render_style("ssh_docker").files)

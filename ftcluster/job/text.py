@@ -1,0 +1,30 @@
+"""Small text helpers for what the job reads back from logs and per-node files."""
+
+from __future__ import annotations
+
+import re
+
+
+def read_text(path: str) -> str:
+    """The file's text; "" when it is not there (yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def squeeze(text: str) -> str:
+    """On one line, runs of white space as one space."""
+    return " ".join(text.split())
+
+
+def first_match(text: str, pattern: str) -> str:
+    rx = re.compile(pattern)
+    return next((ln for ln in text.splitlines() if rx.search(ln)), "")
+
+
+def last_line(text: str) -> str:
+    """The last line that says something."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
