@@ -39,13 +39,15 @@ def run_hosts(run_dir: str, num_nodes: int, plan: dict[str, Any] | None = None) 
     return hosts
 
 
-def run_json(rec: RunRecord) -> dict[str, Any]:
-    """The `run` object: a run as the store records it."""
+def run_json(rec: RunRecord, state: str | None = None) -> dict[str, Any]:
+    """The `run` object: a run as the store records it, and its job's state now where asked
+    (`list`)."""
     return document("run", {
         "run_id": rec.run_id, "created": rec.created, "cluster": rec.cluster_name,
         "cluster_source": rec.cluster_source, "scheduler": rec.scheduler, "style": rec.style,
         "run_dir": rec.run_dir, "model": rec.model, "job_id": rec.job_id, "status": rec.status,
         "endpoint": rec.endpoint, "num_nodes": rec.nodes, "nodes": run_hosts(rec.run_dir, rec.nodes, rec.plan),
+        "state": state,
     })
 
 

@@ -7,12 +7,8 @@ the servers from the login node.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from ftcluster.job.names import EV, Kinds  # noqa: F401  (defined with the supervisor, which writes them)
-
-if TYPE_CHECKING:
-    from ftcluster.runner import Runner
+from ftcluster.job.poll import CLOCK, EVENTS_LOOKUP, Clock
 
 
 @dataclass(frozen=True)
@@ -46,14 +42,17 @@ def last(events: list[Event], kind: str) -> Event | None:
 class EventFollower:
     """Incrementally reads an events file that another process appends to (a Follower of one file)."""
 
-    def __init__(self, path: str, runner: Runner | None = None):
+    def __init__(self, path: str, clock: Clock = CLOCK):
         from ftcluster.logs import Follower, LogSource
 
         self.path = path
-        self._lines = Follower([LogSource("events", path)], runner)
+        self._lines = Follower([LogSource("events", path)], clock=clock, lookup=EVENTS_LOOKUP)
         self.events: list[Event] = []
 
     def poll(self) -> list[Event]:
         new = parse_events("\n".join(line for _, line in self._lines.poll()))
         self.events.extend(new)
         return new
+
+    def close(self) -> None:
+        self._lines.close()

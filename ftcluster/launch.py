@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftcluster.errors import LaunchError, UserError
-from ftcluster.events import EV, Event, EventFollower
+from ftcluster.events import EV, Event
+from ftcluster.job.poll import CLOCK, EVENTS, LOGS, Backoff, Clock
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
@@ -24,13 +25,13 @@ from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES
 from ftcluster.plan import Plan
-from ftcluster.poll import Backoff
 from ftcluster.render import JobStep, RenderOptions, RunPaths
 from ftcluster.styles import style_of
 from ftcluster.request import JobRequest, build_request
 from ftcluster.slurm import JobInfo, JobState
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.store import RunRecord, RunStore, new_run_id
+from ftcluster.watch import JobWatch
 from ftcluster.visibility import check_checkpoint_visible
 
 
@@ -43,15 +44,6 @@ class LaunchOptions:
     mpi_check: bool = True
     servers: bool = True
     step: JobStep | None = None    # a preflight or convert run: this step instead of the servers
-    # Seconds between polls, each backing off from the first to the second value while nothing
-    # changes: the events file (readiness is seen within event_poll_max; the goal is 50 ms), the
-    # scheduler (a job that ends without writing `done`, killed or timed out, is seen within
-    # state_poll_max).
-    event_poll: float = 0.02
-    event_poll_max: float = 0.05
-    state_poll: float = 0.5
-    state_poll_max: float = 5.0
-    log_poll: float = 0.5          # rank 0's log, shown while waiting for readiness
 
 
 @dataclass
@@ -83,17 +75,13 @@ Progress = Callable[[str, float, str], None]   # (phase, seconds, detail)
 class _Watch:
     """What following a run carries from one poll to the next (Launch._follow)."""
 
-    job_id: str
     t0: float
     outcome: LaunchOutcome
-    events: EventFollower
+    job: JobWatch
     rank0_log: Follower
     # Fast while things happen (a new event or log line), slower through a long model load.
-    event_wait: Backoff
-    info_wait: Backoff
-    next_info: float = 0.0                          # when to ask the scheduler next
+    tick: Backoff
     next_log: float = 0.0                           # when to read rank 0's log next
-    last_info: tuple[JobState, str] | None = None   # the scheduler's last (state, reason)
     last_detail: str = ""                           # the pending reason shown last
     unreachable_since: float | None = None
 
@@ -149,8 +137,9 @@ class Launch:
     def __init__(self, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: LaunchOptions,
                  progress: Progress | None = None, store: RunStore | None = None,
                  launcher: Launcher | None = None, run_id: str | None = None,
-                 record_plan: dict[str, Any] | None = None):
+                 record_plan: dict[str, Any] | None = None, clock: Clock = CLOCK):
         self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
+        self.clock = clock
         self.progress = progress or (lambda phase, t, detail: None)
         self._store = store
         self.launcher = launcher or launcher_for(cluster)
@@ -239,26 +228,31 @@ class Launch:
         return outcome
 
     def _follow(self, record: RunRecord, t0: float) -> LaunchOutcome:
-        """Follow the run to its end: its events, rank 0's log until it is ready, and the
-        scheduler's view of the job, each on its own timer. A handler's True ends the launch."""
+        """Follow the run to its end: its events (every tick), rank 0's log until it is ready
+        (every LOGS ceiling) and the scheduler (as JobWatch paces it). A handler's True ends
+        the launch."""
         assert record.job_id is not None
-        w = _Watch(record.job_id, t0, LaunchOutcome(record, False, {"submitted": 0.0}),
-                   EventFollower(str(self.paths.events)),
-                   Follower([LogSource("rank0", str(self.paths.server_log(0)))]),
-                   Backoff(self.opts.event_poll, self.opts.event_poll_max),
-                   Backoff(self.opts.state_poll, self.opts.state_poll_max))
-        while True:
-            new = w.events.poll()
-            if self._on_events(w, new):
-                break
-            changed = bool(new)
-            now = time.monotonic()
-            if EV.ready not in w.outcome.phases and now >= w.next_log:
-                changed = self._on_log_due(w, now) or changed
-            if now >= w.next_info and self._on_info_due(w, now, changed):
-                break
-            time.sleep(w.event_wait.next(changed))
-        return self._finish(w.outcome, w.events.events)
+        w = _Watch(t0, LaunchOutcome(record, False, {"submitted": 0.0}),
+                   JobWatch(self.launcher, record.job_id, self.paths, self.clock),
+                   Follower([LogSource("rank0", str(self.paths.server_log(0)))], clock=self.clock),
+                   EVENTS.backoff())
+        try:
+            while True:
+                new = w.job.new_events()
+                if self._on_events(w, new):
+                    break
+                changed = bool(new)
+                now = self.clock.monotonic()
+                if EV.ready not in w.outcome.phases and now >= w.next_log:
+                    changed = self._on_log_due(w, now) or changed
+                info = w.job.ask()
+                if info is not None and self._on_info(w, info, now):
+                    break
+                self.clock.sleep(w.tick.next(changed))
+            return self._finish(w.outcome, w.job)
+        finally:
+            w.job.close()
+            w.rank0_log.close()
 
     def _on_events(self, w: _Watch, events: list[Event]) -> bool:
         """The job's milestones, in order; True at the one that ends the launch."""
@@ -266,16 +260,15 @@ class Launch:
 
     def _on_log_due(self, w: _Watch, now: float) -> bool:
         """Rank 0's new log lines, the ones worth it shown; True when there were any."""
-        w.next_log = now + self.opts.log_poll
+        w.next_log = now + LOGS.slow
         lines = w.rank0_log.poll()
         for _, line in lines:
             if _WORTH_SHOWING.search(line):
                 self.progress("log", time.time() - w.t0, line.strip())
         return bool(lines)
 
-    def _on_info_due(self, w: _Watch, now: float, changed: bool) -> bool:
-        """Ask the scheduler about the job; True when its answer ends the launch."""
-        info = self.launcher.info(w.job_id, self.paths)
+    def _on_info(self, w: _Watch, info: JobInfo, now: float) -> bool:
+        """The scheduler's answer; True when it ends the launch."""
         if info.unreachable:
             return self._on_unreachable(w, info, now)
         w.unreachable_since = None
@@ -283,9 +276,6 @@ class Launch:
         if requeued:
             w.outcome.failure = requeued   # _finish cancels the job
             return True
-        # Asked again soon after a change (here or in the answer), less often while none comes.
-        w.next_info = now + w.info_wait.next(changed or (info.state, info.reason) != w.last_info)
-        w.last_info = (info.state, info.reason)
         if info.state is JobState.PENDING and info.reason and info.reason != w.last_detail:
             w.last_detail = info.reason
             self.progress("submitted", time.time() - w.t0, f"pending: {info.reason}")
@@ -297,17 +287,16 @@ class Launch:
     def _on_unreachable(self, w: _Watch, info: JobInfo, now: float) -> bool:
         """The scheduler could not be asked (a busy slurmctld times out): not an answer. The
         job's own events still end the launch; a scheduler that stays unreachable does."""
-        w.next_info = now + self.opts.state_poll
         w.unreachable_since = w.unreachable_since or now
         if now - w.unreachable_since < SCHEDULER_UNREACHABLE_LIMIT:
             return False
-        w.outcome.failure = (f"the scheduler could not be asked about job {w.job_id} for "
+        w.outcome.failure = (f"the scheduler could not be asked about job {w.job.job_id} for "
                              f"{SCHEDULER_UNREACHABLE_LIMIT:.0f}s: {info.reason}")
         return True
 
     def _on_gone(self, w: _Watch, info: JobInfo) -> None:
         """The job is gone; read the events it left once more before judging."""
-        if self._on_events(w, w.events.poll()):
+        if self._on_events(w, w.job.new_events()):
             return
         w.outcome.failure = w.outcome.failure or (
             f"the job ended ({info.raw_state}{': ' + info.reason if info.reason else ''}) "
@@ -342,9 +331,9 @@ class Launch:
             return True
         return False
 
-    def _finish(self, outcome: LaunchOutcome, events: list[Event]) -> LaunchOutcome:
+    def _finish(self, outcome: LaunchOutcome, job: JobWatch) -> LaunchOutcome:
         assert outcome.record.job_id is not None
-        done = [e for e in events if e.kind == EV.done]
+        done = [e for e in job.events.events if e.kind == EV.done]
         if not outcome.ok:
             outcome.ok = bool(done and done[-1].args[:1] == ("0",) and outcome.failure is None)
         outcome.client = _read_json(self.paths.results / FILES.client_json)
@@ -360,18 +349,19 @@ class Launch:
                     outcome.log_tail = [f"{FILES.client_log}: {line}" for line in
                                         client_log.read_text(errors="replace").splitlines()[-15:]]
         # Whatever happened, nothing of this run may be left running. After `done` the job
-        # ends by itself; give it a moment before cancelling.
-        deadline = time.monotonic() + (10.0 if done else 0.0)
-        while True:
+        # ends by itself; give it a moment (the scheduler asked at the fast pace) before
+        # cancelling.
+        gone = job.info is not None and job.info.gone
+        if not gone and done:
+            job.soon()
+            gone = job.wait_gone(10.0)
+        elif not gone:
             info = self.launcher.info(outcome.record.job_id, self.paths)
+            gone = info.gone
             requeued = None if outcome.ok else self._requeued(info, outcome)
             if requeued:
                 outcome.failure = requeued
-                break
-            if info.gone or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        if not info.gone:
+        if not gone:
             self.launcher.cancel(outcome.record.job_id, self.paths, self.cluster.server.exit_grace)
         self.launcher.release_resources(self.paths)
         return outcome

@@ -8,12 +8,17 @@ last lines of a multi-GB log cost constant memory.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
 
+from ftcluster.job.poll import CLOCK, EVENTS, LOG_LOOKUP, LOGS, Cadence, Clock
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.runner import LocalRunner, Runner
+
+if TYPE_CHECKING:
+    from ftcluster.slurm import JobState
+    from ftcluster.watch import JobWatch
 
 _BLOCK = 64 * 1024
 
@@ -79,13 +84,23 @@ def tail(srcs: list[LogSource], n: int, runner: Runner | None = None) -> Iterato
 
 
 class Follower:
-    """Follows several files at once, including files that do not exist yet."""
+    """Follows several local files at once, including files that do not exist yet.
 
-    def __init__(self, srcs: list[LogSource], runner: Runner | None = None, from_start: bool = True):
+    Each file is read on an open descriptor: a poll that finds nothing new costs one read() and
+    no path lookup on the shared filesystem. The path itself is opened again on the `lookup`
+    cadence (poll.LOG_LOOKUP): to find a file that was not there, one that was replaced or
+    truncated, and for NFS, whose clients revalidate a file another host appends to on open.
+    """
+
+    def __init__(self, srcs: list[LogSource], from_start: bool = True, clock: Clock = CLOCK,
+                 lookup: Cadence = LOG_LOOKUP):
         self.srcs = srcs
-        self.runner = runner or LocalRunner()
+        self.clock = clock
         self.offsets = {s.path: 0 for s in srcs}
         self.partial = {s.path: b"" for s in srcs}
+        self._open: dict[str, BinaryIO] = {}
+        self._lookups = {s.path: lookup.backoff() for s in srcs}
+        self._lookup_at = {s.path: 0.0 for s in srcs}
         if not from_start:
             for s in srcs:
                 try:
@@ -93,18 +108,60 @@ class Follower:
                 except OSError:
                     pass
 
-    def poll(self) -> list[tuple[LogSource, str]]:
+    def relabel(self, srcs: list[LogSource]) -> None:
+        """The same files under new labels (a rank's node, known once it started)."""
+        assert [s.path for s in srcs] == [s.path for s in self.srcs]
+        self.srcs = srcs
+
+    def poll(self, fresh: bool = False) -> list[tuple[LogSource, str]]:
+        """New complete lines; `fresh`: open every path again first (a last read after the
+        writers ended, which NFS shows only to a fresh open)."""
         out = []
+        now = self.clock.monotonic()
         for src in self.srcs:
-            data = self.runner.read_from(src.path, self.offsets[src.path])
+            path = src.path
+            fh = self._open.get(path)
+            data = self._take(path, fh) if fh is not None else b""
+            if fresh or now >= self._lookup_at[path]:
+                data += self._reopen(path)
+                # Soon again while the file is missing or growing, less often while it is quiet.
+                self._lookup_at[path] = now + self._lookups[path].next(bool(data) or path not in self._open)
             if not data:
                 continue
-            self.offsets[src.path] += len(data)
-            data = self.partial[src.path] + data
-            complete, sep, self.partial[src.path] = data.rpartition(b"\n")
+            data = self.partial[path] + data
+            complete, sep, self.partial[path] = data.rpartition(b"\n")
             if sep:
                 out += [(src, line.decode(errors="replace")) for line in complete.split(b"\n")]
         return out
+
+    def _take(self, path: str, fh: BinaryIO) -> bytes:
+        """What the open file holds past the offset; the offset moves past it."""
+        fh.seek(self.offsets[path])
+        data = fh.read()
+        self.offsets[path] += len(data)
+        return data
+
+    def _reopen(self, path: str) -> bytes:
+        """Open the path afresh and read on from there (from 0 when the file was replaced or
+        truncated)."""
+        try:
+            fresh = open(path, "rb")  # noqa: SIM115 (held open between polls)
+        except OSError:
+            return b""
+        old = self._open.pop(path, None)
+        if old is not None:
+            st = os.fstat(fresh.fileno())
+            if os.fstat(old.fileno()).st_ino != st.st_ino or st.st_size < self.offsets[path]:
+                self.offsets[path] = 0
+                self.partial[path] = b""
+            old.close()
+        self._open[path] = fresh
+        return self._take(path, fresh)
+
+    def close(self) -> None:
+        for fh in self._open.values():
+            fh.close()
+        self._open.clear()
 
     def flush(self) -> list[tuple[LogSource, str]]:
         """Lines without a trailing newline, once the writers are gone."""
@@ -114,20 +171,56 @@ class Follower:
         return out
 
 
-def follow(
-    follower: Follower, job_ended: Callable[[], bool], emit: Callable[[LogSource, str], None],
-    interval: float = 0.02, check_every: float = 0.5,
-) -> None:
-    """Print new lines as they come until the job has ended (then drain and return)."""
-    next_check = 0.0
-    while True:
-        for src, line in follower.poll():
-            emit(src, line)
-        now = time.monotonic()
-        if now >= next_check:
-            next_check = now + check_every
+def follow(follower: Follower, job_ended: Callable[[], bool], emit: Callable[[LogSource, str], None],
+           clock: Clock = CLOCK) -> None:
+    """Print new lines as they come until the job has ended (then drain and return). The logs
+    are read on the LOGS back-off; `job_ended` is asked every EVENTS tick (it reads the events
+    file on an open descriptor and paces its own scheduler questions: watch.JobWatch)."""
+    wait = LOGS.backoff()
+    logs_at = 0.0
+    try:
+        while True:
+            now = clock.monotonic()
+            if now >= logs_at:
+                lines = follower.poll()
+                for src, line in lines:
+                    emit(src, line)
+                logs_at = now + wait.next(bool(lines))
             if job_ended():
-                for src, line in follower.poll() + follower.flush():
+                for src, line in follower.poll(fresh=True) + follower.flush():
                     emit(src, line)
                 return
-        time.sleep(interval)
+            clock.sleep(max(0.0, min(EVENTS.slow, logs_at - clock.monotonic())))
+    finally:
+        follower.close()
+
+
+def follow_job(follower: Follower, watch: JobWatch, emit: Callable[[LogSource, str], None],
+               relabel: Callable[[], list[LogSource]] | None = None) -> JobState | None:
+    """`logs -f`: follow until the job's `done` or until the scheduler says it is gone; the
+    job's final state (None when neither told). `relabel` gives the sources again with what is
+    known now (a rank's node, once it started): asked every second while a label lacks it."""
+    from ftcluster.events import EV
+    from ftcluster.slurm import JobState
+
+    final: list[JobState] = []
+    relabel_at = 0.0
+
+    def ended() -> bool:
+        nonlocal relabel_at
+        now = watch.clock.monotonic()
+        if relabel is not None and now >= relabel_at and any(s.label.endswith(" ?") for s in follower.srcs):
+            relabel_at = now + LOG_LOOKUP.fast
+            follower.relabel(relabel())
+        done = [e for e in watch.new_events() if e.kind == EV.done]
+        if done:
+            final.append(JobState.COMPLETED if done[-1].args[:1] == ("0",) else JobState.FAILED)
+            return True
+        info = watch.ask()
+        if info is not None and info.gone:
+            final.append(info.state)
+            return True
+        return False
+
+    follow(follower, ended, emit, watch.clock)
+    return final[-1] if final else None

@@ -125,14 +125,6 @@ class SSHRunner:
     def open_binary(self, path: str) -> IO[bytes]:
         return self.sftp.open(path, "rb")  # type: ignore[no-any-return]
 
-    def read_from(self, path: str, offset: int) -> bytes:
-        try:
-            with self.sftp.open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read()  # type: ignore[no-any-return]
-        except FileNotFoundError:
-            return b""
-
     def which(self, name: str) -> str | None:
         res = self.run(["sh", "-c", f"command -v {shlex.quote(name)}"])
         return res.stdout.strip() or None

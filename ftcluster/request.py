@@ -60,6 +60,9 @@ class JobRequest:
     def write_files(self) -> list[Path]:
         for folder in self.folders:
             folder.mkdir(parents=True, exist_ok=True)
+        # There from the start, so whoever follows the run holds it open from the start
+        # (logs.Follower) instead of looking its path up until the job writes it.
+        self.paths.events.touch()
         written = []
         for f in self.files:
             path = self.paths.run_dir / f.path

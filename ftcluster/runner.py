@@ -39,7 +39,6 @@ class Runner(Protocol):
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None: ...
     def exists(self, path: str) -> bool: ...
     def open_binary(self, path: str) -> IO[bytes]: ...
-    def read_from(self, path: str, offset: int) -> bytes: ...
     def which(self, name: str) -> str | None: ...
 
 
@@ -68,15 +67,6 @@ class LocalRunner:
 
     def open_binary(self, path: str) -> IO[bytes]:
         return open(path, "rb")
-
-    def read_from(self, path: str, offset: int) -> bytes:
-        """Bytes from `offset` to the end; b"" when the file does not exist (yet)."""
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read()
-        except FileNotFoundError:
-            return b""
 
     def which(self, name: str) -> str | None:
         import shutil

@@ -11,7 +11,6 @@ fall back to `scontrol show job` while Slurm still remembers the job.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -121,15 +120,6 @@ class Slurm:
         argv = ["scancel"] + (["--batch"] if batch else []) + ([f"--signal={signal}"] if signal else [])
         self.runner.run([*argv, job_id], timeout=60)
 
-    def wait_gone(self, job_id: str, seconds: float) -> bool:
-        """Whether the job is gone within `seconds` (JobInfo.gone), asking every 0.2 s."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.info(job_id).gone:
-                return True
-            time.sleep(0.2)
-        return False
-
     def info(self, job_id: str) -> JobInfo:
         """The job's state; JobInfo.gone and .unreachable say whether Slurm knows it no more
         or could not be asked."""
@@ -142,6 +132,37 @@ class Slurm:
         if problem:
             return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", reason=problem, source=UNREACHABLE)
         return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", source=NO_SUCH_JOB)
+
+    def infos(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """Many jobs' states at the cost of one squeue, and one sacct for the jobs it shows no
+        more (as submitit's InfoWatcher asks for all its jobs at once); a job neither knows is
+        NO_SUCH_JOB. One job is asked as `info` asks."""
+        ids = list(dict.fromkeys(job_ids))
+        if len(ids) <= 1:
+            return {i: self.info(i) for i in ids}
+        # With more than one id squeue loads the job table and filters it: an id it does not
+        # know is left out, not an error.
+        res = self.runner.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i|%T|%R|%N"], timeout=30)
+        if not res.ok:
+            problem = self._query_problem(res) or f"exit {res.returncode}"
+            return {i: JobInfo(i, JobState.UNKNOWN, "UNKNOWN", reason=problem, source=UNREACHABLE) for i in ids}
+        got: dict[str, JobInfo] = {}
+        for line in res.stdout.splitlines():
+            job_id, raw, reason, nodes = (line.split("|") + ["", "", ""])[:4]
+            if job_id in ids:
+                reason = "" if reason.strip("()") == "None" else reason
+                got[job_id] = JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
+        missing = [i for i in ids if i not in got]
+        if missing and self._has_sacct is not False:
+            res = self.runner.run(["sacct", "-n", "-P", "-X", "-j", ",".join(missing),
+                                   "-o", "JobID,State,ExitCode,NodeList"], timeout=30)
+            self._has_sacct = res.ok
+            for line in res.stdout.splitlines() if res.ok else ():
+                job_id, raw, code, nodes = (line.split("|") + ["", "", ""])[:4]
+                if job_id in missing:
+                    got[job_id] = JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), exit_code=code,
+                                          source="sacct")
+        return {i: got.get(i) or JobInfo(i, JobState.UNKNOWN, "UNKNOWN", source=NO_SUCH_JOB) for i in ids}
 
     @staticmethod
     def _query_problem(res: CommandResult) -> str:

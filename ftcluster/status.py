@@ -6,17 +6,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import EV, parse_events
-from ftcluster.launchers import launcher_for_record
+from ftcluster.launchers import launcher_for_record, launcher_named
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
 from ftcluster.store import RunRecord, RunStore
-from ftcluster.styles import STEP_STYLES
+from ftcluster.styles import STEP_STYLES, launcher_name
+
+if TYPE_CHECKING:
+    from ftcluster.slurm import JobInfo
 
 # A rank's state (machine value) -> the words `ftcluster status` shows.
 RANK_STATES = {
@@ -103,6 +107,24 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     # A step run (`ftcluster preflight`, `convert`) has no server ranks.
     st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)
+
+
+# A run recorded as one of these may still have a live job: `list` asks its scheduler.
+LIVE_STATUSES = ("SUBMITTED", "SERVING")
+
+
+def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
+    """The job state now of each run that may still have a live job, by run id: each launcher
+    is asked once for all its runs (one squeue for every Slurm run)."""
+    groups: dict[str, list[RunRecord]] = {}
+    for rec in records:
+        if rec.job_id and rec.scheduler != "remote" and rec.status in LIVE_STATUSES:
+            groups.setdefault(rec.launcher or launcher_name(rec.scheduler, rec.style), []).append(rec)
+    states: dict[str, JobInfo] = {}
+    for name, recs in groups.items():
+        found = launcher_named(name).infos([(r.job_id or "", paths_of(r)) for r in recs])
+        states.update({r.run_id: found[r.job_id or ""] for r in recs})
+    return states
 
 
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:

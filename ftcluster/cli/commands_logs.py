@@ -10,7 +10,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.errors import EXIT_FAILED, UserError
 from ftcluster.launchers import launcher_for_record
-from ftcluster.logs import Follower, LogSource, follow, sources, tail
+from ftcluster.logs import Follower, LogSource, follow, follow_job, sources, tail
 from ftcluster.slurm import JobState
 from ftcluster.status import paths_of
 from ftcluster.store import RunStore
@@ -64,22 +64,15 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         for src, line in tail(srcs, tail_n):
             emit(src, line)
     follower = Follower(srcs, from_start=tail_n is None)
-    launcher = launcher_for_record(rec)
-    final: list[JobState] = []
+    if not rec.job_id:
+        follow(follower, lambda: True, emit)
+        sys.exit(EXIT_FAILED)
+    from ftcluster.watch import JobWatch
 
-    def ended() -> bool:
-        if not rec.job_id:
-            return True
-        # Labels carry the node once a rank has started.
-        for i, src in enumerate(follower.srcs):
-            if src.label.endswith(" ?"):
-                fresh = sources(paths, rec.nodes, rank, not client_only, with_client, step)[i]
-                follower.srcs[i] = fresh
-        info = launcher.info(rec.job_id, paths)
-        if info.gone:
-            final.append(info.state)
-            return True
-        return False
-
-    follow(follower, ended, emit)
-    sys.exit(0 if final and final[-1] is JobState.COMPLETED else EXIT_FAILED)
+    watch = JobWatch(launcher_for_record(rec), rec.job_id, paths)
+    try:
+        final = follow_job(follower, watch, emit,
+                           relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step))
+    finally:
+        watch.close()
+    sys.exit(0 if final is JobState.COMPLETED else EXIT_FAILED)

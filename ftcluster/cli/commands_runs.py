@@ -81,20 +81,26 @@ def stop_cmd(run: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see the README).")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 def list_cmd(as_json: bool, limit: int) -> None:
-    """Runs recorded in the local store, newest last.
+    """Runs recorded in the local store, newest last, with the job state of those still live.
+
+    The job states cost one scheduler query for all the runs listed.
 
     \b
     Example:
       ftcluster list --limit 5
     """
+    from ftcluster.status import live_states
+
     runs = list(RunStore().all())[-limit:]
+    live = {run_id: info.state.value for run_id, info in live_states(runs).items()}
     if as_json:
-        echo_json([run_json(r) for r in runs])
+        echo_json([run_json(r, live.get(r.run_id)) for r in runs])
         return
     if not runs:
         click.echo("no runs yet", err=True)
         return
-    t = table(columns=("run", "cluster", "nodes", "job", "status", "folder"))
+    t = table(columns=("run", "cluster", "nodes", "job", "status", "job state", "folder"))
     for r in runs:
-        t.add_row(*(cell(v) for v in (r.run_id, r.cluster_name, r.nodes, r.job_id, r.status, r.run_dir)))
+        t.add_row(*(cell(v) for v in (r.run_id, r.cluster_name, r.nodes, r.job_id, r.status, live.get(r.run_id),
+                                      r.run_dir)))
     console().print(t)

@@ -20,6 +20,7 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .config import JobConfig
 from .names import EV, FILES
+from .poll import RANK_FILES
 from .ranks import RankFiles, rank0_ready
 from .text import last_line, read_text, squeeze
 
@@ -208,25 +209,25 @@ class Job:
         is alive and inside model load. FT's ranks != 0 never leave model load, so they never
         answer HTTP and are never asked: rank_server.sh marks them loaded from their log. Every
         10 ms rank 0 is asked (a refused connect until it listens) and the servers' liveness
-        checked (no file access); the run folder is read with a back-off to every 250 ms during
-        a long load, and every 10 ms again once rank 0's model is loaded."""
+        checked (no file access); the run folder is read on the RANK_FILES back-off: every
+        250 ms through a long load, every 10 ms once rank 0's model is loaded."""
         deadline = time.monotonic() + self.cfg.ready_timeout
+        files = RANK_FILES.backoff()
         while not (self.ranks.read(0, "host") or "").strip():
             self.check_servers(deadline)
-            self.nap(0.05)
+            self.nap(files.next(False))
         self.rank0_host = self.ranks.node(0)
         self.rank0_url = f"{self.rank0_host}:{self.cfg.http_port}"
         self.event(EV.servers_starting, self.rank0_host)
-        polls, every = 0, 1
+        files_at = 0.0
         while not (self.is_ready() and not self.ranks.not_loaded()):
-            polls += 1
-            if polls >= every:
-                polls = 0
+            now = time.monotonic()
+            if now >= files_at:
                 self.check_servers(deadline)
-                every = 1 if self.ranks.exists(0, "loaded") else min(every + 1, 25)
+                files_at = now + files.next(self.ranks.exists(0, "loaded"))
             elif not self.style.servers_alive():
                 self.fail("the server step ended")
-            self.nap(0.01)
+            self.nap(RANK_FILES.fast)
         self.check_servers(deadline)
         self.event(EV.ready, self.rank0_url)
 

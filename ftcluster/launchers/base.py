@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.runner import Runner
 from ftcluster.slurm import JobInfo
 
@@ -31,6 +33,9 @@ class Submission(Protocol):
 
 
 class Launcher(ABC):
+    # The clock its waits run on (tests: a virtual one, to count what a long wait costs).
+    clock: Clock = CLOCK
+
     def __init__(self, runner: Runner):
         self.runner = runner
 
@@ -50,6 +55,10 @@ class Launcher(ABC):
     @abstractmethod
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         """The job's state now."""
+
+    def infos(self, jobs: Sequence[tuple[str, RunPaths]]) -> dict[str, JobInfo]:
+        """Several jobs' states by job id; a scheduler that can be asked once for all overrides this."""
+        return {job_id: self.info(job_id, paths) for job_id, paths in jobs}
 
     @abstractmethod
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster import launch as launch_module
+from ftcluster.job.poll import SCHEDULER_PER_MINUTE
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.launchers.base import Submission
 from ftcluster.launchers.slurm import SlurmLauncher
@@ -18,12 +19,11 @@ from ftcluster.runner import LocalRunner
 from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
 from ftcluster.spec import ClusterSpec, default_model_path, load_model
 from ftcluster.store import RunStore
+from tests.fake_clock import START, FakeClock, World, most_in_a_minute
 from tests.helpers_specs import cluster
 
 RUNNING = JobInfo("42", JobState.RUNNING, "RUNNING", source="squeue")
 COMPLETED = JobInfo("42", JobState.COMPLETED, "COMPLETED", source="sacct")
-FAST = {"event_poll": 0.001, "event_poll_max": 0.002, "state_poll": 0.001, "state_poll_max": 0.002,
-        "log_poll": 0.001}
 
 
 class Scripted(SlurmLauncher):
@@ -67,14 +67,15 @@ class Scripted(SlurmLauncher):
         self.released.append(paths.run_dir)
 
 
-def _launch(tmp_path: Path, launcher: Scripted, **opts: object) -> tuple[LaunchOutcome, list[tuple[str, str]]]:
+def _launch(tmp_path: Path, launcher: Scripted, clock: FakeClock | None = None,
+            **opts: object) -> tuple[LaunchOutcome, list[tuple[str, str]]]:
     c = cluster(name="s", scheduler="slurm", partition="gpu", gpus_per_node=1, workspace=str(tmp_path / "ws"),
                 server={"binary": "/opt/tritonserver/bin/tritonserver"})
     m = load_model(default_model_path())
     shown: list[tuple[str, str]] = []
-    launch = Launch(c, m, make_plan(c, m, 1), LaunchOptions(**{**FAST, **opts}),  # type: ignore[arg-type]
+    launch = Launch(c, m, make_plan(c, m, 1), LaunchOptions(**opts),  # type: ignore[arg-type]
                     progress=lambda phase, t, detail: shown.append((phase, detail)),
-                    store=RunStore(tmp_path / "runs.sqlite"), launcher=launcher, run_id="r1")
+                    store=RunStore(tmp_path / "runs.sqlite"), launcher=launcher, run_id="r1", clock=clock or FakeClock())
     return launch.run(), shown
 
 
@@ -129,11 +130,11 @@ def test_a_job_gone_without_done_fails_after_reading_its_last_events(tmp_path: P
 
 def test_an_unreachable_scheduler_is_asked_again_then_given_up(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch_module, "SCHEDULER_UNREACHABLE_LIMIT", 0.05)
+    monkeypatch.setattr(launch_module, "SCHEDULER_UNREACHABLE_LIMIT", 1.0)
     down = JobInfo("42", JobState.UNKNOWN, "UNKNOWN", reason="timed out", source=UNREACHABLE)
     launcher = Scripted(["job_started h 42"], [down])
     outcome, _ = _launch(tmp_path, launcher)
-    assert outcome.failure == "the scheduler could not be asked about job 42 for 0s: timed out"
+    assert outcome.failure == "the scheduler could not be asked about job 42 for 1s: timed out"
     assert launcher.asked > 2 and launcher.cancelled == ["42"]
     # An answer in between starts the count again; the job's own events still end the launch.
     launcher = Scripted(["job_started h 42"], [down, RUNNING, down, COMPLETED], later={3: ["done 0"]})
@@ -147,3 +148,37 @@ def test_rank0s_telling_log_lines_are_shown(tmp_path: Path) -> None:
     outcome, shown = _launch(tmp_path, launcher)
     assert outcome.ok
     assert [d for p, d in shown if p == "log"] == ["E1124 12:00:01 model_repository_manager.cc:1 failed to load"]
+
+
+class Loading(Scripted):
+    """A job whose model loads for `load` virtual seconds, then serves the client and ends."""
+
+    def __init__(self, world: World, load: float):
+        super().__init__([], [RUNNING])
+        self.world, self.load = world, load
+        self.asked_at: list[float] = []
+
+    def submit(self, request: Submission) -> str:
+        job_id = super().submit(request)
+        for t, line in ((1, "job_started h 42"), (3, "servers_starting h"), (self.load, "ready h:8000"),
+                        (self.load + 1, "client_started"), (self.load + 2, "client_done 0"),
+                        (self.load + 3, "done 0")):
+            self.world.at(t, lambda line=line: self._write([line]))
+        self.world.at(self.load + 3.4, lambda: self.answers.append(COMPLETED))
+        return job_id
+
+    def info(self, job_id: str, paths: RunPaths) -> JobInfo:
+        self.asked_at.append(self.world.now)
+        return self.answers[-1]
+
+
+def test_a_launch_through_a_30_minute_load_stays_within_the_budget(tmp_path: Path) -> None:
+    """Counted on a virtual clock: Slurm questions per minute, and how soon ready and the job's
+    end are seen (the ready event at the next events tick; the end right after Slurm lets go)."""
+    world = World()
+    launcher = Loading(world, load=1800)
+    outcome, _ = _launch(tmp_path, launcher, clock=world)
+    assert outcome.ok
+    assert most_in_a_minute(launcher.asked_at, START + 60) <= SCHEDULER_PER_MINUTE
+    assert len(launcher.asked_at) <= 6 * 31 + 12
+    assert world.now <= START + 1800 + 3.4 + 1.0

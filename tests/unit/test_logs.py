@@ -53,7 +53,7 @@ def test_follow_picks_up_files_that_appear_later_and_partial_lines(tmp_path: Pat
 
     t = threading.Thread(target=writer)
     t.start()
-    follow(Follower(srcs), ended.is_set, lambda s, line: seen.append((s.label, line)), check_every=0.05)
+    follow(Follower(srcs), ended.is_set, lambda s, line: seen.append((s.label, line)))
     t.join()
     assert seen == [("rank0 n1", "first"), ("rank0 n1", "half line"), ("rank1 n2", "late file"),
                     ("rank1 n2", "no newline at the end")]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ftcluster.events import EventFollower
-from ftcluster.poll import Backoff
+from ftcluster.job.poll import EVENTS_LOOKUP, Backoff
+from tests.fake_clock import FakeClock
 
 
 def test_backoff_slows_while_quiet_and_snaps_back_on_a_change() -> None:
@@ -17,9 +18,12 @@ def test_backoff_slows_while_quiet_and_snaps_back_on_a_change() -> None:
 
 def test_event_follower_reads_only_complete_lines_as_they_are_appended(tmp_path: Path) -> None:
     path = tmp_path / "events"
-    f = EventFollower(str(path))
+    clock = FakeClock()
+    f = EventFollower(str(path), clock)
     assert f.poll() == []                                  # not there yet
     path.write_text("1.5 job_started\n2.0 ready node1:8000\n3.0 cli")
+    assert f.poll() == []                                  # its path is looked up again ...
+    clock.sleep(EVENTS_LOOKUP.fast)                                  # ... every second
     assert [(e.time, e.kind, e.args) for e in f.poll()] == [(1.5, "job_started", ()),
                                                             (2.0, "ready", ("node1:8000",))]
     with open(path, "a") as fh:

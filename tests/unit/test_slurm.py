@@ -30,7 +30,6 @@ class Scripted:
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None: raise NotImplementedError
     def exists(self, path: str) -> bool: raise NotImplementedError
     def open_binary(self, path: str) -> IO[bytes]: raise NotImplementedError
-    def read_from(self, path: str, offset: int) -> bytes: raise NotImplementedError
     def which(self, name: str) -> str | None: raise NotImplementedError
 
 

@@ -1,0 +1,83 @@
+"""A run's job seen from the login node, at the cost the README states: its events file on an
+open descriptor (cheap, read on every tick) and the scheduler on the SCHEDULER back-off within
+SCHEDULER_PER_MINUTE. `launch`, `logs -f` and `stop` follow a job through this one class.
+
+The job announces what users wait for (ready, failed, done) in its events; the scheduler is
+asked for what it cannot say itself: pending reasons, a requeue, an end without a word.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ftcluster.events import EV, Event, EventFollower
+from ftcluster.job.poll import CLOCK, EVENTS, SCHEDULER, SCHEDULER_PER_MINUTE, Budget, Clock
+from ftcluster.slurm import JobInfo
+
+if TYPE_CHECKING:
+    from ftcluster.launchers.base import Launcher
+    from ftcluster.layout import RunPaths
+
+
+class JobWatch:
+    def __init__(self, launcher: Launcher, job_id: str, paths: RunPaths, clock: Clock = CLOCK):
+        self.launcher, self.job_id, self.paths, self.clock = launcher, job_id, paths, clock
+        self.events = EventFollower(str(paths.events), clock)
+        self.info: JobInfo | None = None     # the scheduler's last answer
+        self.asked = 0                       # questions put to the scheduler
+        self._pace = SCHEDULER.backoff()
+        self._budget = Budget(SCHEDULER_PER_MINUTE, clock)
+        self._ask_at = clock.monotonic()
+
+    def new_events(self) -> list[Event]:
+        """Events written since the last call; the job's `done` brings the next question forward
+        (the scheduler is about to say the job is gone)."""
+        new = self.events.poll()
+        if any(e.kind == EV.done for e in new):
+            self.soon()
+        return new
+
+    def soon(self) -> None:
+        """The job's state is about to change (its `done`, a cancel): ask at the fast pace again."""
+        self._ask_at = min(self._ask_at, self.clock.monotonic() + self._pace.next(True))
+
+    def ask(self) -> JobInfo | None:
+        """The scheduler's answer when a question is due and the budget allows; else None."""
+        now = self.clock.monotonic()
+        if now < self._ask_at:
+            return None
+        hold = self._budget.wait()
+        if hold > 0:
+            self._ask_at = now + hold
+            return None
+        self._budget.spend()
+        self.asked += 1
+        info = self.launcher.info(self.job_id, self.paths)
+        # Unreachable is no answer: back off as if nothing changed, never hammer a busy slurmctld.
+        changed = not info.unreachable and (
+            self.info is None or (info.state, info.reason) != (self.info.state, self.info.reason))
+        self._ask_at = now + self._pace.next(changed)
+        self.info = info
+        return info
+
+    def until_next(self) -> float:
+        """Seconds until the next question is due."""
+        return max(0.0, self._ask_at - self.clock.monotonic())
+
+    def wait_gone(self, seconds: float) -> bool:
+        """Whether the job is gone (JobInfo.gone) within `seconds`: the events are read every
+        tick, and the scheduler is asked as the back-off and the job's `done` say."""
+        deadline = self.clock.monotonic() + seconds
+        tick = EVENTS.backoff()
+        while True:
+            changed = bool(self.new_events())
+            info = self.ask()
+            if info is not None and info.gone:
+                return True
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return False
+            self.clock.sleep(min(tick.next(changed), self.until_next() or tick.fast, left))
+
+    def close(self) -> None:
+        self.events.close()
