@@ -43,8 +43,11 @@ from ftcluster.triton_local import find_tritonserver  # noqa: E402
 BEFORE = "f06c28a"
 PATH_CALLS = re.compile(r"^\d+ +([\d.]+) (openat|open|newfstatat|statx|stat|lstat|access|faccessat2?)\(")
 READS = re.compile(r"^\d+ +([\d.]+) (read|pread64)\(\d+<([^>]*)>")
-# A query is the execve that succeeded (failed ones are PATH entries without the tool).
-QUERY = re.compile(r'^\d+ +([\d.]+) execve\("[^"]*/(squeue|sacct|scontrol)".* = 0$')
+# A query is the execve that succeeded (failed ones are PATH entries without the tool); with
+# several processes traced, strace may split it: `execve(... <unfinished ...>`, then the pid's
+# `<... execve resumed>) = 0`.
+QUERY = re.compile(r'^(\d+) +([\d.]+) execve\("[^"]*/(squeue|sacct|scontrol)".*(= 0|<unfinished \.\.\.>)$')
+RESUMED = re.compile(r'^(\d+) +[\d.]+ <\.\.\. execve resumed>.* = 0$')
 TRACED = "trace=openat,open,newfstatat,statx,stat,lstat,access,faccessat,faccessat2,execve,read,pread64"
 
 
@@ -79,18 +82,29 @@ class Traced:
     def counts(self, run: Path, t_from: float, t_to: float) -> dict[str, float]:
         """Per minute between t_from and t_to: scheduler queries, path calls and reads naming the run."""
         queries = paths = reads = 0
+        pending: dict[str, float] = {}    # pid -> time of its unfinished execve of a Slurm tool
         for line in self.trace.read_text(errors="replace").splitlines():
-            for pattern in (QUERY, PATH_CALLS, READS):
+            q = QUERY.match(line)
+            if q and t_from <= float(q.group(2)) <= t_to:
+                if q.group(4) == "= 0":
+                    queries += 1
+                else:
+                    pending[q.group(1)] = float(q.group(2))
+                continue
+            r = RESUMED.match(line)
+            if r and pending.pop(r.group(1), None) is not None:
+                queries += 1
+                continue
+            for pattern in (PATH_CALLS, READS):
                 m = pattern.match(line)
                 if not m or not t_from <= float(m.group(1)) <= t_to:
                     continue
-                if pattern is QUERY:
-                    queries += 1
-                elif str(run) in line:
+                if str(run) in line:
                     if pattern is PATH_CALLS:
                         paths += 1
                     else:
                         reads += 1
+                break
         minutes = max(t_to - t_from, 1e-6) / 60
         return {"queries_min": queries / minutes, "paths_min": paths / minutes, "reads_min": reads / minutes}
 
