@@ -25,8 +25,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,19 +63,27 @@ def code_of(rev: str, into: Path) -> Path:
 
 @dataclass
 class Traced:
-    """One ftcluster command under strace: its trace, stderr lines with the time each came."""
+    """One ftcluster command under strace: its trace, and its stderr lines with the time each
+    came (read as they come, by a thread), "<exit>" last."""
 
     proc: subprocess.Popen[str]
     trace: Path
-    lines: list[tuple[float, str]]
+    lines: list[tuple[float, str]] = field(default_factory=list)
 
-    def wait(self) -> int:
+    def __post_init__(self) -> None:
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append((time.time(), line))
-        rc = self.proc.wait()
+        self.proc.wait()
         self.lines.append((time.time(), "<exit>"))
-        return rc
+
+    def wait(self) -> int:
+        self.reader.join()
+        return self.proc.returncode
 
     def seen(self, text: str) -> float:
         return next(t for t, line in self.lines if text in line)
@@ -99,7 +108,8 @@ class Traced:
                 m = pattern.match(line)
                 if not m or not t_from <= float(m.group(1)) <= t_to:
                     continue
-                if str(run) in line:
+                # fstat() is newfstatat(fd, "", AT_EMPTY_PATH): no path is looked up.
+                if str(run) in line and "AT_EMPTY_PATH" not in line:
                     if pattern is PATH_CALLS:
                         paths += 1
                     else:
@@ -121,7 +131,7 @@ class Bench:
              sys.executable, "-m", "ftcluster", *args],
             # Not from the checkout: `python -m` would import the package in the cwd, not PYTHONPATH's.
             cwd=str(self.tmp), env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        return Traced(proc, trace, [])
+        return Traced(proc, trace)
 
     def newest_run(self) -> Path:
         return max((p.parent for p in self.ws.glob("*/state")), key=lambda p: p.stat().st_mtime)

@@ -135,9 +135,18 @@ class Follower:
         return out
 
     def _take(self, path: str, fh: BinaryIO) -> bytes:
-        """What the open file holds past the offset; the offset moves past it."""
+        """What the open file holds past the offset; the offset moves past it. Read in blocks
+        on an unbuffered file: read() alone, where reading "all" would fstat() first."""
         fh.seek(self.offsets[path])
-        data = fh.read()
+        chunks = []
+        while True:
+            chunk = fh.read(_BLOCK)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if len(chunk) < _BLOCK:
+                break
+        data = b"".join(chunks)
         self.offsets[path] += len(data)
         return data
 
@@ -145,7 +154,7 @@ class Follower:
         """Open the path afresh and read on from there (from 0 when the file was replaced or
         truncated)."""
         try:
-            fresh = open(path, "rb")  # noqa: SIM115 (held open between polls)
+            fresh = open(path, "rb", buffering=0)  # noqa: SIM115 (held open between polls)
         except OSError:
             return b""
         old = self._open.pop(path, None)

@@ -23,12 +23,12 @@ class Cadence:
         return Backoff(self.fast, self.slow, self.factor)
 
 
-# Slurm (squeue, sacct, scontrol), per run and per command that watches it. Every 0.2 s after a
+# Slurm (squeue, sacct, scontrol), per run and per command that watches it. Every 0.1 s after a
 # change (a new state, the job's `done`, a cancel), slowing to every 10 s: 6 a minute while
 # nothing happens, and room for the burst at a job's end within SCHEDULER_PER_MINUTE, which
 # holds from the second minute on. A job's end that no event announces (the batch host lost,
 # the supervisor SIGKILLed) is seen within 10 s; what the job says is seen through EVENTS.
-SCHEDULER = Cadence(0.2, 10.0)
+SCHEDULER = Cadence(0.1, 10.0)
 SCHEDULER_PER_MINUTE = 12
 # The run's events file, read on an open descriptor (no path lookup): readiness and failures
 # are seen within 50 ms, as before there was a budget.
