@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ftcluster.events import EV, Event, EventFollower
-from ftcluster.job.poll import CLOCK, EVENTS, SCHEDULER, SCHEDULER_PER_MINUTE, Budget, Clock
+from ftcluster.job.poll import CLOCK, ENDING, ENDING_S, EVENTS, SCHEDULER, SCHEDULER_PER_MINUTE, Budget, Clock
 from ftcluster.slurm import JobInfo
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ class JobWatch:
         self._pace = SCHEDULER.backoff()
         self._budget = Budget(SCHEDULER_PER_MINUTE, clock)
         self._ask_at = clock.monotonic()
+        self._ending_until: float | None = None
 
     def new_events(self) -> list[Event]:
         """Events written since the last call; the job's `done` brings the next question forward
@@ -38,8 +39,11 @@ class JobWatch:
         return new
 
     def soon(self) -> None:
-        """The job's state is about to change (its `done`, a cancel): ask at the fast pace again."""
-        self._ask_at = min(self._ask_at, self.clock.monotonic() + self._pace.next(True))
+        """The job's end is due (its `done`, a hard cancel): ask on the ENDING pace for a while."""
+        now = self.clock.monotonic()
+        self._pace = ENDING.backoff()
+        self._ending_until = now + ENDING_S
+        self._ask_at = min(self._ask_at, now + self._pace.fast)
 
     def ask(self) -> JobInfo | None:
         """The scheduler's answer when a question is due and the budget allows; else None."""
@@ -50,6 +54,8 @@ class JobWatch:
         if hold > 0:
             self._ask_at = now + hold
             return None
+        if self._ending_until is not None and now >= self._ending_until:
+            self._pace, self._ending_until = SCHEDULER.backoff(), None
         self._budget.spend()
         self.asked += 1
         info = self.launcher.info(self.job_id, self.paths)

@@ -69,13 +69,12 @@ class SlurmLauncher(Launcher):
 
         watch = JobWatch(self, job_id, paths, self.clock)
         try:
+            # The job's teardown ends with its `done`, which brings the questions forward.
             if self.node_teardown and not self.slurm.info(job_id).gone:
                 self.slurm.cancel(job_id, signal="TERM", batch=True)
-                watch.soon()
                 if watch.wait_gone(grace + TEARDOWN_GRACE):
                     return
             self.slurm.cancel(job_id)
-            watch.soon()
             watch.wait_gone(grace + 30)
         finally:
             watch.close()

@@ -47,7 +47,13 @@ several separated by commas:
 - FTCLUSTER_TEST_BREAK_NODE: initialize raises after joining, so that server exits;
 - FTCLUSTER_TEST_LOAD_DELAY=<seconds>: a slow weight load, on every rank;
 - FTCLUSTER_TEST_DIE_NODE: the rank's tritonserver is killed (SIGKILL) when it serves its first
-  request; with `@<seconds>` (rank1@2) that long after loading instead.
+  request; with `@<seconds>` (rank1@2) that long after loading instead;
+- FTCLUSTER_TEST_FREEZE_NODE: the rank freezes while serving, alive and silent (it stops adding
+  its share, so rank 0 and every request wait forever: the hang FT users report), at its first
+  request, or `@N` at its N-th;
+- FTCLUSTER_TEST_SLOW_NODE=<target>@<seconds>: each request takes that much longer on the rank.
+DIE and FREEZE fire in the server's first incarnation only (FTC_INCARNATION unset or 0, as the
+job sets it for each restart of the world), or in every one with FTCLUSTER_TEST_FAULTS_ALWAYS=1.
 """
 
 import configparser
@@ -91,6 +97,10 @@ def _fault(var, rank):
         if target and target in (socket.gethostname(), f"rank{rank}"):
             return float(when) if when else 0.0
     return None
+
+
+def _first_incarnation():
+    return os.environ.get("FTCLUSTER_TEST_FAULTS_ALWAYS") == "1" or os.environ.get("FTC_INCARNATION", "0") == "0"
 
 
 def _die():
@@ -229,7 +239,10 @@ class TritonPythonModel:
             pb_utils.Logger.log_info(self.engine.describe())
 
         self.die_at_request = False
-        die = _fault("FTCLUSTER_TEST_DIE_NODE", rank)
+        self.served = 0
+        self.freeze_at = _fault("FTCLUSTER_TEST_FREEZE_NODE", rank) if _first_incarnation() else None
+        self.slow = _fault("FTCLUSTER_TEST_SLOW_NODE", rank) or 0.0
+        die = _fault("FTCLUSTER_TEST_DIE_NODE", rank) if _first_incarnation() else None
         if die:
             threading.Timer(die, _die).start()
         elif die is not None:
@@ -279,6 +292,12 @@ class TritonPythonModel:
         req = _unpack(self.world.bcast_bytes(_pack(request) if request is not None else None))
         if self.die_at_request:
             _die()
+        self.served += 1
+        if self.freeze_at is not None and self.served >= max(1, self.freeze_at):
+            while True:          # alive, silent: rank 0 waits in the gather below for good
+                time.sleep(3600)
+        if self.slow:
+            time.sleep(self.slow)
         if self.encoder:
             return self._encode_share(req)
         if self.engine is not None:
