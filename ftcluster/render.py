@@ -46,7 +46,7 @@ from ftcluster.spec import (
     Server,
     pyxis_mount_path_problem,
 )
-from ftcluster.job.config import JobConfig, StepConfig
+from ftcluster.job.config import JobConfig, LivenessConfig, StepConfig
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -54,7 +54,7 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "names.py", "poll.py", "ranks.py", "styles.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "liveness.py", "names.py", "poll.py", "ranks.py", "styles.py", "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -339,8 +339,9 @@ def context(
     )
 
 
-def job_config(ctx: RenderContext) -> JobConfig:
-    """The supervisor's values (scripts/job.json): the context's job-side half."""
+def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> JobConfig:
+    """The supervisor's values (scripts/job.json): the context's job-side half, and the probe
+    of a serving run."""
     step = ctx.step
     container_flags: list[str] = []
     if STYLES[ctx.style].srun_mounts:
@@ -367,7 +368,7 @@ def job_config(ctx: RenderContext) -> JobConfig:
                                                   timeout=None if step.timeout is None else int(step.timeout)),
         mpi=ctx.mpi, container_flags=container_flags, container_name=ctx.container_name,
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
-        mpirun=ctx.mpirun,
+        mpirun=ctx.mpirun, liveness=liveness,
     )
 
 
@@ -394,8 +395,13 @@ def render(
     ctx = context(cluster, model, plan, paths, opts)
     env = _env()
     variables = ctx.variables()
+    liveness = None
+    if model is not None and ctx.keep_serving and ctx.servers and opts.step is None:
+        from ftcluster.probe import liveness_config
+
+        liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, cluster.ports.metrics)
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
-             FILES.job_config: job_config(ctx).to_json()}
+             FILES.job_config: job_config(ctx, liveness).to_json()}
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
         _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)

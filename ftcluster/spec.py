@@ -218,6 +218,16 @@ class Ports(_Strict):
         return self
 
 
+class Liveness(_Strict):
+    """While a run serves (`--keep-serving`): a small real inference through rank 0 every
+    `interval` seconds with a `deadline`; `failures` misses in a row, with no request completed
+    meanwhile, mean the MPI world is hung. interval 0: no probe (rank deaths are still seen)."""
+
+    interval: float = Field(10.0, ge=0)
+    deadline: float = Field(10.0, gt=0)
+    failures: int = Field(3, ge=1)
+
+
 class Server(_Strict):
     # "auto": tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel
     binary: str = "tritonserver"
@@ -225,6 +235,7 @@ class Server(_Strict):
     exit_grace: float = Field(20.0, ge=0)
     log_verbose: int = Field(0, ge=0)
     extra_args: tuple[str, ...] = ()
+    liveness: Liveness = Liveness()
 
 
 class ImageSpec(_Strict):

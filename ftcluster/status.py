@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +79,27 @@ def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
     return parts[0], parts[2] if len(parts) > 2 else "exited"
 
 
+def _health(paths: RunPaths) -> dict[str, Any] | None:
+    """The serving run's liveness probes as its job last wrote them (state/health.json)."""
+    try:
+        found = json.loads((paths.state / FILES.health).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def health_label(health: dict[str, Any]) -> str:
+    """The probes in words, for `status`."""
+    last = health.get("last_probe") or {}
+    words = [f"{health.get('probes', 0)} probes"]
+    if last:
+        seen = "answered" if last.get("answered") else "missed"
+        words.append(f"last {seen} in {last.get('latency_ms', 0):.0f} ms "
+                     f"({time.time() - float(last.get('time', 0)):.0f} s ago)")
+    words.append(f"{health.get('consecutive_misses', 0)} missed in a row of {health.get('failures', '?')} allowed")
+    return ", ".join(words)
+
+
 def run_status(rec: RunRecord) -> dict[str, Any]:
     """The `status` object of a run (schema in the README)."""
     paths = paths_of(rec)
@@ -104,6 +127,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         st.update(state=rec.status, source="store")
         running = False
     st["nodes"] = hosts
+    st["health"] = _health(paths)
     # A step run (`ftcluster preflight`, `convert`) has no server ranks.
     st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)

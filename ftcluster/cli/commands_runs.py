@@ -38,7 +38,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
-    from ftcluster.status import run_status
+    from ftcluster.status import health_label, run_status
 
     rec = RunStore().get(run)
     if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
@@ -50,7 +50,8 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     t = table(f"run {st['run_id']}", show_header=False)
     rows = {"job_id": st["job_id"], "state": st.get("state"), "phase": st["phase_label"],
             "failure": st["failure"], "endpoint": st["endpoint"], "source": st.get("source"),
-            "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"]}
+            "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"],
+            "health": health_label(st["health"]) if st["health"] else None}
     for key, value in rows.items():
         if value:
             t.add_row(key, cell(value))

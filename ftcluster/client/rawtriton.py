@@ -71,8 +71,10 @@ def _tensor_bytes(arr: np.ndarray) -> bytes:
     return np.ascontiguousarray(arr).tobytes()
 
 
-def encode_infer(arrays: Mapping[str, np.ndarray], outputs: Sequence[str]) -> tuple[bytes, int]:
-    """(body, JSON header length) of an infer request; every tensor travels as binary data."""
+def encode_infer(arrays: Mapping[str, np.ndarray], outputs: Sequence[str],
+                 parameters: Mapping[str, Any] | None = None) -> tuple[bytes, int]:
+    """(body, JSON header length) of an infer request; every tensor travels as binary data;
+    `parameters`: the request's own (a sequence's id, start and end)."""
     inputs = []
     blobs = []
     for name, arr in arrays.items():
@@ -80,8 +82,11 @@ def encode_infer(arrays: Mapping[str, np.ndarray], outputs: Sequence[str]) -> tu
         blobs.append(raw)
         inputs.append({"name": name, "shape": list(arr.shape), "datatype": _triton_dtype(arr.dtype),
                        "parameters": {"binary_data_size": len(raw)}})
-    head = _dumps({"inputs": inputs,
-                   "outputs": [{"name": n, "parameters": {"binary_data": True}} for n in outputs]})
+    request: dict[str, Any] = {"inputs": inputs,
+                               "outputs": [{"name": n, "parameters": {"binary_data": True}} for n in outputs]}
+    if parameters:
+        request["parameters"] = dict(parameters)
+    head = _dumps(request)
     return head + b"".join(blobs), len(head)
 
 

@@ -19,6 +19,20 @@ class StepConfig:
 
 
 @dataclass(frozen=True)
+class LivenessConfig:
+    """The probe while serving: the served model's smallest valid inference through rank 0."""
+
+    interval: float                 # seconds between probes
+    deadline: float                 # seconds a probe may take
+    failures: int                   # misses in a row (no request completed meanwhile) = hung
+    model: str                      # POST /v2/models/MODEL/infer
+    body: str                       # the request (binary tensor extension), base64
+    json_size: int                  # its JSON header's length: Inference-Header-Content-Length
+    what: str                       # the request in words, for messages
+    metrics_port: int               # rank 0's metrics: nv_inference_request_success
+
+
+@dataclass(frozen=True)
 class JobConfig:
     style: str                      # which behaviour of ftcluster_job.styles runs the job
     run_id: str
@@ -52,6 +66,7 @@ class JobConfig:
     ssh_port: int = 0
     run_hosts: List[str] = field(default_factory=list)   # fixed hosts, rank 0 first (ssh)
     mpirun: str = "mpirun"          # the local style's Open MPI launcher
+    liveness: Optional[LivenessConfig] = None   # serving runs with a probe
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -65,4 +80,6 @@ class JobConfig:
             raise ValueError(f"unknown keys in the job's values: {', '.join(unknown)}")
         step = raw.get("step")
         raw["step"] = StepConfig(**step) if step else None
+        liveness = raw.get("liveness")
+        raw["liveness"] = LivenessConfig(**liveness) if liveness else None
         return cls(**raw)

@@ -46,6 +46,7 @@ class RunFiles:
     """The names of the files in the run's folders."""
 
     events: str = "events"                 # state/: one line per milestone
+    health: str = "health.json"            # state/: the liveness probes while serving
     job_out: str = "job.out"               # logs/: the job's output (styles run here)
     client_log: str = "client.log"         # logs/
     mpicheck_log: str = "mpicheck.log"     # logs/

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import time
 from typing import List, Optional, Tuple
 
 from .names import FILES
@@ -75,6 +76,24 @@ class RankFiles:
             if line is not None and (best is None or line[1:21] < best[0]):
                 best = (line[1:21], rank, line)
         return None if best is None else (best[1], best[2])
+
+    def last_words(self) -> str:
+        """Each rank's last server-log line and how long ago its log last grew."""
+        said = []
+        now = time.time()
+        for rank in range(self.nodes):
+            path = self.server_log(rank)
+            try:
+                age = now - os.path.getmtime(path)
+                with open(path, "rb") as f:
+                    f.seek(max(0, os.path.getsize(path) - 4096))
+                    lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+            except OSError:
+                said.append(f"rank {rank}: no log")
+                continue
+            last = lines[-1].strip()[:160] if lines else "(empty)"
+            said.append(f"rank {rank} on {self.node(rank)}, {age:.0f} s ago: {last}")
+        return "; ".join(said)
 
     def not_loaded(self) -> List[int]:
         """The ranks != 0 whose server has not reached FT's model-instance initialisation yet."""

@@ -19,6 +19,7 @@ import time
 from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .config import JobConfig
+from .liveness import Liveness
 from .names import EV, FILES
 from .poll import RANK_FILES
 from .ranks import RankFiles, rank0_ready
@@ -275,9 +276,18 @@ class Job:
             self.fail(f"{step.label} exited {rc}: {problem}")
 
     def serve(self) -> None:
+        """Serve until a fault: a rank's death (its server process ends) or a hung world (the
+        liveness probe through rank 0, when the run has one)."""
         self.phase = "while serving"
         self.event(EV.serving, self.rank0_url)
+        live = None
+        if self.cfg.liveness is not None:
+            live = Liveness(self.cfg.liveness, self.rank0_host, self.cfg.http_port,
+                            os.path.join(self.cfg.state, FILES.health))
         while self.style.servers_alive():
+            fault = live.check() if live is not None else None
+            if fault:
+                self.fail(f"{fault}; last log lines: {self.ranks.last_words()}")
             self.nap(0.1)
         self.fail(self.style.ended_while_serving)
 

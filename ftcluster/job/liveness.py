@@ -1,0 +1,159 @@
+"""Liveness while serving: a small real inference through rank 0, so through the whole MPI world.
+
+A rank that freezes (alive, silent) leaves rank 0 waiting in a broadcast: every request hangs
+while Triton's /v2/health/ready still answers 200 and every process is alive. Only a request
+that has to cross the world finds it. A probe that misses its deadline counts only if rank 0
+made no progress meanwhile (nv_inference_request_success of the served model did not grow), so
+a long batch ahead of the probe, or a slow probe, is not taken for a hang; `failures` misses in
+a row are. Standard library only: this runs in the job (Python 3.8).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from .config import LivenessConfig
+
+# One request per probe, over a fresh connection: nothing of a hung one is reused.
+_METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
+
+
+def request_successes(host: str, port: int, model: str, timeout: float = 2.0) -> float | None:
+    """Rank 0's completed requests of `model` (every version), from its metrics; None when they
+    could not be read."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.request("GET", "/metrics")
+            reply = conn.getresponse()
+            text = reply.read().decode(errors="replace")
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    if reply.status != 200:
+        return None
+    total = None
+    for labels, value in _METRIC.findall(text):
+        if f'model="{model}"' in labels:
+            total = (total or 0.0) + float(value)
+    return total
+
+
+class Probe:
+    """One probe in a thread of its own: the job's loop keeps watching the ranks meanwhile."""
+
+    def __init__(self, cfg: LivenessConfig, host: str, port: int):
+        self.cfg, self.host, self.port = cfg, host, port
+        self.body = base64.b64decode(cfg.body)
+        self.started = time.time()
+        self.successes_before: float | None = None
+        self.answered: bool | None = None   # None while it runs
+        self.latency = 0.0
+        self.detail = ""
+        self.refused = ""
+        self.thread = threading.Thread(target=self._send, daemon=True)
+        self.thread.start()
+
+    def _send(self) -> None:
+        self.successes_before = request_successes(self.host, self.cfg.metrics_port, self.cfg.model)
+        t0 = time.monotonic()
+        try:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.cfg.deadline)
+            try:
+                conn.request("POST", f"/v2/models/{self.cfg.model}/infer", body=self.body,
+                             headers={"Content-Type": "application/octet-stream",
+                                      "Inference-Header-Content-Length": str(self.cfg.json_size)})
+                reply = conn.getresponse()
+                data = reply.read()
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException) as exc:
+            self.latency = time.monotonic() - t0
+            self.detail = "no answer within the deadline" if "timed out" in str(exc) else str(exc)
+            self.answered = False
+            return
+        self.latency = time.monotonic() - t0
+        # An error reply proves nothing about the world: Triton's frontend refuses a request it
+        # finds wrong before any rank sees it. It neither counts nor clears a miss.
+        if reply.status != 200:
+            self.refused = f"HTTP {reply.status}: {_error_text(data)}"
+            self.detail = self.refused
+        self.answered = True
+
+    @property
+    def done(self) -> bool:
+        return self.answered is not None
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        return str(json.loads(data[:4096]).get("error", ""))[:200]
+    except ValueError:
+        return data[:200].decode(errors="replace")
+
+
+class Liveness:
+    """The probes of one incarnation of the servers; `check` once per tick of the job's loop."""
+
+    def __init__(self, cfg: LivenessConfig, host: str, port: int, health_path: str):
+        self.cfg, self.host, self.port, self.health_path = cfg, host, port, health_path
+        self.probe: Probe | None = None
+        self.next_at = time.monotonic() + cfg.interval
+        self.misses = 0
+        self.probes = 0
+        self.last_ok: float | None = None
+        self.last: dict[str, Any] = {}
+
+    def check(self) -> str | None:
+        """None while the world answers (or may yet); the fault in words once `failures` probes in
+        a row missed their deadline with no request completed meanwhile."""
+        probe = self.probe
+        if probe is None:
+            if time.monotonic() >= self.next_at:
+                self.next_at = time.monotonic() + self.cfg.interval
+                self.probe = Probe(self.cfg, self.host, self.port)
+            return None
+        if not probe.done:
+            return None
+        self.probe = None
+        self.probes += 1
+        progressed = False
+        if probe.refused:
+            pass
+        elif probe.answered:
+            self.misses = 0
+            self.last_ok = time.time()
+        else:
+            after = request_successes(self.host, self.cfg.metrics_port, self.cfg.model)
+            progressed = after is not None and probe.successes_before is not None and after > probe.successes_before
+            self.misses = 0 if progressed else self.misses + 1
+        self.last = {"time": probe.started, "answered": bool(probe.answered), "latency_ms": round(probe.latency * 1000, 1),
+                     "detail": probe.detail, "progress_meanwhile": progressed}
+        self._write_health()
+        if self.misses < self.cfg.failures:
+            return None
+        last_ok = (f"the last answer came {time.time() - self.last_ok:.0f} s ago" if self.last_ok
+                   else "no probe was ever answered")
+        return (f"the MPI world is hung: the liveness probe ({self.cfg.what}) got no answer within "
+                f"{self.cfg.deadline:g} s {self.misses} times in a row, and rank 0 completed no request "
+                f"meanwhile; {last_ok}")
+
+    def health(self) -> dict[str, Any]:
+        return {"probes": self.probes, "consecutive_misses": self.misses, "last_ok": self.last_ok,
+                "last_probe": self.last, "interval": self.cfg.interval, "deadline": self.cfg.deadline,
+                "failures": self.cfg.failures}
+
+    def _write_health(self) -> None:
+        # Whole or not at all: `status` on the login node may read it at any moment.
+        tmp = f"{self.health_path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.health(), f)
+        os.replace(tmp, self.health_path)

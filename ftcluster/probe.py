@@ -1,0 +1,64 @@
+"""The liveness probe's request, made at render time from the served model's config.pbtxt: its
+smallest valid inference (one prompt token and one output token; an encoder's one-token input;
+through the ensemble when the served model is one; a sequence-batching model with a correlation
+id of its own and START/END together). The job sends it as rendered: the supervisor has the
+standard library only.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from ftcluster.errors import UserError
+from ftcluster.job.config import LivenessConfig
+from ftcluster.plan import Plan
+from ftcluster.spec import ClientDefaults, Liveness, ModelSpec
+
+# The probe's own sequence (sequence-batching models): far from the ids clients count up from 1.
+PROBE_SEQUENCE_ID = 7_340_000_000_000_000_001
+
+
+# FT's ModelState::AutoCompleteConfig: a hidden-state tensor takes the model's data_type.
+_HIDDEN_TYPES = {"fp16": "TYPE_FP16", "fp32": "TYPE_FP32", "bf16": "TYPE_BF16"}
+
+
+def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, liveness: Liveness,
+                    metrics_port: int) -> LivenessConfig | None:
+    """The job's probe for a serving run; None when the spec turns it off (interval 0)."""
+    if not liveness.interval:
+        return None
+    from google.protobuf.json_format import MessageToDict
+
+    from ftcluster.client.modelio import build_request, output_names, parse_config
+    from ftcluster.client.rawtriton import encode_infer
+    from ftcluster.ftconfig import read_model_config
+    from ftcluster.modelrepo import ft_parameters
+
+    path = model.repository / model.name / "config.pbtxt"
+    try:
+        cfg = MessageToDict(read_model_config(path), preserving_proto_field_name=True)
+    except (OSError, ValueError, UserError) as exc:
+        raise UserError(f"cannot read {path} to make the liveness probe: {exc}", field="server.liveness",
+                        hint="fix the config, or set server.liveness.interval: 0 for no probe") from None
+    if model.name == plan.ft_model:
+        # As the server will see it: the run's parameters set, FT's auto-completed types.
+        source = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+        data_type = {**source, **ft_parameters(model, plan, source)}.get("data_type", "")
+        for tensor in cfg.get("input", []):
+            if tensor.get("data_type", "TYPE_INVALID") == "TYPE_INVALID" and data_type in _HIDDEN_TYPES:
+                tensor["data_type"] = _HIDDEN_TYPES[data_type]
+    io = parse_config(cfg)
+    try:
+        # vocab_size 3: the one prompt token is id 1, valid in every vocabulary.
+        request = build_request(io, 1, 1, 1, vocab_size=3, hidden_size=client.hidden_size)
+    except UserError as exc:
+        raise UserError(f"the liveness probe cannot be made: {exc.message}", field="server.liveness",
+                        hint="set server.liveness.interval: 0 for no probe (rank deaths are still seen)") from None
+    params = ({"sequence_id": PROBE_SEQUENCE_ID, "sequence_start": True, "sequence_end": True}
+              if io.sequence_batching else None)
+    body, json_size = encode_infer(request.arrays, output_names(io), params)
+    kind = {"encoder": "an encoder input of 1 token", "text": "a 1-word prompt for 1 output token"}.get(
+        io.style, "1 prompt token for 1 output token")
+    return LivenessConfig(interval=liveness.interval, deadline=liveness.deadline, failures=liveness.failures,
+                          model=model.name, body=base64.b64encode(body).decode(), json_size=json_size,
+                          what=f"{kind} through {model.name}", metrics_port=metrics_port)
