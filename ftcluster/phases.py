@@ -19,5 +19,6 @@ PHASES = {
     EV.client_started: "client running",
     EV.client_done: "client done",
     EV.serving: "serving",
+    EV.restarting: "restarting the servers",
     EV.done: "done",
 }

@@ -39,6 +39,7 @@ from ftcluster.plan import Plan
 from ftcluster.resources import package_path
 from ftcluster.spec import (
     ClientDefaults,
+    DEFAULT_SERVING_RESTARTS,
     ClusterSpec,
     Container,
     ModelSpec,
@@ -368,8 +369,16 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
                                                   timeout=None if step.timeout is None else int(step.timeout)),
         mpi=ctx.mpi, container_flags=container_flags, container_name=ctx.container_name,
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
-        mpirun=ctx.mpirun, liveness=liveness,
+        mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
+        restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
     )
+
+
+def serving_restarts(server: Server, keep_serving: bool) -> int:
+    """How often the job restarts its world on a fault while serving."""
+    if not keep_serving:
+        return 0
+    return DEFAULT_SERVING_RESTARTS if server.restarts is None else server.restarts
 
 
 def _package_file(*parts: str) -> str:

@@ -218,6 +218,11 @@ class Ports(_Strict):
         return self
 
 
+# server.restarts when unset and the run serves (--keep-serving): a fault is survived a few
+# times before the run gives up; a one-shot launch (server, client, end) never restarts.
+DEFAULT_SERVING_RESTARTS = 3
+
+
 class Liveness(_Strict):
     """While a run serves (`--keep-serving`): a small real inference through rank 0 every
     `interval` seconds with a `deadline`; `failures` misses in a row, with no request completed
@@ -236,6 +241,13 @@ class Server(_Strict):
     log_verbose: int = Field(0, ge=0)
     extra_args: tuple[str, ...] = ()
     liveness: Liveness = Liveness()
+    # Restarts of the whole world on a fault while serving (a rank's death, a hung world), in
+    # the same allocation. Unset: DEFAULT_SERVING_RESTARTS with --keep-serving, else 0.
+    restarts: int | None = Field(None, ge=0)
+    restart_backoff: float = Field(10.0, gt=0)   # seconds before the first restart, doubling
+    # Run once (argv, no shell) when a serving run gives up: an alert hook. It gets FTC_RUN_ID,
+    # FTC_RUN_DIR and FTC_FAILURE in its environment.
+    on_failure: tuple[str, ...] = ()
 
 
 class ImageSpec(_Strict):

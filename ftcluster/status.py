@@ -128,6 +128,9 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         running = False
     st["nodes"] = hosts
     st["health"] = _health(paths)
+    # Every restart of the world while serving: when, why, in which job (this allocation).
+    st["restarts"] = [{"time": e.time, "cause": " ".join(e.args[1:]), "job_id": rec.job_id}
+                      for e in events if e.kind == EV.restarting]
     # A step run (`ftcluster preflight`, `convert`) has no server ranks.
     st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)

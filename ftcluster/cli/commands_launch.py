@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +97,12 @@ def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--preflight", is_flag=True,
               help="First check every rank's GPUs and NCCL bandwidth (also resolves gpus_per_node: auto).")
+@click.option("--restarts", type=click.IntRange(min=0), default=None,
+              help="With --keep-serving: restarts of the whole world on a fault while serving "
+                   "(default: server.restarts, else 3).")
 @click.option("--run-id", default=None, hidden=True, help="Run id to use (set when forwarded).")
 def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, no_mpi_check: bool,
-               as_json: bool, preflight: bool, run_id: str | None, **kw: Any) -> None:
+               as_json: bool, preflight: bool, restarts: int | None, run_id: str | None, **kw: Any) -> None:
     """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
 
     Exits 0 only when the client succeeded. Ctrl-C cancels the job.
@@ -113,7 +117,12 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
         return
     if preflight and not dry_run:
         kw["gpus_per_node"] = preflight_gate(kw) or kw.get("gpus_per_node")
+    if restarts is not None and not keep_serving:
+        raise UserError("restarts happen while serving", field="--restarts", hint="add --keep-serving")
     planned = load_and_plan(**kw)
+    if restarts is not None:
+        server = planned.cluster.server.model_copy(update={"restarts": restarts})
+        planned = replace(planned, cluster=planned.cluster.model_copy(update={"server": server}))
     opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client,
                          mpi_check=not no_mpi_check)
     run_launch(planned, opts, as_json, run_id)

@@ -51,7 +51,8 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     rows = {"job_id": st["job_id"], "state": st.get("state"), "phase": st["phase_label"],
             "failure": st["failure"], "endpoint": st["endpoint"], "source": st.get("source"),
             "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"],
-            "health": health_label(st["health"]) if st["health"] else None}
+            "health": health_label(st["health"]) if st["health"] else None,
+            "restarts": "; ".join(f"{r['cause'][:160]}" for r in st["restarts"]) or None}
     for key, value in rows.items():
         if value:
             t.add_row(key, cell(value))

@@ -67,6 +67,9 @@ class JobConfig:
     run_hosts: List[str] = field(default_factory=list)   # fixed hosts, rank 0 first (ssh)
     mpirun: str = "mpirun"          # the local style's Open MPI launcher
     liveness: Optional[LivenessConfig] = None   # serving runs with a probe
+    restarts: int = 0               # restarts of the whole world on a fault while serving
+    restart_backoff: float = 10.0   # seconds before the first restart; doubling for each next
+    on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

@@ -30,6 +30,8 @@ class Kinds:
     client_done: str = "client_done"            # EXIT_CODE
     serving: str = "serving"                    # RANK0_HOST:PORT (--keep-serving)
     rank_failed: str = "rank_failed"            # RANK NODE EXIT_CODE|?
+    restarting: str = "restarting"              # TRY CAUSE...: the world is restarted (serving)
+    on_failure_done: str = "on_failure_done"    # EXIT_CODE of the spec's on_failure command
     failed: str = "failed"                      # WHY...
     servers_stopped: str = "servers_stopped"
     containers_stopping: str = "containers_stopping"
@@ -52,6 +54,8 @@ class RunFiles:
     mpicheck_log: str = "mpicheck.log"     # logs/
     mpirun_log: str = "mpirun.log"         # logs/
     step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
+    on_failure_log: str = "on_failure.log"  # logs/: the on_failure command's output
+    incarnation_dir: str = "incarnation-{n}"  # logs/: an earlier incarnation's rank logs and files
     preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
     client_json: str = "client.json"       # results/
     mpicheck_json: str = "mpicheck.json"   # results/

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import time
 from typing import List, Optional, Tuple
 
@@ -139,3 +140,26 @@ def rank0_ready(host: str, port: int, server_id: str, model: str) -> bool:
     except ValueError:
         return False
     return http_get(host, port, f"/v2/models/{model}/ready") is not None
+
+
+# Earlier incarnations kept in logs/: a run that restarts for days keeps the last few only.
+KEEP_INCARNATIONS = 5
+
+
+def keep_incarnation(logs: str, state: str, nodes: int, n: int) -> str:
+    """Move incarnation n's rank files (state/rank<R>.*, logs/rank<R>.stdout), server logs, the
+    local mpirun's log and the probes' health into logs/incarnation-<n>/, so the next incarnation
+    starts from none (its readiness reads them); the oldest beyond KEEP_INCARNATIONS go."""
+    ranks = RankFiles(state, logs, nodes)
+    dest = os.path.join(logs, FILES.incarnation_dir.format(n=n))
+    os.makedirs(dest, exist_ok=True)
+    moving = [ranks.path(r, what) for r in range(nodes) for what in FILES.RANK_FILES]
+    moving += [ranks.server_log(r) for r in range(nodes)]
+    moving += [os.path.join(logs, FILES.mpirun_log), os.path.join(state, FILES.health)]
+    for path in moving:
+        if os.path.exists(path):
+            os.replace(path, os.path.join(dest, os.path.basename(path)))
+    old = os.path.join(logs, FILES.incarnation_dir.format(n=n - KEEP_INCARNATIONS))
+    if n >= KEEP_INCARNATIONS and os.path.isdir(old):
+        shutil.rmtree(old, ignore_errors=True)
+    return dest

@@ -20,10 +20,15 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .config import JobConfig
 from .liveness import Liveness
+from .ranks import keep_incarnation
 from .names import EV, FILES
 from .poll import RANK_FILES
 from .ranks import RankFiles, rank0_ready
 from .text import last_line, read_text, squeeze
+
+
+# The longest wait between restarts (the back-off doubles from server.restart_backoff).
+MAX_BACKOFF = 300.0
 
 
 class Interrupted(Exception):
@@ -46,6 +51,8 @@ class Job:
         self.ranks = RankFiles(cfg.state, cfg.logs, cfg.nodes)
         # The job's children see the spec's env; the supervisor's own environment stays as it came.
         self.child_env: Dict[str, str] = {**os.environ, **cfg.env}
+        # The servers' incarnation: 0, then 1.. after each restart of the world (serving runs).
+        self.child_env["FTC_INCARNATION"] = "0"
         self.interrupted = False
         self.failing = False
         self.phase = "during start-up"     # where the run is, for failure messages
@@ -75,15 +82,30 @@ class Job:
             raise Interrupted()
 
     def nap(self, seconds: float) -> None:
-        time.sleep(seconds)
-        self.interrupt_point()
+        """Sleep, acting on INT/TERM within 0.1 s (a signal does not cut time.sleep short)."""
+        until = time.monotonic() + seconds
+        while True:
+            self.interrupt_point()
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
 
-    def fail(self, why: str) -> NoReturn:
+    def fail(self, why: str, named: bool = False) -> NoReturn:
         """Any failure stops every rank at once (failing): the MPI world is broken, so a graceful
-        shutdown buys nothing -- rank 0's requests would hang in a broadcast."""
+        shutdown buys nothing -- rank 0's requests would hang in a broadcast. `named`: `why`
+        already names its cause (cause_of was asked)."""
         # A step that ended because the job was interrupted: the interrupt is the cause.
         self.interrupt_point()
         self.failing = True
+        if not named:
+            why = self.cause_of(why)
+        self.event(EV.failed, why)
+        self.say(f"ftcluster: {why}")
+        raise Failed(1)
+
+    def cause_of(self, why: str) -> str:
+        """The failure in words: the rank that died first, when one did, and its own words."""
         rank = self.ranks.first_died()
         if rank is not None:
             node = self.ranks.node(rank)
@@ -104,9 +126,7 @@ class Job:
                 node = self.ranks.node(rank)
                 self.event(EV.rank_failed, rank, node, "?")
                 why = f"rank {rank} on {node} failed {self.phase} (the step was ended with it): {line[:300]}"
-        self.event(EV.failed, why)
-        self.say(f"ftcluster: {why}")
-        raise Failed(1)
+        return why
 
     # --- children -----------------------------------------------------------------------------
 
@@ -276,8 +296,18 @@ class Job:
             self.fail(f"{step.label} exited {rc}: {problem}")
 
     def serve(self) -> None:
-        """Serve until a fault: a rank's death (its server process ends) or a hung world (the
-        liveness probe through rank 0, when the run has one)."""
+        """Serve until a fault -- a rank's death (the servers' step ends) or a hung world (the
+        liveness probe through rank 0) -- then restart the whole world (FT cannot restart one
+        rank) up to cfg.restarts times, in this allocation; give up naming every cause."""
+        causes: List[str] = []
+        while True:
+            cause = self.serve_until_fault()
+            causes.append(cause)
+            if len(causes) > self.cfg.restarts:
+                self.give_up(causes)
+            self.restart(len(causes), cause)
+
+    def serve_until_fault(self) -> str:
         self.phase = "while serving"
         self.event(EV.serving, self.rank0_url)
         live = None
@@ -287,9 +317,36 @@ class Job:
         while self.style.servers_alive():
             fault = live.check() if live is not None else None
             if fault:
-                self.fail(f"{fault}; last log lines: {self.ranks.last_words()}")
+                return f"{fault}; last log lines: {self.ranks.last_words()}"
             self.nap(0.1)
-        self.fail(self.style.ended_while_serving)
+        return self.cause_of(self.style.ended_while_serving)
+
+    def restart(self, tries: int, cause: str) -> None:
+        """Every rank stopped at once, this incarnation's rank files and logs kept aside, a
+        back-off, then the servers again and readiness as at the start."""
+        cfg = self.cfg
+        self.event(EV.restarting, tries, cause)
+        self.say(f"ftcluster: {cause}; restarting the servers ({tries} of {cfg.restarts})")
+        self.style.kill_servers()
+        self.event(EV.servers_stopped)
+        keep_incarnation(cfg.logs, cfg.state, cfg.nodes, tries - 1)
+        self.phase = "while restarting"
+        self.nap(min(cfg.restart_backoff * 2 ** (tries - 1), MAX_BACKOFF))
+        self.child_env["FTC_INCARNATION"] = str(tries)
+        self.phase = "during start-up"
+        self.style.start_servers()
+        self.wait_ready()
+
+    def give_up(self, causes: List[str]) -> NoReturn:
+        cfg = self.cfg
+        why = causes[0] if len(causes) == 1 else (
+            f"gave up after {len(causes) - 1} restart(s): "
+            + "; ".join(f"({i}) {c}" for i, c in enumerate(causes, 1)))
+        if cfg.on_failure:
+            rc = self.run(cfg.on_failure, out=self.log_path(FILES.on_failure_log), limit=60,
+                          env={"FTC_RUN_ID": cfg.run_id, "FTC_RUN_DIR": cfg.run_dir, "FTC_FAILURE": why[:4000]})
+            self.event(EV.on_failure_done, rc)
+        self.fail(why, named=True)
 
     def body(self) -> int:
         cfg = self.cfg

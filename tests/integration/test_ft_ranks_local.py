@@ -66,8 +66,9 @@ def test_a_rank_that_hangs_before_joining_the_world_is_named(tmp_path: Path) -> 
 
 
 def test_a_rank_dying_while_serving_ends_the_run(tmp_path: Path) -> None:
-    # Rank 1 dies 3 s after loading, while the run serves with no client attached.
-    cluster = write_cluster(tmp_path, env={"FTCLUSTER_TEST_DIE_NODE": "rank1@3"})
+    # Rank 1 dies 3 s after loading, while the run serves with no client attached; no restarts
+    # (test_liveness.py has the restarts).
+    cluster = write_cluster(tmp_path, env={"FTCLUSTER_TEST_DIE_NODE": "rank1@3"}, server={"restarts": 0})
     rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_dir = Path(out["run_dir"])

@@ -1,7 +1,10 @@
-"""Liveness while serving, for real: a rank that freezes (alive, silent: every request hangs while
-Triton's readiness still says 200) is found by the probe through rank 0 and the run fails naming
-it; a slow rank 0 (a probe behind a long request) is not taken for a hang. Locally and on the
-Slurm test cluster (bare style), with the test model's FREEZE and SLOW faults."""
+"""A serving run that stays up, for real: a rank that freezes (alive, silent: every request hangs
+while Triton's readiness still says 200) is found by the probe through rank 0; a slow rank 0 (a
+probe behind a long request) is not taken for a hang; a fault restarts the whole world, which
+serves again (the client's check passes); restarts exhausted fail the run naming every cause and
+run the on_failure hook; `stop` during a restart leaves nothing. Locally and on the Slurm test
+cluster (bare style), with the test model's FREEZE, DIE and SLOW faults (first incarnation only,
+unless FTCLUSTER_TEST_FAULTS_ALWAYS)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from tests.integration.test_launch_slurm import _job_gone, _write_spec
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
 
 LIVENESS = {"interval": 1, "deadline": 1, "failures": 2}
+NO_RESTARTS = {"liveness": LIVENESS, "restarts": 0}
+RESTARTS = {"liveness": LIVENESS, "restarts": 1, "restart_backoff": 1}
 
 
 def _status(run_id: str) -> dict[str, Any]:
@@ -43,7 +48,7 @@ def _frozen_run_fails_naming_the_hang(cluster: Path, freeze: str) -> dict[str, A
 
 @pytest.mark.triton
 def test_a_frozen_rank_is_found_and_the_run_fails_locally(tmp_path: Path) -> None:
-    st = _frozen_run_fails_naming_the_hang(write_cluster(tmp_path, server={"liveness": LIVENESS}), "rank1@2")
+    st = _frozen_run_fails_naming_the_hang(write_cluster(tmp_path, server=NO_RESTARTS), "rank1@2")
     assert st["state"] == "FAILED" and [r["state"] for r in st["ranks"]] == ["ended", "ended"]
 
 
@@ -70,8 +75,87 @@ def test_a_slow_rank0_is_not_a_hang(tmp_path: Path) -> None:
 def test_a_frozen_rank_is_found_and_the_job_ends_on_slurm(slurm_cluster: Any) -> None:
     folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
     cluster = _write_spec(folder, server={"binary": _write_spec_binary(), "ready_timeout": 60, "exit_grace": 5,
-                                          "liveness": LIVENESS})
+                                          **NO_RESTARTS})
     st = _frozen_run_fails_naming_the_hang(cluster, "rank1@2")
+    assert wait_for(lambda: _job_gone(st["job_id"]), 30)
+
+
+def _restarted_and_serving(cluster: Path, env: dict[str, str], cause: str) -> dict[str, Any]:
+    """Launch with a fault in the first incarnation: restarted once, serving again, and the
+    client's check passes against the same endpoint; the first incarnation's logs kept."""
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", env=env)
+    assert rc == 0 and out["ok"], err
+    run_id, endpoint = out["run_id"], out["endpoint"]
+
+    def serving_again() -> bool:
+        st = _status(run_id)
+        return len(st["restarts"]) == 1 and st["phase"] == "serving" and \
+            ((st["health"] or {}).get("last_probe") or {}).get("answered") is True
+    try:
+        assert wait_for(serving_again, 90), _status(run_id)
+        st = _status(run_id)
+        assert st["state"] == "RUNNING" and st["failure"] is None
+        assert st["restarts"][0]["cause"].startswith(cause) and st["restarts"][0]["job_id"] == out["job_id"]
+        check = ftcluster("client", "identity", "--url", endpoint, "--model", "fastertransformer")
+        assert check.returncode == 0, check.stdout + check.stderr
+        kept = Path(out["run_dir"]) / "logs" / "incarnation-0"
+        assert (kept / "server-rank1.log").is_file() and (kept / "rank1.host").is_file()
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+    return st
+
+
+@pytest.mark.triton
+def test_a_hung_world_is_restarted_and_serves_again_locally(tmp_path: Path) -> None:
+    _restarted_and_serving(write_cluster(tmp_path, server=RESTARTS), {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"},
+                           "the MPI world is hung")
+
+
+@pytest.mark.triton
+def test_a_rank_that_dies_while_serving_is_restarted_locally(tmp_path: Path) -> None:
+    _restarted_and_serving(write_cluster(tmp_path, server=RESTARTS), {"FTCLUSTER_TEST_DIE_NODE": "rank1@2"},
+                           "rank 1 on 127.0.0.1 exited (code 137) while serving")
+
+
+@pytest.mark.triton
+def test_restarts_exhausted_fail_naming_every_cause_and_run_the_hook(tmp_path: Path) -> None:
+    alert = tmp_path / "alert.txt"
+    hook = ["sh", "-c", f'echo "$FTC_RUN_ID: $FTC_FAILURE" > {alert}']
+    cluster = write_cluster(tmp_path, server={**RESTARTS, "on_failure": hook})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client",
+                               env={"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2", "FTCLUSTER_TEST_FAULTS_ALWAYS": "1"})
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    assert wait_for(lambda: _status(run_id)["failure"] is not None, 90)
+    st = _status(run_id)
+    assert st["failure"].startswith("gave up after 1 restart(s): (1) the MPI world is hung")
+    assert "; (2) the MPI world is hung" in st["failure"] and len(st["restarts"]) == 1
+    assert alert.read_text().startswith(f"{run_id}: gave up after 1 restart(s)")
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+@pytest.mark.triton
+def test_stop_during_a_restart_leaves_nothing(tmp_path: Path) -> None:
+    cluster = write_cluster(tmp_path, server={**RESTARTS, "restart_backoff": 60})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client",
+                               env={"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"})
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    assert wait_for(lambda: _status(run_id)["phase"] == "restarting", 30)
+    stop = ftcluster("stop", run_id, timeout=30)
+    assert stop.returncode == 0, stop.stderr
+    assert not processes_matching(run_id)
+    events = (Path(out["run_dir"]) / "state" / "events").read_text()
+    assert "interrupted" in events and events.rstrip().endswith("done 130")
+
+
+@pytest.mark.cluster
+def test_a_hung_world_is_restarted_and_serves_again_on_slurm(slurm_cluster: Any) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    cluster = _write_spec(folder, server={"binary": _write_spec_binary(), "ready_timeout": 60, "exit_grace": 5,
+                                          **RESTARTS})
+    st = _restarted_and_serving(cluster, {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}, "the MPI world is hung")
     assert wait_for(lambda: _job_gone(st["job_id"]), 30)
 
 
