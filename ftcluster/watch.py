@@ -39,11 +39,11 @@ class JobWatch:
         return new
 
     def soon(self) -> None:
-        """The job's end is due (its `done`, a hard cancel): ask on the ENDING pace for a while."""
+        """The job's end is due (it wrote `done`): ask now, then on the ENDING pace for a while."""
         now = self.clock.monotonic()
         self._pace = ENDING.backoff()
         self._ending_until = now + ENDING_S
-        self._ask_at = min(self._ask_at, now + self._pace.fast)
+        self._ask_at = min(self._ask_at, now)
 
     def ask(self) -> JobInfo | None:
         """The scheduler's answer when a question is due and the budget allows; else None."""
