@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from .supervisor import Job
 
 
+# The servers' Slurm step, by name: ended alone on a restart and at the teardown.
+SERVER_STEP = "ftc-servers"
+
+
 class JobStyle:
     """The bare-metal Slurm style (no container); the others change what differs."""
 
@@ -122,7 +126,7 @@ class JobStyle:
         return ["srun", "--nodes=1", "--ntasks=1", *self.container_flags(), *step.argv], {}
 
     def server_flags(self) -> List[str]:
-        return []
+        return [f"--job-name={SERVER_STEP}"]   # named, so that it can be ended alone
 
     def start_servers(self) -> None:
         self.servers = self.job.start([*self.srun_world(), *self.server_flags(),
@@ -148,9 +152,13 @@ class JobStyle:
         return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", self.job.ranks.node(0), *argv]
 
     def kill_servers(self) -> None:
-        """SIGKILL to every rank: the job's steps (the teardown's own steps start afterwards)."""
+        """SIGKILL to the server step alone (found by its name): scancel --signal=KILL of the
+        whole job ends the job, and neither a restart nor the teardown's steps could start."""
         if self.servers_alive():
-            if self.job.capture(["scancel", "--signal=KILL", self.job_id()]) is None:
+            steps = self.job.capture(["squeue", "-h", "-s", "-j", self.job_id(), "-o", "%i %j"]) or ""
+            step = next((ln.split()[0] for ln in steps.splitlines()
+                         if len(ln.split()) == 2 and ln.split()[1] == SERVER_STEP), "")
+            if not step or self.job.capture(["scancel", "--signal=KILL", step]) is None:
                 self.kill_server_process()
         self.reap_servers()
 
@@ -234,8 +242,6 @@ class PyxisStyle(JobStyle):
     def container_flags(self) -> List[str]:
         return list(self.cfg.container_flags)
 
-    def server_flags(self) -> List[str]:
-        return ["--job-name=ftc-servers"]   # named, so that the teardown can end this step alone
 
     def up(self) -> None:
         """The container on every node, and proof that the steps run in the image: a step's /
@@ -263,17 +269,6 @@ class PyxisStyle(JobStyle):
                      "filesystem, not in the image (srun accepts the flags when only the submitting side loads "
                      "Pyxis; check plugstack.conf on the nodes)")
         job.event(EV.containers_ready)
-
-    def kill_servers(self) -> None:
-        """SIGKILL to the server step alone (found by its name): a SIGKILL to the whole job ends
-        the job, and the teardown step could not start any more."""
-        if self.servers_alive():
-            steps = self.job.capture(["squeue", "-h", "-s", "-j", self.job_id(), "-o", "%i %j"]) or ""
-            step = next((ln.split()[0] for ln in steps.splitlines()
-                         if len(ln.split()) == 2 and ln.split()[1] == "ftc-servers"), "")
-            if not step or self.job.capture(["scancel", "--signal=KILL", step]) is None:
-                self.kill_server_process()
-        self.reap_servers()
 
     def down(self) -> bool:
         return self.containers.down(self.job_nodes())
