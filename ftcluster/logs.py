@@ -51,19 +51,32 @@ def tail_lines(path: str, n: int) -> list[str]:
     return [line.decode(errors="replace") for line in data.split(b"\n")[-n:]] if data else []
 
 
+def incarnations(paths: RunPaths) -> list[int]:
+    """The earlier incarnations of a serving run's servers whose logs are kept (restarts)."""
+    found = []
+    for d in paths.logs.glob(FILES.incarnation_dir.format(n="*")):
+        tail = d.name.rpartition("-")[2]
+        if tail.isdigit():
+            found.append(int(tail))
+    return sorted(found)
+
+
 def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client: bool,
-            step: bool = False) -> list[LogSource]:
+            step: bool = False, incarnation: int | None = None) -> list[LogSource]:
     """The log files to show, labelled with rank and node where known. A step run (preflight,
-    convert) has its step's log alone: its output, every rank's."""
+    convert) has its step's log alone: its output, every rank's. `incarnation`: the server logs
+    of an earlier incarnation (before a restart) instead of the current one."""
     if step:
         return [LogSource("step", str(paths.logs / FILES.step_log))]
     found = []
     ranks = [rank] if rank is not None else list(range(nodes))
     if server:
+        kept = paths.logs / FILES.incarnation_dir.format(n=incarnation) if incarnation is not None else None
         for r in ranks:
-            host_file = paths.rank_file(r, "host")
+            host_file = kept / FILES.rank(r, "host") if kept else paths.rank_file(r, "host")
             host = host_file.read_text().strip() if host_file.is_file() else "?"
-            found.append(LogSource(f"rank{r} {host}", str(paths.server_log(r))))
+            log = kept / FILES.server_log(r) if kept else paths.server_log(r)
+            found.append(LogSource(f"rank{r} {host}" + (f" #{incarnation}" if kept else ""), str(log)))
     if client:
         found.append(LogSource("client", str(paths.logs / FILES.client_log)))
     return found

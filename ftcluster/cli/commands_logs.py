@@ -10,7 +10,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.errors import EXIT_FAILED, UserError
 from ftcluster.launchers import launcher_for_record
-from ftcluster.logs import Follower, LogSource, follow, follow_job, sources, tail
+from ftcluster.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
 from ftcluster.slurm import JobState
 from ftcluster.status import paths_of
 from ftcluster.store import RunStore
@@ -25,8 +25,10 @@ from ftcluster.styles import STEP_STYLES
 @click.option("--tail", "tail_n", type=int, default=None, help="Start with the last N lines of each log.")
 @click.option("--server", "server_only", is_flag=True, help="Only server logs.")
 @click.option("--client", "client_only", is_flag=True, help="Only the client log.")
+@click.option("--incarnation", type=click.IntRange(min=0), default=None,
+              help="The server logs of an earlier incarnation (0: before the first restart).")
 def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, tail_n: int | None,
-             server_only: bool, client_only: bool) -> None:
+             server_only: bool, client_only: bool, incarnation: int | None) -> None:
     """Server logs (per rank) and the client log of a run (default: the newest run).
 
     With -f, follows until the job ends; the exit code is 0 when the job completed.
@@ -41,16 +43,29 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     rec = RunStore().get(run)
     flags = (["-f"] if follow_ else []) + (["--rank", str(rank)] if rank is not None else []) \
         + (["--all"] if all_ranks else []) + (["--tail", str(tail_n)] if tail_n is not None else []) \
-        + (["--server"] if server_only else []) + (["--client"] if client_only else [])
+        + (["--server"] if server_only else []) + (["--client"] if client_only else []) \
+        + (["--incarnation", str(incarnation)] if incarnation is not None else [])
     if forward_record(rec, ["logs", rec.run_id, *flags]):
         return
     if rank is not None and not 0 <= rank < rec.nodes:
         raise UserError(f"run {rec.run_id} has ranks 0..{rec.nodes - 1}", field="--rank")
     paths = paths_of(rec)
+    kept = incarnations(paths)
+    if incarnation is not None:
+        if incarnation not in kept:
+            raise UserError(f"run {rec.run_id} keeps the logs of incarnations {kept or 'none'}", field="--incarnation",
+                            hint="leave it out for the current servers' logs")
+        if follow_ or client_only:
+            raise UserError("an earlier incarnation's logs are complete: nothing to follow, no client log",
+                            field="--incarnation", hint="leave out -f and --client")
+    elif kept:
+        click.echo(f"(earlier incarnations, restarted: {', '.join(map(str, kept))}; "
+                   f"see them with --incarnation N)", err=True)
     # --rank R means that rank's server log; the client log only when asked or for all ranks.
-    with_client = client_only or (rank is None and not server_only)
+    with_client = (client_only or (rank is None and not server_only)) and incarnation is None
     step = rec.style in STEP_STYLES
-    srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client, step=step)
+    srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client, step=step,
+                   incarnation=incarnation)
     labelled = len(srcs) > 1
 
     def emit(src: LogSource, line: str) -> None:

@@ -100,6 +100,12 @@ def _restarted_and_serving(cluster: Path, env: dict[str, str], cause: str) -> di
         assert check.returncode == 0, check.stdout + check.stderr
         kept = Path(out["run_dir"]) / "logs" / "incarnation-0"
         assert (kept / "server-rank1.log").is_file() and (kept / "rank1.host").is_file()
+        earlier = ftcluster("logs", run_id, "--incarnation", "0", "--server", "--tail", "3")
+        assert earlier.returncode == 0 and any(line.startswith("[rank1 ") and " #0] " in line
+                                               for line in earlier.stdout.splitlines()), earlier.stdout
+        current = ftcluster("logs", run_id, "--server", "--tail", "3")
+        assert "earlier incarnations, restarted: 0" in current.stderr and " #0]" not in current.stdout
+        assert ftcluster("logs", run_id, "--incarnation", "1").returncode != 0
     finally:
         assert ftcluster("stop", run_id).returncode == 0
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)

@@ -294,6 +294,9 @@ class TritonPythonModel:
             _die()
         self.served += 1
         if self.freeze_at is not None and self.served >= max(1, self.freeze_at):
+            # When it froze, for the benches (an epoch: Triton's own log lines carry no date).
+            print(f"FTCLUSTER_TEST_FREEZE_NODE: rank {self.world.rank} froze at {time.time():.6f}",
+                  file=sys.stderr, flush=True)
             while True:          # alive, silent: rank 0 waits in the gather below for good
                 time.sleep(3600)
         if self.slow:

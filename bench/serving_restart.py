@@ -1,0 +1,202 @@
+"""A serving run that stays up: how fast a frozen world is found and torn down, how fast it
+serves again, what clients lose meanwhile, and what the probe costs.
+
+    python bench/serving_restart.py [--repeats 3] [--interval 1] [--deadline 1] [--failures 2]
+
+On the real Slurm test cluster (bare Slurm style, 2 nodes, FT-shaped test model), per repeat:
+`ftcluster launch --keep-serving --no-client` with rank 1 set to freeze (alive, silent) at its
+FREEZE_AT-th request, while a client sends the probe's own request every 0.2 s (2 s timeout).
+- detection: the job's `servers_stopped` after `restarting` minus the moment rank 1 froze (its
+  log line); goal <= (failures - 1) x interval + deadline + 1 s;
+- restart to serving: the restart's `ready` minus `restarting` (stopping every rank, starting
+  them, readiness), less the back-off, against the first start's `mpicheck_ok` (the servers
+  start next) -> `ready` on the same nodes (goal <= 1.1x);
+- requests the client lost between the freeze and serving again;
+- the probe's CPU: the job supervisor's CPU seconds over a quiet minute with probes every
+  INTERVAL against the same with none (liveness.interval 0), per probe, times the default rate.
+Prints medians of the repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import report
+import yaml  # noqa: E402
+
+from ftcluster.events import parse_events  # noqa: E402
+from ftcluster.triton_local import find_tritonserver  # noqa: E402
+
+FREEZE_AT = 25
+FROZE = re.compile(r"FTCLUSTER_TEST_FREEZE_NODE: rank \d+ froze at ([\d.]+)")
+
+
+class Client(threading.Thread):
+    """The probe's request every 0.2 s with a 2 s timeout; (time sent, ok) for each."""
+
+    def __init__(self, endpoint: str, job_json: Path):
+        super().__init__(daemon=True)
+        live = json.loads(job_json.read_text())["liveness"]
+        self.host, _, port = endpoint.partition(":")
+        self.port = int(port)
+        self.model, self.body, self.size = live["model"], base64.b64decode(live["body"]), live["json_size"]
+        self.sent: list[tuple[float, bool]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.time()
+            try:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=2)
+                conn.request("POST", f"/v2/models/{self.model}/infer", body=self.body,
+                             headers={"Inference-Header-Content-Length": str(self.size)})
+                ok = conn.getresponse().status == 200
+                conn.close()
+            except OSError:
+                ok = False
+            self.sent.append((t, ok))
+            self.stop.wait(max(0.0, 0.2 - (time.time() - t)))
+
+
+def launch(tmp: Path, cluster: Path, env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2",
+                           "--keep-serving", "--no-client", "--json"], cwd=str(tmp), capture_output=True, text=True,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def stop(run_id: str) -> None:
+    subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_id], check=True, capture_output=True)
+
+
+def events(run_dir: Path) -> list[Any]:
+    return parse_events((run_dir / "state" / "events").read_text())
+
+
+def supervisor_cpu(run_dir: Path) -> float:
+    """CPU seconds (user + system) of the run's job supervisor so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(run_dir / "scripts" / "job.json").encode() == c for c in cmd):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+    raise RuntimeError(f"no supervisor of {run_dir}")
+
+
+def restart_once(tmp: Path, cluster: Path, args: argparse.Namespace) -> dict[str, float]:
+    out = launch(tmp, cluster, {"FTCLUSTER_TEST_FREEZE_NODE": f"rank1@{FREEZE_AT}"})
+    run_dir = Path(out["run_dir"])
+    client = Client(out["endpoint"], run_dir / "scripts" / "job.json")
+    client.start()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            kinds = [e.kind for e in events(run_dir)]
+            if kinds.count("serving") >= 2:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+    finally:
+        client.stop.set()
+        client.join()
+        stop(out["run_id"])
+    ev = events(run_dir)
+    froze = float(FROZE.search((run_dir / "logs" / "incarnation-0" / "server-rank1.log").read_text()).group(1))
+    restarting = next(e.time for e in ev if e.kind == "restarting")
+    torn_down = next(e.time for e in ev if e.kind == "servers_stopped" and e.time >= restarting)
+    # The servers start right after the MPI check.
+    first_start = next(e.time for e in ev if e.kind == "mpicheck_ok")
+    first_ready = next(e.time for e in ev if e.kind == "ready")
+    again = next(e.time for e in ev if e.kind == "ready" and e.time > restarting)
+    lost = sum(1 for t, ok in client.sent if froze - 2 <= t <= again and not ok)
+    return {"detect_s": torn_down - froze, "goal_s": (args.failures - 1) * args.interval + args.deadline + 1,
+            "first_ready_s": first_ready - first_start, "restart_ready_s": again - restarting - args.backoff,
+            "lost_requests": float(lost), "sent": float(len(client.sent))}
+
+
+def probe_cpu(tmp: Path, cluster_of: Any, seconds: float) -> dict[str, float]:
+    """The supervisor's CPU seconds over `seconds` of quiet serving, with and without probes."""
+    out: dict[str, float] = {}
+    for name, interval in (("probes", 1.0), ("none", 0.0)):
+        run = launch(tmp, cluster_of(interval), {})
+        run_dir = Path(run["run_dir"])
+        try:
+            t0, c0 = time.time(), supervisor_cpu(run_dir)
+            time.sleep(seconds)
+            out[f"cpu_{name}_s"] = supervisor_cpu(run_dir) - c0
+            out[f"window_{name}_s"] = time.time() - t0
+        finally:
+            stop(run["run_id"])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--deadline", type=float, default=1.0)
+    ap.add_argument("--failures", type=int, default=2)
+    ap.add_argument("--backoff", type=float, default=1.0)
+    ap.add_argument("--cpu-seconds", type=float, default=30.0)
+    args = ap.parse_args()
+    from tests.cluster.testbed import running_testbed
+
+    tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-restart-"))
+    os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
+
+    def cluster_of(interval: float) -> Path:
+        spec = {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
+                "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"),
+                "server": {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+                           "liveness": {"interval": interval, "deadline": args.deadline, "failures": args.failures},
+                           "restarts": 1, "restart_backoff": args.backoff}}
+        path = tmp / f"cluster-{interval:g}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        return path
+
+    runs: dict[str, list[dict[str, float]]] = {"restart": [], "cpu": []}
+    with running_testbed():
+        for i in range(args.repeats):
+            runs["restart"].append(restart_once(tmp, cluster_of(args.interval), args))
+            print(f"repeat {i + 1}/{args.repeats}: {runs['restart'][-1]}", file=sys.stderr)
+        runs["cpu"].append(probe_cpu(tmp, cluster_of, args.cpu_seconds))
+    med = report.medians(runs)
+    r, c = med["restart"], med["cpu"]
+    per_probe = (c["cpu_probes_s"] - c["cpu_none_s"]) / max(c["window_probes_s"] / args.interval, 1)
+    print(f"2 nodes, bare Slurm; liveness every {args.interval:g} s, deadline {args.deadline:g} s, "
+          f"{args.failures} misses; median of {args.repeats}")
+    print(f"detection (freeze -> world torn down): {r['detect_s']:.2f} s (goal <= {r['goal_s']:.1f} s)")
+    print(f"restart to ready (less the {args.backoff:g} s back-off): {r['restart_ready_s']:.2f} s; first start to "
+          f"ready: {r['first_ready_s']:.2f} s; ratio {r['restart_ready_s'] / r['first_ready_s']:.2f} (goal <= 1.1)")
+    print(f"requests lost from the freeze to serving again: {r['lost_requests']:.0f} of {r['sent']:.0f} sent "
+          "(one every 0.2 s, 2 s timeout)")
+    print(f"probe CPU (supervisor): {c['cpu_probes_s']:.2f} s with probes every {args.interval:g} s vs "
+          f"{c['cpu_none_s']:.2f} s without, over {c['window_probes_s']:.0f} s: {per_probe * 1000:.1f} ms a probe, "
+          f"{per_probe * 6 * 1000:.0f} ms a minute at the default interval (10 s)")
+    report.print_json(med, repeats=args.repeats, interval=args.interval, deadline=args.deadline,
+                      failures=args.failures, per_probe_s=per_probe)
+
+
+if __name__ == "__main__":
+    main()
