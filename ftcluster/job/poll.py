@@ -30,10 +30,11 @@ class Cadence:
 # the supervisor SIGKILLed) is seen within 10 s; what the job says is seen through EVENTS.
 SCHEDULER = Cadence(0.1, 10.0)
 SCHEDULER_PER_MINUTE = 12
-# Once the job's end is due (it wrote `done`; it was killed outright): every 0.1 s, backing off
-# to every 0.25 s, for up to 15 s. Slurm lets a cancelled job go some seconds after its batch
-# script ended (COMPLETING until its nodes have cleaned up); `stop` returns as soon as it has.
-ENDING = Cadence(0.1, 0.25)
+# Once the job's end is due (it wrote `done`): at once, then about every 0.1 s, slowly backing
+# off to every 0.25 s, for up to 15 s. Slurm lets a job go a little after its batch script ended
+# (a cancelled one stays COMPLETING for seconds, until its nodes have cleaned up); `launch` and
+# `stop` return as soon as it has, as they did when they asked every 0.1-0.2 s all along.
+ENDING = Cadence(0.1, 0.25, 1.1)
 ENDING_S = 15.0
 # The run's events file, read on an open descriptor (no path lookup): readiness and failures
 # are seen within 50 ms, as before there was a budget.
