@@ -39,7 +39,8 @@ def _frozen_run_fails_naming_the_hang(cluster: Path, freeze: str) -> dict[str, A
     st = _status(run_id)
     assert st["failure"].startswith("the MPI world is hung: the liveness probe (1 prompt token for 1 output "
                                     "token through fastertransformer) got no answer within 1 s 2 times in a row")
-    assert "rank 1 on " in st["failure"] and "TRITONBACKEND_ModelInstanceInitialize" in st["failure"]
+    # Each rank's last log line: rank 1's is the test model's own word that it froze.
+    assert "; rank 1 on " in st["failure"] and "FTCLUSTER_TEST_FREEZE_NODE: rank 1 froze at" in st["failure"]
     health = st["health"]
     assert health["consecutive_misses"] == 2 and health["last_ok"] is not None and health["probes"] >= 3
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
