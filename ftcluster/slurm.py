@@ -148,20 +148,15 @@ class Slurm:
             return {i: JobInfo(i, JobState.UNKNOWN, "UNKNOWN", reason=problem, source=UNREACHABLE) for i in ids}
         got: dict[str, JobInfo] = {}
         for line in res.stdout.splitlines():
-            job_id, raw, reason, nodes = (line.split("|") + ["", "", ""])[:4]
+            job_id, *fields = line.split("|")
             if job_id in ids:
-                reason = "" if reason.strip("()") == "None" else reason
-                got[job_id] = JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
+                got[job_id] = self._squeue_info(job_id, fields)
         missing = [i for i in ids if i not in got]
-        if missing and self._has_sacct is not False:
-            res = self.runner.run(["sacct", "-n", "-P", "-X", "-j", ",".join(missing),
-                                   "-o", "JobID,State,ExitCode,NodeList"], timeout=30)
-            self._has_sacct = res.ok
-            for line in res.stdout.splitlines() if res.ok else ():
-                job_id, raw, code, nodes = (line.split("|") + ["", "", ""])[:4]
-                if job_id in missing:
-                    got[job_id] = JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), exit_code=code,
-                                          source="sacct")
+        rows = self._accounting(missing, "JobID,State,ExitCode,NodeList") if missing else None
+        for line in (rows or "").splitlines():
+            job_id, *fields = line.split("|")
+            if job_id in missing:
+                got[job_id] = self._sacct_info(job_id, fields)
         return {i: got.get(i) or JobInfo(i, JobState.UNKNOWN, "UNKNOWN", source=NO_SUCH_JOB) for i in ids}
 
     @staticmethod
@@ -178,24 +173,35 @@ class Slurm:
             return self._query_problem(res)
         if not res.stdout.strip():
             return ""  # squeue forgets jobs shortly after they end
-        raw, reason, nodes = (res.stdout.strip().splitlines()[0].split("|") + ["", ""])[:3]
+        return self._squeue_info(job_id, res.stdout.strip().splitlines()[0].split("|"))
+
+    @staticmethod
+    def _squeue_info(job_id: str, fields: list[str]) -> JobInfo:
+        """A job from squeue's `%T|%R|%N` fields."""
+        raw, reason, nodes = (fields + ["", ""])[:3]
         # squeue says "None" (or "(None)") when there is no reason to show.
         reason = "" if reason.strip("()") == "None" else reason
         return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
 
     def _sacct(self, job_id: str) -> JobInfo | str:
+        rows = (self._accounting([job_id], "State,ExitCode,NodeList") or "").strip()
+        if not rows:
+            return ""
+        return self._sacct_info(job_id, rows.splitlines()[0].split("|"))
+
+    def _accounting(self, job_ids: Sequence[str], fields: str) -> str | None:
+        """sacct's rows of these jobs; None on a cluster without accounting (remembered)."""
         if self._has_sacct is False:
-            return ""
-        res = self.runner.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList"], timeout=30)
-        if not res.ok:
-            # "accounting storage is disabled" on clusters without slurmdbd
-            self._has_sacct = False
-            return ""
-        self._has_sacct = True
-        line = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
-        if not line:
-            return ""
-        raw, code, nodes = (line.split("|") + ["", ""])[:3]
+            return None
+        res = self.runner.run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", fields], timeout=30)
+        # "accounting storage is disabled" on clusters without slurmdbd
+        self._has_sacct = res.ok
+        return res.stdout if res.ok else None
+
+    @staticmethod
+    def _sacct_info(job_id: str, fields: list[str]) -> JobInfo:
+        """A job from sacct's `State|ExitCode|NodeList` fields."""
+        raw, code, nodes = (fields + ["", ""])[:3]
         return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), exit_code=code, source="sacct")
 
     def _scontrol(self, job_id: str) -> JobInfo | str:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import EV, parse_events
-from ftcluster.launchers import launcher_for_record, launcher_named
+from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
 from ftcluster.store import RunRecord, RunStore
-from ftcluster.styles import STEP_STYLES, launcher_name
+from ftcluster.styles import STEP_STYLES
 
 if TYPE_CHECKING:
     from ftcluster.slurm import JobInfo
@@ -146,7 +146,7 @@ def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
     groups: dict[str, list[RunRecord]] = {}
     for rec in records:
         if rec.job_id and rec.scheduler != "remote" and rec.status in LIVE_STATUSES:
-            groups.setdefault(rec.launcher or launcher_name(rec.scheduler, rec.style), []).append(rec)
+            groups.setdefault(record_launcher(rec), []).append(rec)
     states: dict[str, JobInfo] = {}
     for name, recs in groups.items():
         found = launcher_named(name).infos([(r.job_id or "", paths_of(r)) for r in recs])

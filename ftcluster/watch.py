@@ -24,7 +24,6 @@ class JobWatch:
         self.launcher, self.job_id, self.paths, self.clock = launcher, job_id, paths, clock
         self.events = EventFollower(str(paths.events), clock)
         self.info: JobInfo | None = None     # the scheduler's last answer
-        self.asked = 0                       # questions put to the scheduler
         self._pace = SCHEDULER.backoff()
         self._budget = Budget(SCHEDULER_PER_MINUTE, clock)
         self._ask_at = clock.monotonic()
@@ -57,7 +56,6 @@ class JobWatch:
         if self._ending_until is not None and now >= self._ending_until:
             self._pace, self._ending_until = SCHEDULER.backoff(), None
         self._budget.spend()
-        self.asked += 1
         info = self.launcher.info(self.job_id, self.paths)
         # Unreachable is no answer: back off as if nothing changed, never hammer a busy slurmctld.
         changed = not info.unreachable and (
@@ -83,7 +81,7 @@ class JobWatch:
             left = deadline - self.clock.monotonic()
             if left <= 0:
                 return False
-            self.clock.sleep(min(tick.next(changed), self.until_next() or tick.fast, left))
+            self.clock.sleep(min(tick.next(changed), self.until_next() or EVENTS.fast, left))
 
     def close(self) -> None:
         self.events.close()

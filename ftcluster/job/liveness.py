@@ -20,28 +20,19 @@ import time
 from typing import Any
 
 from .config import LivenessConfig
+from .ranks import http_get
 
-# One request per probe, over a fresh connection: nothing of a hung one is reused.
 _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
 
 def request_successes(host: str, port: int, model: str, timeout: float = 2.0) -> float | None:
     """Rank 0's completed requests of `model` (every version), from its metrics; None when they
     could not be read."""
-    try:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        try:
-            conn.request("GET", "/metrics")
-            reply = conn.getresponse()
-            text = reply.read().decode(errors="replace")
-        finally:
-            conn.close()
-    except (OSError, http.client.HTTPException):
-        return None
-    if reply.status != 200:
+    body = http_get(host, port, "/metrics", timeout)
+    if body is None:
         return None
     total = None
-    for labels, value in _METRIC.findall(text):
+    for labels, value in _METRIC.findall(body.decode(errors="replace")):
         if f'model="{model}"' in labels:
             total = (total or 0.0) + float(value)
     return total
@@ -63,6 +54,7 @@ class Probe:
         self.thread.start()
 
     def _send(self) -> None:
+        # One request per probe, over a fresh connection: nothing of a hung one is reused.
         self.successes_before = request_successes(self.host, self.cfg.metrics_port, self.cfg.model)
         t0 = time.monotonic()
         try:

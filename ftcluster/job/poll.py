@@ -20,11 +20,11 @@ class Cadence:
         self.fast, self.slow, self.factor = fast, max(slow, fast), factor
 
     def backoff(self) -> Backoff:
-        return Backoff(self.fast, self.slow, self.factor)
+        return Backoff(self)
 
 
 # Slurm (squeue, sacct, scontrol), per run and per command that watches it. Every 0.1 s after a
-# change (a new state, the job's `done`, a cancel), slowing to every 10 s: 6 a minute while
+# change (a new state or pending reason), slowing to every 10 s: 6 a minute while
 # nothing happens, and room for the burst at a job's end within SCHEDULER_PER_MINUTE, which
 # holds from the second minute on. A job's end that no event announces (the batch host lost,
 # the supervisor SIGKILLed) is seen within 10 s; what the job says is seen through EVENTS.
@@ -56,13 +56,14 @@ RANK_FILES = Cadence(0.01, 0.25)
 class Backoff:
     """The wait before each poll of one loop, following a Cadence."""
 
-    def __init__(self, fast: float, slow: float, factor: float = 1.5):
-        self.fast, self.slow, self.factor = fast, max(slow, fast), factor
-        self.interval = fast
+    def __init__(self, cadence: Cadence):
+        self.cadence = cadence
+        self.interval = cadence.fast
 
     def next(self, changed: bool) -> float:
         """The wait before the next poll, after one that saw something (changed) or nothing."""
-        self.interval = self.fast if changed else min(self.slow, self.interval * self.factor)
+        c = self.cadence
+        self.interval = c.fast if changed else min(c.slow, self.interval * c.factor)
         return self.interval
 
 

@@ -12,6 +12,7 @@ import time
 from typing import List, Optional, Tuple
 
 from .names import FILES
+from .text import last_line
 
 # glog's error lines ("E<MMDD> <time> ..."), less what a CPU-only server always logs.
 ERROR_LINE = re.compile(r"^E[0-9]{4} [0-9:.]+ ")
@@ -88,11 +89,10 @@ class RankFiles:
                 age = now - os.path.getmtime(path)
                 with open(path, "rb") as f:
                     f.seek(max(0, os.path.getsize(path) - 4096))
-                    lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+                    last = last_line(f.read().decode(errors="replace")).strip()[:160] or "(empty)"
             except OSError:
                 said.append(f"rank {rank}: no log")
                 continue
-            last = lines[-1].strip()[:160] if lines else "(empty)"
             said.append(f"rank {rank} on {self.node(rank)}, {age:.0f} s ago: {last}")
         return "; ".join(said)
 

@@ -20,10 +20,9 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .config import JobConfig
 from .liveness import Liveness
-from .ranks import keep_incarnation
 from .names import EV, FILES
 from .poll import RANK_FILES
-from .ranks import RankFiles, rank0_ready
+from .ranks import RankFiles, keep_incarnation, rank0_ready
 from .text import last_line, read_text, squeeze
 
 

@@ -40,6 +40,11 @@ def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,
     return launcher_named(launcher_name(scheduler, style or ""), runner)
 
 
+def record_launcher(rec: RunRecord) -> str:
+    """The name of the launcher that ran a recorded run: the one it names, else its scheduler's
+    and style's."""
+    return rec.launcher or launcher_name(rec.scheduler, rec.style)
+
+
 def launcher_for_record(rec: RunRecord, runner: Runner | None = None) -> Launcher:
-    """The launcher that ran a recorded run: the one it names, else its scheduler's and style's."""
-    return launcher_named(rec.launcher or launcher_name(rec.scheduler, rec.style), runner)
+    return launcher_named(record_launcher(rec), runner)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ftcluster.events import EventFollower
-from ftcluster.job.poll import EVENTS_LOOKUP, Backoff
+from ftcluster.job.poll import EVENTS_LOOKUP, Cadence
 from tests.fake_clock import FakeClock
 
 
 def test_backoff_slows_while_quiet_and_snaps_back_on_a_change() -> None:
-    b = Backoff(0.02, 0.1, factor=2)
+    b = Cadence(0.02, 0.1, factor=2).backoff()
     assert [b.next(False) for _ in range(4)] == [0.04, 0.08, 0.1, 0.1]
     assert b.next(True) == 0.02
     assert b.next(False) == 0.04
