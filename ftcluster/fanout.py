@@ -5,7 +5,8 @@ The job script of scheduler `ssh` uses this where a Slurm job script uses an sru
     python -m ftcluster.fanout --config scripts/nodes.json [--hosts h1,h2] [--output LOG-%N.log] -- CMD...
 
 Each host runs CMD with FTC_NODE=<host> in its environment (the node scripts' name for the
-node, as SLURMD_NODENAME is under Slurm), under a pty so that a closed connection hangs up the
+node, as SLURMD_NODENAME is under Slurm) and this side's FTC_INCARNATION (the servers' restart
+count, which srun would pass on), under a pty so that a closed connection hangs up the
 remote command. With --output, a host's output goes to that file (%N: the host), otherwise to
 stdout. The exit status is 0 when every host exited 0, else the first failure's status (255 when
 a host could not be reached: the reason is in its output). SIGINT/SIGTERM close every
@@ -99,7 +100,9 @@ class Fanout:
         return conn
 
     def run_one(self, host: str, argv: Sequence[str], sink: _Lines) -> HostResult:
-        command = f"env FTC_NODE={shlex.quote(host)} {shlex.join(argv)}"
+        incarnation = os.environ.get("FTC_INCARNATION", "")
+        passed = f" FTC_INCARNATION={incarnation}" if incarnation.isdigit() and incarnation.isascii() else ""
+        command = f"env FTC_NODE={shlex.quote(host)}{passed} {shlex.join(argv)}"
         try:
             conn = self._connect(host)
         except UserError as exc:

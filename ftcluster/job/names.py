@@ -74,5 +74,13 @@ class RunFiles:
     def server_log(self, rank: Union[int, str]) -> str:   # logs/: tritonserver's log of a rank
         return f"server-rank{rank}.log"
 
+    # Shared memory the ranks name in /dev/shm: /dev/shm/ftc+RUN+r<R>+... ("+" is not in a run id,
+    # so no run's prefix is another's). A SIGKILLed rank leaves its entries there; each rank's
+    # wrapper removes its own at start (a restart) and the teardown every node's.
+    shm_dir: str = "/dev/shm"
+
+    def shm_prefix(self, run_id: str, rank: Union[int, str] = "") -> str:
+        return f"ftc+{run_id}+" + (f"r{rank}+" if rank != "" else "")
+
 
 FILES = RunFiles()

@@ -7,6 +7,7 @@ and every rank killed. `ftcluster.styles.Style.job_style` names the class here.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -54,8 +55,16 @@ class JobStyle:
         """The run's containers on every node (none here)."""
 
     def down(self) -> bool:
-        """Removes the run's containers on every node; False when a node failed."""
+        """Removes the run's containers on every node; False when a node failed. Bare metal has
+        none: what SIGKILLed ranks leave in /dev/shm is removed on every node instead."""
+        if self.started_servers():
+            self.job.run([*self.every_node("/dev/null"), "bash", "-c", 'rm -rf -- "$1"*', "_", self.shm_glob()],
+                         out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
+
+    def shm_glob(self) -> str:
+        """What the run's ranks name in /dev/shm, as a prefix (rank_server.sh)."""
+        return os.path.join(FILES.shm_dir, FILES.shm_prefix(self.cfg.run_id))
 
     # --- Slurm steps --------------------------------------------------------------------------
 
@@ -162,6 +171,10 @@ class JobStyle:
                 self.kill_server_process()
         self.reap_servers()
 
+    def clear_servers(self) -> None:
+        """Before a restart's servers start: what the killed world left where they will run
+        (nothing on bare metal: the step's end killed every rank)."""
+
     def kill_server_process(self) -> None:
         if self.servers is not None and self.servers.poll() is None:
             self.servers.kill()
@@ -205,6 +218,15 @@ class NodeContainers:
         if self.guard is not None:
             self.job.end_child(self.guard, 30)
             self.guard = None
+
+    def reap(self) -> None:
+        """Every process of the killed world still in the run's containers, killed on every node
+        (a restart's servers start in empty containers)."""
+        if self.job.run(self.node_step("reap", "reap"), limit=120, interruptible=False):
+            logs = sorted(n for n in os.listdir(self.job.cfg.logs) if n.startswith(f"{self.kind}-reap-"))
+            problem = next(filter(None, (last_line(read_text(self.job.log_path(n))) for n in logs)), "")
+            self.job.fail(f"the killed servers' processes could not be cleared from the containers: "
+                          f"{squeeze(problem) or f'see logs/{self.kind}-reap-*.log'}")
 
     def down(self, hosts: List[str]) -> bool:
         if not self.started:
@@ -269,6 +291,9 @@ class PyxisStyle(JobStyle):
                      "filesystem, not in the image (srun accepts the flags when only the submitting side loads "
                      "Pyxis; check plugstack.conf on the nodes)")
         job.event(EV.containers_ready)
+
+    def clear_servers(self) -> None:
+        self.containers.reap()
 
     def down(self) -> bool:
         return self.containers.down(self.job_nodes())
@@ -358,9 +383,13 @@ class DockerStyle(JobStyle):
                                       out=self.job.log_path(FILES.mpirun_log))
 
     def kill_servers(self) -> None:
-        # The container removal (the teardown) is the SIGKILL for every rank.
+        # Ends mpirun's docker exec here; the container removal (the teardown), or clear_servers
+        # before a restart, is the SIGKILL for what runs in the containers.
         self.kill_server_process()
         self.reap_servers()
+
+    def clear_servers(self) -> None:
+        self.containers.reap()
 
     def down(self) -> bool:
         ok = self.containers.down(self.hosts)
@@ -471,6 +500,11 @@ class LocalStyle(JobStyle):
     def down(self) -> bool:
         if self.mpi_tmp:
             shutil.rmtree(self.mpi_tmp, ignore_errors=True)
+        for path in glob.glob(glob.escape(self.shm_glob()) + "*"):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink(path)
         return True
 
 
@@ -497,3 +531,10 @@ def file_size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -327,6 +327,7 @@ class Job:
         self.event(EV.restarting, tries, cause)
         self.say(f"ftcluster: {cause}; restarting the servers ({tries} of {cfg.restarts})")
         self.style.kill_servers()
+        self.style.clear_servers()
         self.event(EV.servers_stopped)
         keep_incarnation(cfg.logs, cfg.state, cfg.nodes, tries - 1)
         self.phase = "while restarting"

@@ -151,6 +151,22 @@ def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> No
     assert_nothing_left(dn, run_dir)
 
 
+def test_a_hung_world_is_restarted_and_serves_again(tmp_path: Path, docker_nodes: DockerNodes) -> None:
+    """The restart smoke test on Slurm + Docker: rank 1 freezes while serving; mpirun's docker
+    exec ends here, everything of the killed world inside the containers is reaped (a docker
+    exec's process outlives its client), and mpirun starts the servers again in them."""
+    from tests.integration.test_liveness import RESTARTS, restarted_and_serving
+
+    dn = docker_nodes
+    spec = write_spec(tmp_path, dn, top={"server": {"ready_timeout": 90, "exit_grace": 10, **RESTARTS},
+                                         "env": {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}})
+    st = restarted_and_serving(launch(dn, spec, "--nodes", "2", "--keep-serving", "--no-client", "--no-mpi-check"),
+                               "the MPI world is hung", env=dn.tb.env)  # type: ignore[attr-defined]
+    run_dir = Path(st["run_dir"])
+    assert len(list((run_dir / "logs").glob("docker-reap-*.log"))) == 2   # the reap ran on both nodes
+    assert_nothing_left(dn, run_dir)
+
+
 def assert_stock_container(dn: DockerNodes, node: str, run_id: str) -> None:
     """The docker SDK's view of a serving container: the node's GPU (through the "nvidia"
     runtime the spec asked for) and an image with nothing of ftcluster in it."""

@@ -8,6 +8,7 @@ unless FTCLUSTER_TEST_FAULTS_ALWAYS)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import tempfile
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ftcluster.job.names import FILES
 from tests.integration.test_launch_slurm import _job_gone, _write_spec
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
 
@@ -81,36 +83,58 @@ def test_a_frozen_rank_is_found_and_the_job_ends_on_slurm(slurm_cluster: Any) ->
     assert wait_for(lambda: _job_gone(st["job_id"]), 30)
 
 
-def _restarted_and_serving(cluster: Path, env: dict[str, str], cause: str) -> dict[str, Any]:
-    """Launch with a fault in the first incarnation: restarted once, serving again, and the
-    client's check passes against the same endpoint; the first incarnation's logs kept."""
-    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", env=env)
+def shm_entries(run_id: str) -> list[str]:
+    """What the run's ranks named in /dev/shm (the test bed's nodes share it)."""
+    return sorted(p.name for p in Path(FILES.shm_dir).glob(glob.escape(FILES.shm_prefix(run_id)) + "*"))
+
+
+def restarted_and_serving(launched: tuple[int, dict[str, Any], str], cause: str,
+                          env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A launch with a fault in the first incarnation: restarted once, serving again, and the
+    client's check passes against the same endpoint; the first incarnation's logs kept; the
+    ranks' shared memory under the run's prefix, all of it gone after `stop`."""
+    rc, out, err = launched
     assert rc == 0 and out["ok"], err
     run_id, endpoint = out["run_id"], out["endpoint"]
 
+    def status() -> dict[str, Any]:
+        got = ftcluster("status", run_id, "--json", env=env)
+        assert got.returncode == 0, got.stderr
+        return json.loads(got.stdout)  # type: ignore[no-any-return]
+
     def serving_again() -> bool:
-        st = _status(run_id)
+        st = status()
         return len(st["restarts"]) == 1 and st["phase"] == "serving" and \
             ((st["health"] or {}).get("last_probe") or {}).get("answered") is True
     try:
-        assert wait_for(serving_again, 90), _status(run_id)
-        st = _status(run_id)
+        assert wait_for(serving_again, 120), status()
+        st = status()
         assert st["state"] == "RUNNING" and st["failure"] is None
         assert st["restarts"][0]["cause"].startswith(cause) and st["restarts"][0]["job_id"] == out["job_id"]
-        check = ftcluster("client", "identity", "--url", endpoint, "--model", "fastertransformer")
+        check = ftcluster("client", "identity", "--url", endpoint, "--model", "fastertransformer", env=env)
         assert check.returncode == 0, check.stdout + check.stderr
         kept = Path(out["run_dir"]) / "logs" / "incarnation-0"
         assert (kept / "server-rank1.log").is_file() and (kept / "rank1.host").is_file()
-        earlier = ftcluster("logs", run_id, "--incarnation", "0", "--server", "--tail", "3")
+        earlier = ftcluster("logs", run_id, "--incarnation", "0", "--server", "--tail", "3", env=env)
         assert earlier.returncode == 0 and any(line.startswith("[rank1 ") and " #0] " in line
                                                for line in earlier.stdout.splitlines()), earlier.stdout
-        current = ftcluster("logs", run_id, "--server", "--tail", "3")
+        current = ftcluster("logs", run_id, "--server", "--tail", "3", env=env)
         assert "earlier incarnations, restarted: 0" in current.stderr and " #0]" not in current.stdout
-        assert ftcluster("logs", run_id, "--incarnation", "1").returncode != 0
+        assert ftcluster("logs", run_id, "--incarnation", "1", env=env).returncode != 0
+        # The python backend's regions of both ranks, under the run's prefix.
+        named = shm_entries(run_id)
+        assert any(n.startswith(FILES.shm_prefix(run_id, 0) + "py+") for n in named), named
+        assert any(n.startswith(FILES.shm_prefix(run_id, 1) + "py+") for n in named), named
     finally:
-        assert ftcluster("stop", run_id).returncode == 0
+        assert ftcluster("stop", run_id, env=env).returncode == 0
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+    assert shm_entries(run_id) == []
     return st
+
+
+def _restarted_and_serving(cluster: Path, env: dict[str, str], cause: str) -> dict[str, Any]:
+    return restarted_and_serving(launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", env=env),
+                                 cause)
 
 
 @pytest.mark.triton
@@ -153,6 +177,7 @@ def test_stop_during_a_restart_leaves_nothing(tmp_path: Path) -> None:
     stop = ftcluster("stop", run_id, timeout=30)
     assert stop.returncode == 0, stop.stderr
     assert not processes_matching(run_id)
+    assert shm_entries(run_id) == []
     events = (Path(out["run_dir"]) / "state" / "events").read_text()
     assert "interrupted" in events and events.rstrip().endswith("done 130")
 

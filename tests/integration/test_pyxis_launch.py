@@ -126,6 +126,21 @@ def test_rank_dying_at_startup_fails_fast_names_it_and_cleans_up(pb: PyxisBed, s
     _assert_run_gone(out["run_id"])
 
 
+def test_a_hung_world_is_restarted_in_fresh_containers_and_serves_again(pb: PyxisBed, spec_dir: Path) -> None:
+    """The restart smoke test on Pyxis: rank 1 freezes while serving; the world is killed, what
+    ran in the named containers is reaped (a step entering a container with processes in it
+    would join them without its mounts: pyxis#130), and the servers start again in them."""
+    from tests.integration.test_liveness import RESTARTS, restarted_and_serving
+
+    cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 90, "exit_grace": 5, **RESTARTS})
+    st = restarted_and_serving(launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", "--no-mpi-check",
+                                           env={"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}),
+                               "the MPI world is hung")
+    run_dir = Path(st["run_dir"])
+    assert len(list((run_dir / "logs").glob("pyxis-reap-node*.log"))) == 2   # the reap ran on both nodes
+    _assert_run_gone(st["run_id"])
+
+
 def test_readiness_timeout_fails_cleanly(pb: PyxisBed, spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 4, "exit_grace": 3})
     rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check", env={"FTCLUSTER_TEST_LOAD_DELAY": "120"})

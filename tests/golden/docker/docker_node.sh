@@ -1,8 +1,8 @@
 #!/bin/bash
 # Node-side Docker steps of ftcluster run gpt-2n (generated). The job script runs:
-#   on every node, through srun:  docker_node.sh up | guard | down
+#   on every node, through srun:  docker_node.sh up | guard | down | reap (before a restart)
 #   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container)
-# and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | rank
+# and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | rank | reap_inside
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
@@ -158,7 +158,7 @@ run_mpirun() {
   # sigkill_timeout: a SIGTERM'd rank gets the server's exit grace before SIGKILL.
   exec mpirun --allow-run-as-root -np "$NODES" -H "$hosts" \
     --mca plm_rsh_args "-p $SSH_PORT -i $IN_SSH/id_ed25519 -o UserKnownHostsFile=$IN_SSH/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes -o LogLevel=ERROR" \
-    --mca odls_base_sigkill_timeout "$EXIT_GRACE" "${mca_if[@]}" "$@"
+    --mca odls_base_sigkill_timeout "$EXIT_GRACE" "${mca_if[@]}" -x FTC_INCARNATION "$@"
 }
 
 down() {
@@ -173,7 +173,32 @@ down() {
     ids=$(docker ps -aq --filter "label=$LABEL=$RUN_ID" 2>&1)
     [ -z "$ids" ] || { record down "failed containers remain: $(lastline "$ids")"; exit 1; }
   fi
+  remove_shm
   record down ok
+}
+
+# Inside a container, before a restart of the servers: every process but the container's own
+# (PID 1), this run's sshd and this script is one of the killed world's (orted, a rank, its
+# stubs, mpirun): all are killed, so the next world starts in a clean container. Zombies
+# (PID 1 is sleep, which reaps nobody) hold nothing and are left.
+reap_inside() {
+  local p pid state sshd_pid='' i left
+  [ -r "$IN_SSH/sshd.pid" ] && read -r sshd_pid <"$IN_SSH/sshd.pid"
+  for ((i = 0; i < 50; i++)); do
+    left=()
+    for p in /proc/[0-9]*; do
+      pid=${p#/proc/}
+      case " 1 $$ $sshd_pid " in *" $pid "*) continue ;; esac
+      read -r state <"$p/stat" 2>/dev/null || continue
+      state=${state##*) }
+      [ "${state%% *}" = Z ] || left+=("$pid")
+    done
+    [ -n "${left[*]}" ] || return 0
+    kill -KILL "${left[@]}" 2>/dev/null
+    sleep 0.1
+  done
+  echo "processes remain in $CNAME on $NODE: ${left[*]}"
+  return 1
 }
 
 # The guard's removal: every container of the run on this node.
@@ -188,6 +213,8 @@ remove_all() {
 # then removes this node's containers of the run (remove_all): the teardown of last resort, for
 # when the job cannot run its own (cancelled by hand, out of time, the machine running it lost).
 NAPPER=
+# What the run's SIGKILLed ranks left in this node's /dev/shm (rank_server.sh names them).
+remove_shm() { rm -rf -- "/dev/shm/ftc+gpt-2n+"* 2>/dev/null; return 0; }
 guard() {
   declare -F remove_all >/dev/null || { echo "guard: no remove_all defined" >&2; exit 2; }
   # shellcheck disable=SC2317  # reached through the trap
@@ -195,6 +222,7 @@ guard() {
     trap - TERM HUP INT
     kill "$NAPPER" 2>/dev/null
     remove_all >/dev/null 2>&1
+    remove_shm
     exit 0
   }
   trap on_end TERM HUP INT
@@ -209,9 +237,11 @@ case "${1:-}" in
   up) up ;;
   guard) guard ;;
   down) down ;;
-  exec) shift; exec docker exec -e FTC_NODE="$NODE" "$CNAME" "$@" ;;
+  exec) shift; exec docker exec -e FTC_NODE="$NODE" -e FTC_INCARNATION="${FTC_INCARNATION:-0}" "$CNAME" "$@" ;;
+  reap) exec docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" reap_inside ;;
+  reap_inside) reap_inside ;;
   sshd) mpi_on_path; sshd_start ;;
   mpirun) shift; mpi_on_path; run_mpirun "$@" ;;
   rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
-  *) echo "usage: $0 up|guard|down|exec CMD...|sshd|mpirun HOSTS CMD...|rank" >&2; exit 2 ;;
+  *) echo "usage: $0 up|guard|down|reap|exec CMD...|sshd|mpirun HOSTS CMD...|rank|reap_inside" >&2; exit 2 ;;
 esac

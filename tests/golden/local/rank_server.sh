@@ -83,6 +83,23 @@ kill_server_leftovers() {
   return 0
 }
 
+# Shared memory in /dev/shm under this rank's own prefix: the python backend's regions and Open
+# MPI's shared-memory segments (vader in 4.x, sm in 5.x). A SIGKILLed server leaves them there;
+# a restarted rank removes its earlier incarnation's, the teardown every rank's.
+SHM_DIR=/dev/shm
+SHM_NAME="ftc+gpt-2n+r$RANK+"
+SHM_ARGS=()
+if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
+  rm -rf -- "${SHM_DIR:?}/$SHM_NAME"*
+  if mkdir -p "$SHM_DIR/${SHM_NAME}mpi"; then
+    export OMPI_MCA_btl_vader_backing_directory="$SHM_DIR/${SHM_NAME}mpi"
+    export OMPI_MCA_btl_sm_backing_directory="$SHM_DIR/${SHM_NAME}mpi"
+  fi
+  # The spec's own prefix, when it names one, wins.
+  [[ " ${EXTRA_ARGS[*]} " == *"shm-region-prefix-name="* ]] \
+    || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
+fi
+
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
@@ -90,7 +107,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
-  "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
+  "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
 stopping=0
 trap 'stopping=1; kill -TERM "$child" 2>/dev/null' TERM INT
