@@ -371,6 +371,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
         mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
         restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
+        log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
     )
 
 

@@ -248,6 +248,9 @@ class Server(_Strict):
     # Run once (argv, no shell) when a serving run gives up: an alert hook. It gets FTC_RUN_ID,
     # FTC_RUN_DIR and FTC_FAILURE in its environment.
     on_failure: tuple[str, ...] = ()
+    # A serving rank's server log over this many MiB is copied to <log>.1 and emptied: each
+    # rank's server log then takes at most twice this (checked every 30 s while serving).
+    log_max_mb: float = Field(256.0, gt=0, le=1024 * 1024)
 
 
 class ImageSpec(_Strict):

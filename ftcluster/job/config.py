@@ -70,6 +70,7 @@ class JobConfig:
     restarts: int = 0               # restarts of the whole world on a fault while serving
     restart_backoff: float = 10.0   # seconds before the first restart; doubling for each next
     on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
+    log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

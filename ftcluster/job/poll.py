@@ -51,6 +51,8 @@ LOG_LOOKUP = Cadence(1.0, 10.0)
 # The job's reads of its rank files (state/, logs/) during a model load: every 10 ms while
 # ranks report, backing off to 250 ms through a long quiet load.
 RANK_FILES = Cadence(0.01, 0.25)
+# A serving run's server logs, sized against server.log_max_mb: a stat per rank every 30 s.
+LOG_CUT_S = 30.0
 
 
 class Backoff:

@@ -146,6 +146,25 @@ def rank0_ready(host: str, port: int, server_id: str, model: str) -> bool:
 KEEP_INCARNATIONS = 5
 
 
+def cut_server_logs(ranks: RankFiles, max_bytes: int) -> List[int]:
+    """Bounds a serving run's server logs: one over max_bytes is copied to <log>.1 (replacing
+    the one before) and emptied in place, as logrotate's copytruncate does -- the server writes
+    it through an O_APPEND descriptor (rank_server.sh's >>), so its next line lands at the new
+    start. Each rank's server log then takes at most twice max_bytes. The ranks cut, in order."""
+    cut = []
+    for r in range(ranks.nodes):
+        path = ranks.server_log(r)
+        try:
+            if os.path.getsize(path) <= max_bytes:
+                continue
+            shutil.copyfile(path, path + ".1")
+            os.truncate(path, 0)
+        except OSError:
+            continue
+        cut.append(r)
+    return cut
+
+
 def keep_incarnation(logs: str, state: str, nodes: int, n: int) -> str:
     """Move incarnation n's rank files (state/rank<R>.*, logs/rank<R>.stdout), server logs, the
     local mpirun's log and the probes' health into logs/incarnation-<n>/, so the next incarnation
@@ -154,7 +173,7 @@ def keep_incarnation(logs: str, state: str, nodes: int, n: int) -> str:
     dest = os.path.join(logs, FILES.incarnation_dir.format(n=n))
     os.makedirs(dest, exist_ok=True)
     moving = [ranks.path(r, what) for r in range(nodes) for what in FILES.RANK_FILES]
-    moving += [ranks.server_log(r) for r in range(nodes)]
+    moving += [log for r in range(nodes) for log in (ranks.server_log(r), ranks.server_log(r) + ".1")]
     moving += [os.path.join(logs, FILES.mpirun_log), os.path.join(state, FILES.health)]
     for path in moving:
         if os.path.exists(path):

@@ -21,8 +21,8 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 from .config import JobConfig
 from .liveness import Liveness
 from .names import EV, FILES
-from .poll import RANK_FILES
-from .ranks import RankFiles, keep_incarnation, rank0_ready
+from .poll import LOG_CUT_S, RANK_FILES
+from .ranks import RankFiles, cut_server_logs, keep_incarnation, rank0_ready
 from .text import last_line, read_text, squeeze
 
 
@@ -313,10 +313,16 @@ class Job:
         if self.cfg.liveness is not None:
             live = Liveness(self.cfg.liveness, self.rank0_host, self.cfg.http_port,
                             os.path.join(self.cfg.state, FILES.health))
+        next_cut = time.monotonic() + LOG_CUT_S
         while self.style.servers_alive():
             fault = live.check() if live is not None else None
             if fault:
                 return f"{fault}; last log lines: {self.ranks.last_words()}"
+            if time.monotonic() >= next_cut:
+                next_cut = time.monotonic() + LOG_CUT_S
+                for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
+                    self.say(f"ftcluster: rank {r}'s server log passed {self.cfg.log_max_bytes / (1 << 20):g} MiB: "
+                             f"moved to {FILES.server_log(r)}.1")
             self.nap(0.1)
         return self.cause_of(self.style.ended_while_serving)
 

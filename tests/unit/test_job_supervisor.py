@@ -181,3 +181,23 @@ def test_the_shipped_supervisor_is_python_38_and_stdlib_only(tmp_path: Path) -> 
     r = subprocess.run([sys.executable, "-I", "-S", str(folder / "ftcluster_job")], capture_output=True, text=True,
                        timeout=60, check=False)
     assert r.returncode == 2 and "usage: ftcluster_job JOB_JSON" in r.stderr
+
+
+def test_a_server_log_past_its_cap_is_cut_and_the_writer_goes_on_at_its_start(tmp_path: Path) -> None:
+    from ftcluster.job.ranks import RankFiles, cut_server_logs, keep_incarnation
+
+    ranks = RankFiles(str(tmp_path / "state"), str(tmp_path / "logs"), 2)
+    os.makedirs(ranks.logs)
+    os.makedirs(ranks.state)
+    log = Path(ranks.server_log(1))
+    # The server's own descriptor, as rank_server.sh's >> opens it.
+    with open(log, "ab", buffering=0) as server:
+        server.write(b"old line\n" * 1000)
+        assert cut_server_logs(ranks, 4096) == [1]
+        assert cut_server_logs(ranks, 4096) == []   # now under the cap
+        server.write(b"new line\n")
+    assert log.read_bytes() == b"new line\n"         # no hole where the old text was
+    assert Path(f"{log}.1").read_bytes() == b"old line\n" * 1000
+    # A restart keeps both with the incarnation's logs.
+    dest = Path(keep_incarnation(ranks.logs, ranks.state, 2, 0))
+    assert sorted(p.name for p in dest.iterdir()) == ["server-rank1.log", "server-rank1.log.1"]
