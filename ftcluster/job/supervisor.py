@@ -42,6 +42,14 @@ class Failed(Exception):
         self.rc = rc
 
 
+class Fault(Exception):
+    """A fault of a restart's start-up: one more cause, counted against the restarts."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
 class Job:
     def __init__(self, cfg: JobConfig):
         from .styles import style_for
@@ -54,6 +62,7 @@ class Job:
         self.child_env["FTC_INCARNATION"] = "0"
         self.interrupted = False
         self.failing = False
+        self.restarting = False   # a fault now fails the restart, not the run (Fault)
         self.phase = "during start-up"     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
@@ -96,9 +105,12 @@ class Job:
         already names its cause (cause_of was asked)."""
         # A step that ended because the job was interrupted: the interrupt is the cause.
         self.interrupt_point()
-        self.failing = True
         if not named:
             why = self.cause_of(why)
+        if self.restarting:
+            self.say(f"ftcluster: {why}")
+            raise Fault(why)
+        self.failing = True
         self.event(EV.failed, why)
         self.say(f"ftcluster: {why}")
         raise Failed(1)
@@ -300,11 +312,15 @@ class Job:
         rank) up to cfg.restarts times, in this allocation; give up naming every cause."""
         causes: List[str] = []
         while True:
-            cause = self.serve_until_fault()
-            causes.append(cause)
-            if len(causes) > self.cfg.restarts:
-                self.give_up(causes)
-            self.restart(len(causes), cause)
+            causes.append(self.serve_until_fault())
+            while True:
+                if len(causes) > self.cfg.restarts:
+                    self.give_up(causes)
+                try:
+                    self.restart(len(causes), causes[-1])
+                    break
+                except Fault as f:   # the restart's start-up failed: a cause like any other
+                    causes.append(f.why)
 
     def serve_until_fault(self) -> str:
         self.phase = "while serving"
@@ -340,8 +356,12 @@ class Job:
         self.nap(min(cfg.restart_backoff * 2 ** (tries - 1), MAX_BACKOFF))
         self.child_env["FTC_INCARNATION"] = str(tries)
         self.phase = "during start-up"
-        self.style.start_servers()
-        self.wait_ready()
+        self.restarting = True
+        try:
+            self.style.start_servers()
+            self.wait_ready()
+        finally:
+            self.restarting = False
 
     def give_up(self, causes: List[str]) -> NoReturn:
         cfg = self.cfg

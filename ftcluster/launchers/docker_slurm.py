@@ -14,5 +14,3 @@ from ftcluster.launchers.slurm import SlurmLauncher
 
 class DockerSlurmLauncher(RunKeysLauncher, SlurmLauncher):
     """Slurm + Docker: the job script removes the run's containers on every node at its end."""
-
-    node_teardown = True

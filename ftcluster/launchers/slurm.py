@@ -1,10 +1,11 @@
 """Slurm launch style: the rendered sbatch script (bare or Pyxis) submitted with sbatch.
 
-The container styles (Pyxis, Docker) end with a teardown step on every node that removes the
-run's containers. A plain `scancel` would end the job before that step can run: a cancelled job
-may start no new job steps. So their cancel first sends SIGTERM to the batch shell alone; its
-trap stops the servers and runs the teardown, then the job ends by itself. Only after a grace
-period is it scancelled (the node guards then remove what is left).
+Every Slurm style's job ends with a teardown step on every node: it removes the run's containers
+(Pyxis, Docker) and what the ranks left in /dev/shm. A plain `scancel` would end the job before
+that step can run: a cancelled job may start no new job steps. So a cancel first sends SIGTERM
+to the batch shell alone; the job stops rank 0 (it finishes its requests in flight), every rank,
+runs the teardown, then ends by itself. Only after a grace period is it scancelled (the node
+guards of the container styles then remove what is left).
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ TEARDOWN_GRACE = 60.0
 
 
 class SlurmLauncher(Launcher):
-    # Whether the job script runs a teardown step on the nodes (see the module's doc).
-    node_teardown = False
-
     def __init__(self, runner: Runner):
         super().__init__(runner)
         self.slurm = Slurm(runner)
@@ -70,7 +68,8 @@ class SlurmLauncher(Launcher):
         watch = JobWatch(self, job_id, paths, self.clock)
         try:
             # The job's teardown ends with its `done`, which brings the questions forward.
-            if self.node_teardown and not self.slurm.info(job_id).gone:
+            # A job that is not running (pending, or requeued) has no batch shell to ask.
+            if self.slurm.info(job_id).state is JobState.RUNNING:
                 self.slurm.cancel(job_id, signal="TERM", batch=True)
                 if watch.wait_gone(grace + TEARDOWN_GRACE):
                     return
@@ -82,8 +81,6 @@ class SlurmLauncher(Launcher):
 
 class PyxisSlurmLauncher(SlurmLauncher):
     """Pyxis: the job script removes the run's named container on every node at its end."""
-
-    node_teardown = True
 
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         super().check(cluster, plan, servers)

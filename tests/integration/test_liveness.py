@@ -150,6 +150,28 @@ def test_a_rank_that_dies_while_serving_is_restarted_locally(tmp_path: Path) -> 
 
 
 @pytest.mark.triton
+def test_a_restart_whose_start_up_fails_counts_as_a_fault_and_is_tried_again(tmp_path: Path) -> None:
+    # Incarnation 0 freezes while serving; incarnation 1's rank 1 refuses to load; 2 serves.
+    cluster = write_cluster(tmp_path, server={**RESTARTS, "restarts": 2})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client",
+                               env={"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2", "FTCLUSTER_TEST_BREAK_NODE": "rank1@1"})
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    try:
+        assert wait_for(lambda: len(_status(run_id)["restarts"]) == 2 and _status(run_id)["phase"] == "serving"
+                        and ((_status(run_id)["health"] or {}).get("last_probe") or {}).get("answered") is True,
+                        90), _status(run_id)
+        st = _status(run_id)
+        assert st["failure"] is None and st["state"] == "RUNNING"
+        first, second = (r["cause"] for r in st["restarts"])
+        assert first.startswith("the MPI world is hung"), first
+        assert second.startswith("rank 1 on 127.0.0.1 exited") and "during start-up" in second, second
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+@pytest.mark.triton
 def test_restarts_exhausted_fail_naming_every_cause_and_run_the_hook(tmp_path: Path) -> None:
     alert = tmp_path / "alert.txt"
     hook = ["sh", "-c", f'echo "$FTC_RUN_ID: $FTC_FAILURE" > {alert}']

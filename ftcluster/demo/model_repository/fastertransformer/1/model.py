@@ -44,7 +44,8 @@ refusals, the broadcast of each request, the outputs' layout) is the same.
 Fault hooks for ftcluster's tests; each names a host (its hostname) or a rank (`rank<R>`),
 several separated by commas:
 - FTCLUSTER_TEST_HANG_NODE: the rank hangs before joining the world (the others wait in it);
-- FTCLUSTER_TEST_BREAK_NODE: initialize raises after joining, so that server exits;
+- FTCLUSTER_TEST_BREAK_NODE: initialize raises after joining, so that server exits; with
+  `@<N>` (rank1@1) in the N-th restart of the world only (FTC_INCARNATION N);
 - FTCLUSTER_TEST_LOAD_DELAY=<seconds>: a slow weight load, on every rank;
 - FTCLUSTER_TEST_DIE_NODE: the rank's tritonserver is killed (SIGKILL) when it serves its first
   request; with `@<seconds>` (rank1@2) that long after loading instead;
@@ -189,7 +190,8 @@ class TritonPythonModel:
                 time.sleep(3600)
         self.world = ctmpi.World()
         rank, nodes = self.world.rank, self.world.size
-        if _fault("FTCLUSTER_TEST_BREAK_NODE", rank) is not None:
+        breaks = _fault("FTCLUSTER_TEST_BREAK_NODE", rank)
+        if breaks is not None and (not breaks or float(os.environ.get("FTC_INCARNATION", "0")) == breaks):
             raise RuntimeError(f"FTCLUSTER_TEST_BREAK_NODE: test model refuses to load on rank {rank} "
                                f"({socket.gethostname()})")
         delay = os.environ.get("FTCLUSTER_TEST_LOAD_DELAY")
