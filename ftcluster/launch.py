@@ -137,13 +137,15 @@ class Launch:
     def __init__(self, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: LaunchOptions,
                  progress: Progress | None = None, store: RunStore | None = None,
                  launcher: Launcher | None = None, run_id: str | None = None,
-                 record_plan: dict[str, Any] | None = None, clock: Clock = CLOCK):
+                 record_plan: dict[str, Any] | None = None, clock: Clock = CLOCK,
+                 predecessor: str | None = None):
         self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
         self.clock = clock
         self.progress = progress or (lambda phase, t, detail: None)
         self._store = store
         self.launcher = launcher or launcher_for(cluster)
         self.record_plan = record_plan
+        self.predecessor = predecessor
         if opts.step is None:
             assert model is not None, "a run with servers needs its model"
             name = model.name
@@ -181,7 +183,7 @@ class Launch:
             style=request.style if servers else request.kind, run_dir=str(self.paths.run_dir),
             nodes=self.plan.nodes, model=self.model.name if self.model else "",
             plan=self.record_plan if self.record_plan is not None else self.plan.to_dict(),
-            launcher=request.launcher,
+            launcher=request.launcher, predecessor=self.predecessor,
         )
         self.store.add(record)
         return request, record

@@ -55,7 +55,7 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "liveness.py", "names.py", "poll.py", "ranks.py", "styles.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "handover.py", "liveness.py", "names.py", "poll.py", "ranks.py", "styles.py", "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -243,6 +243,7 @@ class RenderContext:
     client: ClientDefaults
     run_client: bool
     keep_serving: bool
+    handover_lead: int             # seconds before the time limit; 0: no hand-over
     mpi_check: bool
     mpi_check_timeout: float
     servers: bool
@@ -319,6 +320,9 @@ def context(
         client=_client(model, plan),
         run_client=opts.client,
         keep_serving=opts.keep_serving,
+        # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
+        handover_lead=cluster.server.handover_lead
+        if opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm" else 0,
         # A world on this machine alone is its own mpirun's; there is nothing to check.
         mpi_check=opts.mpi_check and not style.one_host,
         mpi_check_timeout=opts.mpi_check_timeout,
@@ -372,6 +376,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
         restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
+        handover=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.handover_lead else [],
     )
 
 

@@ -251,6 +251,10 @@ class Server(_Strict):
     # A serving rank's server log over this many MiB is copied to <log>.1 and emptied: each
     # rank's server log then takes at most twice this (checked every 30 s while serving).
     log_max_mb: float = Field(256.0, gt=0, le=1024 * 1024)
+    # A serving run on Slurm submits its successor (same plan, other nodes) this many seconds
+    # before its job's time limit, and hands over once the successor serves: more than the
+    # successor's wait in the queue plus its start-up. 0: no hand-over (the run ends at the limit).
+    handover_lead: int = Field(900, ge=0, le=7 * 24 * 3600)
 
 
 class ImageSpec(_Strict):

@@ -131,9 +131,64 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     # Every restart of the world while serving: when, why, in which job (this allocation).
     st["restarts"] = [{"time": e.time, "cause": " ".join(e.args[1:]), "job_id": rec.job_id}
                       for e in events if e.kind == EV.restarting]
+    st["predecessor"] = rec.predecessor
+    st["successor"] = _successor(events)
     # A step run (`ftcluster preflight`, `convert`) has no server ranks.
     st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)
+
+
+def _successor(events: list[Any]) -> dict[str, Any] | None:
+    """The run this one hands over to before its time limit, as its job's events and the
+    successor's own job state say (a pending successor names Slurm's reason)."""
+    submitted = [e for e in events if e.kind == EV.successor_submitted]
+    handed = [e for e in events if e.kind == EV.handed_over]
+    failed = [e for e in events if e.kind == EV.handover_failed]
+    if not (submitted or failed):
+        return None
+    found: dict[str, Any] = {"run_id": None, "job_id": None, "excluded": [], "state": None, "reason": None,
+                             "handed_over": bool(handed), "endpoint": handed[-1].args[1] if handed else None,
+                             "failure": " ".join(failed[-1].args) if failed else None}
+    if submitted:
+        args = submitted[-1].args
+        found.update(run_id=args[0], job_id=args[1],
+                     excluded=[n for n in (args[3] if len(args) > 3 else "").split(",") if n])
+        rec = RunStore().exact(args[0])
+        if rec is not None and rec.job_id:
+            info = launcher_for_record(rec).info(rec.job_id, paths_of(rec))
+            found.update(state=info.state.value, reason=info.reason or None)
+    return found
+
+
+def successor_label(found: dict[str, Any] | None) -> str | None:
+    """The hand-over in words, for `status`."""
+    if not found:
+        return None
+    if found["handed_over"]:
+        return (f"handed over to run {found['run_id']} (job {found['job_id']}), serving at {found['endpoint']}: "
+                "clients must use that endpoint now")
+    if found["run_id"] is None:
+        return f"hand-over failed: {found['failure']}"
+    words = f"run {found['run_id']} (job {found['job_id']}, {found['state'] or 'state unknown'}"
+    words += f": {found['reason']})" if found["reason"] else ")"
+    if found["failure"]:
+        return f"{words} failed: {found['failure']}; this run serves to its time limit"
+    return f"{words} is starting; this run serves until it does"
+
+
+def successors(rec: RunRecord, store: RunStore) -> list[RunRecord]:
+    """The runs that followed this one, in order (each hand-over's successor)."""
+    chain: list[RunRecord] = []
+    seen = {rec.run_id}
+    while True:
+        paths = paths_of(chain[-1] if chain else rec)
+        events = parse_events(paths.events.read_text()) if paths.events.is_file() else []
+        submitted = [e for e in events if e.kind == EV.successor_submitted and e.args]
+        nxt = store.exact(submitted[-1].args[0]) if submitted else None
+        if nxt is None or nxt.run_id in seen:
+            return chain
+        seen.add(nxt.run_id)
+        chain.append(nxt)
 
 
 # A run recorded as one of these may still have a live job: `list` asks its scheduler.

@@ -46,6 +46,8 @@ class RunRecord:
     # The launcher that ran it (ftcluster.styles.LAUNCHERS); "" in runs recorded before it was
     # kept: their scheduler and style name it.
     launcher: str = ""
+    # The run this one succeeded (a hand-over before that run's time limit); None: a first run.
+    predecessor: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

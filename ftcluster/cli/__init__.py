@@ -58,6 +58,11 @@ Exit codes:
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
 
+# Commands for ftcluster's own use, not listed: name -> module. `successor` is run by a serving
+# job before its time limit.
+HIDDEN_COMMANDS: dict[str, str] = {"successor": "commands_launch"}
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported on first use, listed from COMMANDS until then."""
 
@@ -65,7 +70,7 @@ class LazyGroup(click.Group):
         return sorted(set(self.commands) | set(COMMANDS))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands and cmd_name in COMMANDS:
+        if cmd_name not in self.commands and (cmd_name in COMMANDS or cmd_name in HIDDEN_COMMANDS):
             load(cmd_name)
         return self.commands.get(cmd_name)
 
@@ -98,7 +103,7 @@ def _shorten(text: str, limit: int) -> str:
 
 def load(name: str) -> None:
     """Import the module that registers command `name` on `cli`."""
-    module = f"ftcluster.cli.{COMMANDS[name][0]}"
+    module = f"ftcluster.cli.{COMMANDS[name][0] if name in COMMANDS else HIDDEN_COMMANDS[name]}"
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:

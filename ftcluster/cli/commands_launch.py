@@ -206,3 +206,24 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
     if not outcome.ok:
         raise LaunchError(f"run {outcome.record.run_id} failed: {outcome.failure}")
     return outcome
+
+
+@cli.command("successor", hidden=True)
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--exclude", default="", help="Nodes the successor must not use (comma-separated).")
+def successor_cmd(run_dir: str, exclude: str) -> None:
+    """Submit a serving run's successor (the job does this before its time limit); prints
+    {"run_id", "job_id", "run_dir"} as one JSON line."""
+    import json
+    import re
+
+    from ftcluster.successor import submit_successor
+
+    nodes = [n for n in exclude.split(",") if n]
+    bad = [n for n in nodes if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)]
+    if bad:
+        raise UserError(f"not a node name: {', '.join(map(repr, bad))}", field="--exclude",
+                        hint="give Slurm node names, comma-separated")
+    outcome = submit_successor(Path(run_dir), nodes)
+    rec = outcome.record
+    click.echo(json.dumps({"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir}))

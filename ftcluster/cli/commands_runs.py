@@ -38,7 +38,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
-    from ftcluster.status import health_label, run_status
+    from ftcluster.status import health_label, run_status, successor_label
 
     rec = RunStore().get(run)
     if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
@@ -52,7 +52,8 @@ def status_cmd(run: str | None, as_json: bool) -> None:
             "failure": st["failure"], "endpoint": st["endpoint"], "source": st.get("source"),
             "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"],
             "health": health_label(st["health"]) if st["health"] else None,
-            "restarts": "; ".join(f"{r['cause'][:160]}" for r in st["restarts"]) or None}
+            "restarts": "; ".join(f"{r['cause'][:160]}" for r in st["restarts"]) or None,
+            "predecessor": st["predecessor"], "successor": successor_label(st["successor"])}
     for key, value in rows.items():
         if value:
             t.add_row(key, cell(value))
@@ -70,13 +71,19 @@ def stop_cmd(run: str | None) -> None:
     Example:
       ftcluster stop gpt-20261121-101500-ab12
     """
-    from ftcluster.status import stop_run
+    from ftcluster.status import LIVE_STATUSES, stop_run, successors
 
-    rec = RunStore().get(run)
+    store = RunStore()
+    rec = store.get(run)
     if forward_record(rec, ["stop", rec.run_id]):
         return
-    rec = stop_run(rec)
+    # Its successors too (a hand-over before the time limit): the one serving now, or pending.
+    later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
+    rec = stop_run(rec, store)
     click.echo(f"stopped run {rec.run_id} (job {rec.job_id})")
+    for r in later:
+        r = stop_run(r, store)
+        click.echo(f"stopped its successor run {r.run_id} (job {r.job_id})")
 
 
 @cli.command("list")

@@ -71,6 +71,9 @@ class JobConfig:
     restart_backoff: float = 10.0   # seconds before the first restart; doubling for each next
     on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
+    # Submits a successor run on other nodes (argv; `--exclude NODES` is added) when Slurm
+    # signals USR1 before the time limit; empty: no hand-over.
+    handover: List[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

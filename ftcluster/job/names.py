@@ -31,6 +31,9 @@ class Kinds:
     serving: str = "serving"                    # RANK0_HOST:PORT (--keep-serving)
     rank_failed: str = "rank_failed"            # RANK NODE EXIT_CODE|?
     restarting: str = "restarting"              # TRY CAUSE...: the world is restarted (serving)
+    successor_submitted: str = "successor_submitted"   # RUN_ID JOB_ID RUN_DIR EXCLUDED_NODES (a,b)
+    handed_over: str = "handed_over"            # RUN_ID ENDPOINT: the successor serves; this job ends
+    handover_failed: str = "handover_failed"    # WHY...: this job serves on to its end
     on_failure_done: str = "on_failure_done"    # EXIT_CODE of the spec's on_failure command
     failed: str = "failed"                      # WHY...
     servers_stopped: str = "servers_stopped"
@@ -55,6 +58,7 @@ class RunFiles:
     mpirun_log: str = "mpirun.log"         # logs/
     step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
     on_failure_log: str = "on_failure.log"  # logs/: the on_failure command's output
+    handover_log: str = "handover.log"     # logs/: the successor's submission
     incarnation_dir: str = "incarnation-{n}"  # logs/: an earlier incarnation's rank logs and files
     preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
     client_json: str = "client.json"       # results/

@@ -19,6 +19,7 @@ import time
 from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .config import JobConfig
+from .handover import HandOver
 from .liveness import Liveness
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
@@ -63,6 +64,8 @@ class Job:
         self.interrupted = False
         self.failing = False
         self.restarting = False   # a fault now fails the restart, not the run (Fault)
+        self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover)
+        self.handover = HandOver(self) if cfg.handover else None
         self.phase = "during start-up"     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
@@ -82,6 +85,9 @@ class Job:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.interrupted = True
+
+    def _on_time_limit_notice(self, signum: int, frame: Any) -> None:
+        self.handover_due = True
 
     def interrupt_point(self) -> None:
         if self.interrupted:
@@ -142,9 +148,10 @@ class Job:
     # --- children -----------------------------------------------------------------------------
 
     def start(self, argv: Sequence[str], out: Union[str, int, None] = None,
-              env: Optional[Dict[str, str]] = None) -> subprocess.Popen[bytes]:
-        """A child with the job's env (plus `env`), its output to the file `out` (truncated) or
-        the job's own output."""
+              env: Optional[Dict[str, str]] = None, whole_env: Optional[Dict[str, str]] = None
+              ) -> subprocess.Popen[bytes]:
+        """A child with the job's env (plus `env`; or `whole_env` alone), its output to the file
+        `out` (truncated) or the job's own output."""
         stdout: Union[IO[bytes], int, None] = None
         if isinstance(out, str):
             stdout = open(out, "wb")
@@ -153,7 +160,7 @@ class Job:
         try:
             return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout,
                                     stderr=subprocess.STDOUT if stdout is not None else None,
-                                    env={**self.child_env, **(env or {})})
+                                    env=whole_env if whole_env is not None else {**self.child_env, **(env or {})})
         finally:
             if isinstance(out, str) and stdout is not None and not isinstance(stdout, int):
                 stdout.close()
@@ -312,7 +319,10 @@ class Job:
         rank) up to cfg.restarts times, in this allocation; give up naming every cause."""
         causes: List[str] = []
         while True:
-            causes.append(self.serve_until_fault())
+            cause = self.serve_until_fault()
+            if cause is None:
+                return
+            causes.append(cause)
             while True:
                 if len(causes) > self.cfg.restarts:
                     self.give_up(causes)
@@ -322,7 +332,8 @@ class Job:
                 except Fault as f:   # the restart's start-up failed: a cause like any other
                     causes.append(f.why)
 
-    def serve_until_fault(self) -> str:
+    def serve_until_fault(self) -> Optional[str]:
+        """The fault that ended serving; None when the run was handed over to a successor."""
         self.phase = "while serving"
         self.event(EV.serving, self.rank0_url)
         live = None
@@ -334,6 +345,11 @@ class Job:
             fault = live.check() if live is not None else None
             if fault:
                 return f"{fault}; last log lines: {self.ranks.last_words()}"
+            if self.handover_due and self.handover is not None:
+                endpoint = self.handover.step()
+                if endpoint:
+                    self.say(f"ftcluster: the successor serves at {endpoint}; this job stops")
+                    return None
             if time.monotonic() >= next_cut:
                 next_cut = time.monotonic() + LOG_CUT_S
                 for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
@@ -444,6 +460,8 @@ class Job:
             os.makedirs(d, exist_ok=True)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
+        if self.handover is not None:
+            signal.signal(signal.SIGUSR1, self._on_time_limit_notice)
         rc = 1
         try:
             rc = self.body()

@@ -1,0 +1,52 @@
+"""A serving run's successor: the same plan from the same specs, as a new run on other nodes.
+
+The job of a serving run submits it before its time limit (ftcluster.job.handover runs
+`python -m ftcluster successor RUN_DIR --exclude NODES` on the batch host, with the launching
+Python) and hands over when it serves. The successor is an ordinary detached `launch
+--keep-serving --no-client` run whose record names its predecessor; `status` follows the chain.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ftcluster.errors import UserError
+from ftcluster.job.config import JobConfig
+from ftcluster.job.names import FILES
+from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
+from ftcluster.plan import make_plan
+from ftcluster.spec import load_cluster, load_model
+
+
+def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, ...]:
+    """The spec's sbatch_args with `nodes` added to its --exclude (one option, merged)."""
+    kept, excluded = [], list(nodes)
+    for arg in sbatch_args:
+        if arg.startswith("--exclude="):
+            excluded = [n for n in arg[len("--exclude="):].split(",") if n] + excluded
+        else:
+            kept.append(arg)
+    return (*kept, "--exclude=" + ",".join(dict.fromkeys(excluded))) if excluded else tuple(kept)
+
+
+def submit_successor(run_dir: Path, exclude: list[str]) -> LaunchOutcome:
+    """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes)."""
+    try:
+        meta = json.loads((run_dir / "run.json").read_text())
+        cfg = JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text())
+        cluster_source, model_source = meta["cluster"]["source"], meta["model"]["source"]
+        planned = meta["plan"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{run_dir} is not a serving run's folder: {exc}", field="RUN_DIR") from None
+    if not cluster_source or not model_source:
+        raise UserError("the run's specs were not files; a successor needs them", field="RUN_DIR")
+    cluster = load_cluster(cluster_source)
+    model = load_model(model_source)
+    plan = make_plan(cluster, model, cfg.nodes, gpus_per_node=cfg.gpus_per_node,
+                     tp=planned.get("tensor_para_size"), pp=planned.get("pipeline_para_size"))
+    server = cluster.server.model_copy(update={"restarts": cfg.restarts})
+    cluster = cluster.model_copy(update={"server": server,
+                                         "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
+    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check)
+    return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()

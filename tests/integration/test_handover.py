@@ -1,0 +1,107 @@
+"""A serving run outlives its job's time limit, for real on the Slurm test cluster: Slurm's
+notice before the limit (--signal=B:USR1@lead) makes the job submit a successor of the same plan
+on other nodes; once it serves, the old job ends by itself before its limit and the endpoint
+moves. A successor that stays pending leaves the old job serving to its end, and status says so.
+`stop` of the first run stops the chain; nothing is left."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_launch_slurm import _job_gone, _write_spec
+from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for
+
+pytestmark = pytest.mark.cluster
+
+# Slurm signals up to 60 s early (its periodic check), so with a 2-minute limit and a 90 s lead
+# the notice comes 0-60 s after the start, and the old job would end at 2 minutes.
+HANDOVER = {"time_limit": "2", "server_handover_lead": 90}
+
+
+def _status(run_id: str) -> dict[str, Any]:
+    out = ftcluster("status", run_id, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def _spec(folder: Path) -> Path:
+    from ftcluster.triton_local import find_tritonserver
+
+    server = {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+              "handover_lead": HANDOVER["server_handover_lead"], "liveness": {"interval": 1, "deadline": 2}}
+    return _write_spec(folder, time_limit=HANDOVER["time_limit"], server=server)
+
+
+def _stop_chain(run_id: str) -> None:
+    """Stop the run and its successors, until no run of the chain is live (a successor may hand
+    over in turn while the test looks)."""
+    def chain_live() -> list[str]:
+        st, live = _status(run_id), []
+        while st["successor"] and st["successor"]["run_id"]:
+            st = _status(st["successor"]["run_id"])
+            if not _job_gone(st["job_id"]):
+                live.append(st["run_id"])
+        return live
+    for _ in range(3):
+        assert ftcluster("stop", run_id).returncode == 0
+        if wait_for(lambda: not chain_live(), 30):
+            return
+    raise AssertionError(f"runs of the chain still live: {chain_live()}")
+
+
+def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm_cluster: Any) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_id, old_endpoint = out["run_id"], out["endpoint"]
+    try:
+        assert wait_for(lambda: (_status(run_id)["successor"] or {}).get("handed_over"), 110), _status(run_id)
+        st = _status(run_id)
+        successor = st["successor"]
+        assert successor["endpoint"] != old_endpoint and successor["excluded"] == [old_endpoint.split(":")[0]]
+        new = _status(successor["run_id"])
+        assert new["predecessor"] == run_id and new["phase"] == "serving" and new["state"] == "RUNNING"
+        assert new["endpoint"] == successor["endpoint"]
+        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer")
+        assert check.returncode == 0, check.stdout + check.stderr
+        # The old job drained and ended by itself, well before its limit: not TIMEOUT.
+        assert wait_for(lambda: _job_gone(out["job_id"]), 30)
+        events = (Path(out["run_dir"]) / "state" / "events").read_text()
+        assert events.rstrip().endswith("done 0"), events
+        text = ftcluster("status", run_id)
+        assert "handed over to run" in text.stdout and successor["endpoint"] in text.stdout
+    finally:
+        _stop_chain(run_id)
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(slurm_cluster: Any) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    node = out["endpoint"].split(":")[0]
+    # Every other node taken whole, so the successor (which must not use this run's node) waits.
+    others = [n for n in ("node1", "node2", "node3") if n != node]
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-w", ",".join(others), "--exclusive",
+                              "-p", "debug", "-t", "5", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        assert wait_for(lambda: ((_status(run_id)["successor"] or {}).get("state") == "PENDING"), 110), \
+            _status(run_id)
+        st = _status(run_id)
+        assert st["state"] == "RUNNING" and st["phase"] == "serving" and st["successor"]["reason"]
+        assert "is starting; this run serves until it does" in ftcluster("status", run_id).stdout
+        # The old job serves to its limit (2 minutes), then Slurm ends it.
+        assert wait_for(lambda: _job_gone(out["job_id"]), 120)
+        assert _status(run_id)["successor"]["state"] == "PENDING"
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+        _stop_chain(run_id)
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
