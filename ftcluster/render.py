@@ -243,6 +243,10 @@ class RenderContext:
     client: ClientDefaults
     run_client: bool
     keep_serving: bool
+    # A serving run on Slurm: Slurm requeues it when a node fails (the batch host: nothing of the
+    # job is left to act); the job itself moves to a successor first when it finds another node
+    # lost; it hands over before its limit.
+    serving_on_slurm: bool
     handover_lead: int             # seconds before the time limit; 0: no hand-over
     mpi_check: bool
     mpi_check_timeout: float
@@ -285,6 +289,7 @@ def context(
     """Everything the templates see; pure. `model` is None for a run without one (preflight)."""
     style = style_of(cluster)
     env = {**cluster.env, **opts.extra_env}
+    serving_on_slurm = opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm"
     extra = opts.step.paths if opts.step else ()
     return RenderContext(
         style=style.name,
@@ -320,9 +325,9 @@ def context(
         client=_client(model, plan),
         run_client=opts.client,
         keep_serving=opts.keep_serving,
+        serving_on_slurm=serving_on_slurm,
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
-        handover_lead=cluster.server.handover_lead
-        if opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm" else 0,
+        handover_lead=cluster.server.handover_lead if serving_on_slurm else 0,
         # A world on this machine alone is its own mpirun's; there is nothing to check.
         mpi_check=opts.mpi_check and not style.one_host,
         mpi_check_timeout=opts.mpi_check_timeout,
@@ -376,7 +381,8 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
         restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
-        handover=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.handover_lead else [],
+        successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
+        handover_lead=ctx.handover_lead,
     )
 
 

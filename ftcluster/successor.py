@@ -30,8 +30,9 @@ def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, 
     return (*kept, "--exclude=" + ",".join(dict.fromkeys(excluded))) if excluded else tuple(kept)
 
 
-def submit_successor(run_dir: Path, exclude: list[str]) -> LaunchOutcome:
-    """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes)."""
+def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = None) -> LaunchOutcome:
+    """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or
+    a lost one), with `restarts` left (default: the run's own)."""
     try:
         meta = json.loads((run_dir / "run.json").read_text())
         cfg = JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text())
@@ -45,7 +46,7 @@ def submit_successor(run_dir: Path, exclude: list[str]) -> LaunchOutcome:
     model = load_model(model_source)
     plan = make_plan(cluster, model, cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                      tp=planned.get("tensor_para_size"), pp=planned.get("pipeline_para_size"))
-    server = cluster.server.model_copy(update={"restarts": cfg.restarts})
+    server = cluster.server.model_copy(update={"restarts": cfg.restarts if restarts is None else restarts})
     cluster = cluster.model_copy(update={"server": server,
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
     opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check)

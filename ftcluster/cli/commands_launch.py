@@ -211,7 +211,9 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
 @cli.command("successor", hidden=True)
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--exclude", default="", help="Nodes the successor must not use (comma-separated).")
-def successor_cmd(run_dir: str, exclude: str) -> None:
+@click.option("--restarts", type=click.IntRange(min=0), default=None,
+              help="Restarts left to the successor (default: the run's own).")
+def successor_cmd(run_dir: str, exclude: str, restarts: int | None) -> None:
     """Submit a serving run's successor (the job does this before its time limit); prints
     {"run_id", "job_id", "run_dir"} as one JSON line."""
     import json
@@ -224,6 +226,6 @@ def successor_cmd(run_dir: str, exclude: str) -> None:
     if bad:
         raise UserError(f"not a node name: {', '.join(map(repr, bad))}", field="--exclude",
                         hint="give Slurm node names, comma-separated")
-    outcome = submit_successor(Path(run_dir), nodes)
+    outcome = submit_successor(Path(run_dir), nodes, restarts)
     rec = outcome.record
     click.echo(json.dumps({"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir}))

@@ -71,9 +71,10 @@ class JobConfig:
     restart_backoff: float = 10.0   # seconds before the first restart; doubling for each next
     on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
-    # Submits a successor run on other nodes (argv; `--exclude NODES` is added) when Slurm
-    # signals USR1 before the time limit; empty: no hand-over.
-    handover: List[str] = field(default_factory=list)
+    # Submits a successor run on other nodes (argv; `--exclude NODES` and `--restarts N` are
+    # added): before the time limit, or when a node of the job is lost. Empty: never.
+    successor: List[str] = field(default_factory=list)
+    handover_lead: int = 0   # Slurm signals USR1 this long before the time limit; 0: it does not
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

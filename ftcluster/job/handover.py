@@ -1,12 +1,16 @@
-"""Hand-over of a serving run to a successor job before this job's time limit.
+"""A serving run's successor job: before this job's time limit, and after a lost node.
 
-Slurm sends the batch shell (the supervisor) SIGUSR1 `lead` seconds before the limit
-(`#SBATCH --signal=B:USR1@LEAD`). The supervisor then submits a successor run of the same plan
-on other nodes (`cfg.handover`: `python -m ftcluster successor RUN_DIR --exclude NODES`, run with
-the launching Python, as the client is), and keeps serving while the successor starts. When the
-successor serves, this job hands over (event handed_over) and ends gracefully: rank 0 finishes
-its requests in flight. A successor that fails leaves this job serving to its end; one that
-stays pending too (status shows it pending). Stdlib only: shipped with the supervisor.
+Time limit: Slurm sends the batch shell (the supervisor) SIGUSR1 `handover_lead` seconds before
+the limit (`#SBATCH --signal=B:USR1@LEAD`). The supervisor then submits a successor run of the
+same plan on other nodes (`cfg.successor`: `python -m ftcluster successor RUN_DIR --exclude
+NODES`, run with the launching Python, as the client is), and keeps serving while the successor
+starts. When the successor serves, this job hands over (event handed_over) and ends gracefully:
+rank 0 finishes its requests in flight. A successor that fails leaves this job serving to its
+end; one that stays pending too (status shows it pending).
+
+Lost node: a node of the job no longer answers (a restart in this allocation cannot work), so
+the successor is submitted at once, without the lost nodes, and this job ends to free the rest.
+Stdlib only: shipped with the supervisor.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class HandOver:
         self.events_at = 0.0
         self.started = 0.0
         self.excluded = ""
+        self.failure = ""
         self.over = False      # nothing more to do: handed over, or given up (this job serves on)
 
     def step(self) -> Optional[str]:
@@ -62,13 +67,45 @@ class HandOver:
             return self._successor_serves()
         return None
 
-    def _submit(self, nodes: List[str]) -> None:
+    def _submit(self, nodes: List[str], restarts: Optional[int] = None) -> None:
         job, cfg = self.job, self.job.cfg
         self.started = time.monotonic()
         self.excluded = ",".join(nodes)
-        argv = [*cfg.handover, "--exclude", self.excluded]
-        job.say(f"ftcluster: the job nears its time limit; submitting a successor on other nodes than {' '.join(nodes)}")
+        argv = [*cfg.successor, "--exclude", self.excluded, "--restarts", str(cfg.restarts if restarts is None else restarts)]
+        if restarts is None:
+            job.say(f"ftcluster: the job nears its time limit; submitting a successor on other nodes than "
+                    f"{' '.join(nodes)}")
         self.proc = job.start(argv, out=job.log_path(FILES.handover_log), whole_env=submit_env(job.child_env))
+
+    def relocate(self, lost: List[str], restarts: int) -> Optional[str]:
+        """Submit the successor without the lost nodes, waiting for the submission (not for it
+        to serve: this job's nodes are freed for it by ending); the failure, or None."""
+        if self.proc is not None:          # a hand-over's submission under way: let it finish
+            self.proc.wait()
+            self._submitted()
+        if self.successor and not self.over:
+            # A time-limit successor already submitted may include a lost node: it stays (its
+            # own liveness and restarts take care of it); this job just ends.
+            self.over = True
+            return None
+        self.over = False
+        self._submit(lost, restarts)
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout=SUBMIT_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._submitted()
+        self.over = True
+        return None if self.successor else self.failure
+
+    def abandon(self) -> None:
+        """The job is ending: a submission still under way is stopped (the run's `stop` stops
+        the successors already recorded)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def _submitted(self) -> None:
         assert self.proc is not None
@@ -110,5 +147,6 @@ class HandOver:
 
     def _give_up(self, why: str) -> None:
         self.over = True
+        self.failure = why
         self.job.event(EV.handover_failed, why)
         self.job.say(f"ftcluster: hand-over failed: {why}; this job serves on until its time limit")

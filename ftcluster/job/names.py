@@ -34,6 +34,7 @@ class Kinds:
     successor_submitted: str = "successor_submitted"   # RUN_ID JOB_ID RUN_DIR EXCLUDED_NODES (a,b)
     handed_over: str = "handed_over"            # RUN_ID ENDPOINT: the successor serves; this job ends
     handover_failed: str = "handover_failed"    # WHY...: this job serves on to its end
+    node_lost: str = "node_lost"                # NODE...: no step runs there; the run moves
     on_failure_done: str = "on_failure_done"    # EXIT_CODE of the spec's on_failure command
     failed: str = "failed"                      # WHY...
     servers_stopped: str = "servers_stopped"

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .config import StepConfig
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 # The servers' Slurm step, by name: ended alone on a restart and at the teardown.
 SERVER_STEP = "ftc-servers"
+# A step that has not run on a node within this long (srun's own wait for an unanswering
+# slurmd is MessageTimeout, 10 s by default) means the node is lost.
+LOST_NODE_S = 10.0
 
 
 class JobStyle:
@@ -37,6 +41,7 @@ class JobStyle:
         self.job = job
         self.cfg = job.cfg
         self.servers: Optional[subprocess.Popen[bytes]] = None
+        self.lost: List[str] = []   # nodes of the job that stopped answering (lost_nodes)
 
     # --- who am I -----------------------------------------------------------------------------
 
@@ -83,10 +88,28 @@ class JobStyle:
         return (listed or "").split()
 
     def every_node(self, output: str) -> List[str]:
-        """One task on every node at once, beside the other steps, its output to `output` (%N: the node)."""
-        n = self.cfg.nodes
+        """One task on every node at once (but a lost one), beside the other steps, its output
+        to `output` (%N: the node)."""
+        n = self.cfg.nodes - len(self.lost)
         return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-                f"--output={output}"]
+                *([f"--exclude={','.join(self.lost)}"] if self.lost else []), f"--output={output}"]
+
+    def lost_nodes(self) -> List[str]:
+        """The job's nodes that no longer run a step (their slurmd is gone, or the machine):
+        one tiny step on each at once, each given LOST_NODE_S. They are remembered (the
+        teardown's node steps leave them out). Not the batch host: this runs on it."""
+        nodes = self.job_nodes()
+        probes = {n: self.job.start(["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", n, "--kill-on-bad-exit=0",
+                                     "true"], out=subprocess.DEVNULL) for n in nodes}
+        deadline = time.monotonic() + LOST_NODE_S
+        for proc in probes.values():
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.lost = [n for n, proc in probes.items() if proc.returncode != 0]
+        return self.lost
 
     def mpi_check(self) -> None:
         """The MPI world through the same path and container as the servers: a broken world
@@ -296,7 +319,7 @@ class PyxisStyle(JobStyle):
         self.containers.reap()
 
     def down(self) -> bool:
-        return self.containers.down(self.job_nodes())
+        return self.containers.down([n for n in self.job_nodes() if n not in self.lost])
 
 
 class DockerStyle(JobStyle):
@@ -392,7 +415,7 @@ class DockerStyle(JobStyle):
         self.containers.reap()
 
     def down(self) -> bool:
-        ok = self.containers.down(self.hosts)
+        ok = self.containers.down([h for h in self.hosts if h not in self.lost])
         # The run's keys are only good for this run's containers.
         shutil.rmtree(self.cfg.ssh_dir, ignore_errors=True)
         return ok

@@ -64,8 +64,9 @@ class Job:
         self.interrupted = False
         self.failing = False
         self.restarting = False   # a fault now fails the restart, not the run (Fault)
-        self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover)
-        self.handover = HandOver(self) if cfg.handover else None
+        self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover_lead)
+        self.handover = HandOver(self) if cfg.successor else None
+        self.earlier_causes: List[str] = []   # the faults of this run before a Slurm requeue
         self.phase = "during start-up"     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
@@ -317,12 +318,15 @@ class Job:
         """Serve until a fault -- a rank's death (the servers' step ends) or a hung world (the
         liveness probe through rank 0) -- then restart the whole world (FT cannot restart one
         rank) up to cfg.restarts times, in this allocation; give up naming every cause."""
-        causes: List[str] = []
+        causes: List[str] = self.earlier_causes
         while True:
             cause = self.serve_until_fault()
             if cause is None:
                 return
             causes.append(cause)
+            if self.handover is not None and self.style.lost_nodes():
+                self.relocate(causes)
+                return
             while True:
                 if len(causes) > self.cfg.restarts:
                     self.give_up(causes)
@@ -379,6 +383,37 @@ class Job:
         finally:
             self.restarting = False
 
+    def relocate(self, causes: List[str]) -> None:
+        """A node is lost: no restart in this allocation can work. A successor run of the same
+        plan is submitted without it (counted as a restart), and this job ends, freeing the
+        other nodes for it."""
+        lost = self.style.lost
+        self.event(EV.node_lost, *lost)
+        causes[-1] += f" (node {', '.join(lost)} lost)"
+        self.say(f"ftcluster: {causes[-1]}; moving the service to a new job without {', '.join(lost)}")
+        if len(causes) > self.cfg.restarts:
+            self.give_up(causes)
+        self.style.kill_servers()
+        assert self.handover is not None
+        why = self.handover.relocate(lost, self.cfg.restarts - len(causes))
+        if why:
+            self.fail(f"{causes[-1]}; the successor job could not be submitted: {why}", named=True)
+
+    def requeued(self) -> None:
+        """Slurm requeued this serving job (its batch host was lost, or by hand): the earlier
+        attempt's rank files and logs go aside as an incarnation, and it counts as a restart."""
+        prior = [ln.split()[3:] for ln in read_text(os.path.join(self.cfg.state, FILES.events)).splitlines()
+                 if len(ln.split()) > 3 and ln.split()[1] == EV.restarting]
+        self.earlier_causes = [" ".join(words) for words in prior]
+        cause = f"Slurm requeued the job (restart {os.environ.get('SLURM_RESTART_COUNT')}): its batch host was lost " \
+                "or it was requeued by hand"
+        keep_incarnation(self.cfg.logs, self.cfg.state, self.cfg.nodes, len(prior))
+        self.earlier_causes.append(cause)
+        self.event(EV.restarting, len(self.earlier_causes), cause)
+        self.child_env["FTC_INCARNATION"] = str(len(self.earlier_causes))
+        if len(self.earlier_causes) > self.cfg.restarts:
+            self.give_up(list(self.earlier_causes))
+
     def give_up(self, causes: List[str]) -> NoReturn:
         cfg = self.cfg
         why = causes[0] if len(causes) == 1 else (
@@ -393,6 +428,8 @@ class Job:
     def body(self) -> int:
         cfg = self.cfg
         self.event(EV.job_started, socket.gethostname(), self.style.job_id())
+        if cfg.successor and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
+            self.requeued()
         self.style.up()
         if cfg.mpi_check:
             self.style.mpi_check()
@@ -427,7 +464,8 @@ class Job:
         then the style's containers. Runs to its end: nothing in it acts on INT/TERM, and a stage
         that breaks is reported and the next one still runs."""
         ok = True
-        for stage in (self._stop_client, self._end_foreground, self._stop_servers, self.style.down):
+        for stage in (self._stop_client, self._end_foreground, self._stop_servers, self.style.down,
+                      self._abandon_successor):
             try:
                 ok = stage() is not False and ok
             except Exception as e:  # noqa: BLE001  (what is left must still be removed)
@@ -437,6 +475,10 @@ class Job:
             rc = 1
         self.event(EV.done, rc)
         return rc
+
+    def _abandon_successor(self) -> None:
+        if self.handover is not None:
+            self.handover.abandon()
 
     def _stop_client(self) -> None:
         if self.client is not None and self.client.poll() is None:
@@ -460,7 +502,7 @@ class Job:
             os.makedirs(d, exist_ok=True)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
-        if self.handover is not None:
+        if self.handover is not None and self.cfg.handover_lead:
             signal.signal(signal.SIGUSR1, self._on_time_limit_notice)
         rc = 1
         try:

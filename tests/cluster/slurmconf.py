@@ -30,8 +30,9 @@ def render(net: Net, root: Path, munge_socket: Path, plugstack: Path | None = No
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        # Our own munged: never touch a system munged on the default socket.
-        f"AuthInfo=socket={munge_socket}",
+        # Our own munged: never touch a system munged on the default socket. cred_expire is also
+        # how long a requeued job waits before it may start again (120 s by default).
+        f"AuthInfo=socket={munge_socket},cred_expire=30",
         f"StateSaveLocation={root}/state",
         f"SlurmdSpoolDir={root}/spool/%n",
         # Nodes share /tmp; pmix keeps per-node state under TmpFS.

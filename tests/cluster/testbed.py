@@ -377,6 +377,48 @@ class SlurmTestbed:
                        interval=0.2)
         return old
 
+    @contextlib.contextmanager
+    def node_lost(self, node: str, job_id: str) -> Iterator[None]:
+        """The machine `node` lost while job `job_id` runs there, as a hung or unplugged host
+        looks to Slurm: its slurmd stopped (SIGSTOP: alive, so the bed's supervisor leaves it,
+        and silent, so slurmctld marks the node DOWN after SlurmdTimeout) and every process of
+        the job on it killed (its slurmstepd, ranks, a supervisor on the batch host). Afterwards
+        slurmd resumes and the node is brought back to service."""
+        slurmd = self.current_pid(f"slurmd-{node}")
+        os.kill(slurmd, signal.SIGSTOP)
+        try:
+            for pid in self._job_processes_on(node, job_id):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            yield
+        finally:
+            os.kill(slurmd, signal.SIGCONT)
+            self.slurm(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, timeout=30)
+            wait_until(lambda: self._node_state(node) in ("idle", "mix", "alloc"), 90,
+                       f"{node} back in service", interval=0.5)
+
+    def _node_state(self, node: str) -> str:
+        return self.slurm(["sinfo", "-h", "-n", node, "-o", "%t"], check=False, timeout=10).stdout.strip()
+
+    def _job_processes_on(self, node: str, job_id: str) -> list[int]:
+        """Processes in the node's UTS namespace that belong to the job: its slurmstepds (by
+        name) and whatever carries the job's id in its environment."""
+        ns = os.stat(self.net.uts_file(self.net.index(node))).st_ino
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{entry}/ns/uts").st_ino != ns:
+                    continue
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd.startswith(b"slurmstepd: [" + job_id.encode() + b".") or f"SLURM_JOB_ID={job_id}".encode() in env:
+                found.append(int(entry))
+        return found
+
     def _queued(self) -> list[str]:
         return self.slurm(["squeue", "-h", "-o", "%A"], check=False, timeout=30).stdout.split()
 

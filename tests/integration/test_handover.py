@@ -90,7 +90,7 @@ def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(sl
     # Every other node taken whole, so the successor (which must not use this run's node) waits.
     others = [n for n in ("node1", "node2", "node3") if n != node]
     blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-w", ",".join(others), "--exclusive",
-                              "-p", "debug", "-t", "5", "--wrap", "sleep 300"],
+                              "-p", "debug", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 300"],
                              capture_output=True, text=True, check=True).stdout.strip()
     try:
         assert wait_for(lambda: ((_status(run_id)["successor"] or {}).get("state") == "PENDING"), 110), \
@@ -98,10 +98,86 @@ def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(sl
         st = _status(run_id)
         assert st["state"] == "RUNNING" and st["phase"] == "serving" and st["successor"]["reason"]
         assert "is starting; this run serves until it does" in ftcluster("status", run_id).stdout
-        # The old job serves to its limit (2 minutes), then Slurm ends it.
-        assert wait_for(lambda: _job_gone(out["job_id"]), 120)
+        # The old job serves to its limit (2 minutes; Slurm's check comes up to 30 s late), then
+        # Slurm ends it.
+        assert wait_for(lambda: _job_gone(out["job_id"]), 180)
+        assert "DUE TO TIME LIMIT" in "".join(p.read_text() for p in (Path(out["run_dir"]) / "logs").glob("slurm-*"))
         assert _status(run_id)["successor"]["state"] == "PENDING"
     finally:
         subprocess.run(["scancel", blocker], check=False)
+        _stop_chain(run_id)
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+def _serving_chain_member(run_id: str) -> dict[str, Any] | None:
+    """The status of the run of the chain that serves now, if one does."""
+    st = _status(run_id)
+    while st["successor"] and st["successor"]["run_id"]:
+        st = _status(st["successor"]["run_id"])
+    health = (st.get("health") or {}).get("last_probe") or {}
+    return st if st["phase"] == "serving" and st["state"] == "RUNNING" and health.get("answered") else None
+
+
+def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: Any) -> None:
+    """Rank 1's machine lost (its slurmd silent, the job's processes there gone): the probe
+    finds the world hung, a step no longer runs on that node, so no restart in this allocation
+    can work; the job submits a successor without it and ends, and the successor serves."""
+    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    server = {"liveness": {"interval": 1, "deadline": 1, "failures": 2}, "restarts": 2, "restart_backoff": 1}
+    from ftcluster.triton_local import find_tritonserver
+
+    spec = _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+                                       **server})
+    rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    nodes = _status(run_id)["nodes"]
+    lost = nodes[1]
+    try:
+        with slurm_cluster.node_lost(lost, out["job_id"]):
+            assert wait_for(lambda: _serving_chain_member(run_id) is not None, 120), _status(run_id)
+            new = _serving_chain_member(run_id)
+            assert new is not None and lost not in new["nodes"] and new["run_id"] != run_id
+            successor = _status(run_id)["successor"]
+            assert successor["excluded"] == [lost] and not successor["handed_over"]
+            events = (Path(out["run_dir"]) / "state" / "events").read_text()
+            assert f"node_lost {lost}" in events and events.rstrip().endswith("done 0"), events
+            check = ftcluster("client", "identity", "--url", new["endpoint"], "--model", "fastertransformer")
+            assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        _stop_chain(run_id)
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: Any) -> None:
+    """The machine running the job's supervisor lost: nothing of the job can act, so a serving
+    job is submitted with --requeue; Slurm requeues it once it declares the node down
+    (SlurmdTimeout), the job starts again on other nodes as a restart of the same run, and
+    serves."""
+    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    from ftcluster.triton_local import find_tritonserver
+
+    spec = _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+                                       "restarts": 2, "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+    rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    batch_host = _status(run_id)["nodes"][0]
+    try:
+        with slurm_cluster.node_lost(batch_host, out["job_id"]):
+            def serving_again() -> bool:
+                st = _status(run_id)
+                return bool(st["restarts"]) and st["phase"] == "serving" and st["state"] == "RUNNING" and \
+                    bool(((st["health"] or {}).get("last_probe") or {}).get("answered"))
+            # SlurmdTimeout (30 s here) until Slurm declares the node down and requeues the job,
+            # then cred_expire (30 s here; 120 s by default) before it may start again.
+            assert wait_for(serving_again, 150), _status(run_id)
+            st = _status(run_id)
+            assert batch_host not in st["nodes"] and st["job_id"] == out["job_id"]
+            assert st["restarts"][-1]["cause"].startswith("Slurm requeued the job")
+            check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer")
+            assert check.returncode == 0, check.stdout + check.stderr
+            assert (Path(out["run_dir"]) / "logs" / "incarnation-0" / "rank0.host").is_file()
+    finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
