@@ -47,7 +47,7 @@ def run_json(rec: RunRecord, state: str | None = None) -> dict[str, Any]:
         "cluster_source": rec.cluster_source, "scheduler": rec.scheduler, "style": rec.style,
         "run_dir": rec.run_dir, "model": rec.model, "job_id": rec.job_id, "status": rec.status,
         "endpoint": rec.endpoint, "num_nodes": rec.nodes, "nodes": run_hosts(rec.run_dir, rec.nodes, rec.plan),
-        "state": state,
+        "state": state, "predecessor": rec.predecessor,
     })
 
 

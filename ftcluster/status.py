@@ -128,14 +128,27 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         running = False
     st["nodes"] = hosts
     st["health"] = _health(paths)
-    # Every restart of the world while serving: when, why, in which job (this allocation).
-    st["restarts"] = [{"time": e.time, "cause": " ".join(e.args[1:]), "job_id": rec.job_id}
-                      for e in events if e.kind == EV.restarting]
+    # Every restart of the world while serving: when, why, in which job (this allocation; a
+    # requeue keeps the job id), and the nodes of the incarnation it ended.
+    st["restarts"] = [{"time": e.time, "cause": " ".join(e.args[1:]), "job_id": rec.job_id,
+                       "nodes": _incarnation_nodes(paths, i, rec.nodes)}
+                      for i, e in enumerate(e for e in events if e.kind == EV.restarting)]
     st["predecessor"] = rec.predecessor
     st["successor"] = _successor(events)
     # A step run (`ftcluster preflight`, `convert`) has no server ranks.
     st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
     return document("status", st)
+
+
+def _incarnation_nodes(paths: RunPaths, n: int, nodes: int) -> list[str]:
+    """The nodes of incarnation n's ranks, from the rank files kept with its logs."""
+    found = []
+    for r in range(nodes):
+        try:
+            found.append((paths.logs / FILES.incarnation_dir.format(n=n) / FILES.rank(r, "host")).read_text().strip())
+        except OSError:
+            continue
+    return found
 
 
 def _successor(events: list[Any]) -> dict[str, Any] | None:
@@ -146,7 +159,9 @@ def _successor(events: list[Any]) -> dict[str, Any] | None:
     failed = [e for e in events if e.kind == EV.handover_failed]
     if not (submitted or failed):
         return None
+    lost = [n for e in events if e.kind == EV.node_lost for n in e.args]
     found: dict[str, Any] = {"run_id": None, "job_id": None, "excluded": [], "state": None, "reason": None,
+                             "cause": f"node lost: {', '.join(lost)}" if lost else "time limit",
                              "handed_over": bool(handed), "endpoint": handed[-1].args[1] if handed else None,
                              "failure": " ".join(failed[-1].args) if failed else None}
     if submitted:
@@ -171,6 +186,8 @@ def successor_label(found: dict[str, Any] | None) -> str | None:
         return f"hand-over failed: {found['failure']}"
     words = f"run {found['run_id']} (job {found['job_id']}, {found['state'] or 'state unknown'}"
     words += f": {found['reason']})" if found["reason"] else ")"
+    if found["cause"] != "time limit":
+        return f"moved to {words} after a {found['cause'].replace(': ', ' (', 1)}); see its status for its endpoint"
     if found["failure"]:
         return f"{words} failed: {found['failure']}; this run serves to its time limit"
     return f"{words} is starting; this run serves until it does"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ftcluster.cli import COMMANDS, cli, load
+from ftcluster.cli import COMMANDS, HIDDEN_COMMANDS, cli, load
 
 HEAVY = ("pydantic", "jinja2", "tritonclient", "docker", "fabric", "numpy", "submitit", "rich",
          "ftcluster.spec", "ftcluster.render")
@@ -32,9 +32,14 @@ def _modules_after(args: list[str], env: dict[str, str] | None = None) -> tuple[
 def test_table_matches_the_real_commands() -> None:
     for name in COMMANDS:
         load(name)
-    # Every module's commands are in the table, with the help their docstring starts with.
-    assert set(cli.commands) == set(COMMANDS)
+    # Every module's commands are in the table (or the hidden one), with the help their
+    # docstring starts with.
+    assert set(cli.commands) == set(COMMANDS) | set(HIDDEN_COMMANDS)
+    for name in HIDDEN_COMMANDS:
+        assert cli.commands[name].hidden and HIDDEN_COMMANDS[name] == cli.commands[name].callback.__module__.rsplit(".", 1)[1]
     for name, cmd in cli.commands.items():
+        if name in HIDDEN_COMMANDS:
+            continue
         module, short = COMMANDS[name]
         assert cmd.get_short_help_str(limit=500) == short, name
         assert importlib.import_module(f"ftcluster.cli.{module}")  # the table names its module

@@ -69,8 +69,8 @@ class Cancellable(Scripted):
 
 
 @pytest.mark.parametrize(("launcher", "scancel"), [
-    (SlurmLauncher, ["scancel", "7"]),
-    # a container style: SIGTERM to the batch shell alone, whose trap runs the node teardown
+    # SIGTERM to the batch shell alone, whose trap runs the node teardown
+    (SlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
     (PyxisSlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
     (DockerSlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
 ])
@@ -79,3 +79,10 @@ def test_cancel_runs_slurms_scancel(tmp_path: Path, launcher: type[SlurmLauncher
     launcher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
     assert [c for c in runner.calls if c[0] == "scancel"] == [scancel]
     assert launcher.command("s.sbatch") == Slurm.submit_command("s.sbatch") == ("sbatch", "--parsable", "s.sbatch")
+
+
+def test_cancel_of_a_pending_job_is_a_plain_scancel(tmp_path: Path) -> None:
+    # No batch shell to ask: a job not running (pending, or requeued) is cancelled at once.
+    runner = Cancellable(squeue=(0, "PENDING|Resources|\n", ""))
+    SlurmLauncher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
+    assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "7"]]

@@ -1,0 +1,57 @@
+"""The successor of a serving run on Slurm, as rendered and as submitted: the sbatch lines that
+let Slurm requeue it and warn it of its time limit, the successor command in job.json, the
+excluded nodes merged into sbatch_args, and sbatch's environment inside a job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ftcluster.job.handover import submit_env
+from ftcluster.render import RenderOptions, RunPaths, render
+from ftcluster.successor import with_excluded
+from tests.unit.test_render import PYTHON, RUN_DIR, SPECS, _model, _plan, cluster
+
+
+def _rendered(style: str, keep_serving: bool, **server: object) -> tuple[str, dict[str, object]]:
+    # No probe: the test model's config.pbtxt is not there to make one from.
+    base = dict(SPECS[style]["server"])  # type: ignore[call-overload]
+    c = cluster(**{**SPECS[style], "server": {**base, "handover_lead": 600, "liveness": {"interval": 0}, **server}})
+    scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR),
+                     RenderOptions(python=PYTHON, keep_serving=keep_serving))
+    job = next(t for n, t in scripts.files.items() if n.endswith((".sbatch", ".sh")) and n.startswith("job"))
+    return job, json.loads(scripts.files["job.json"])
+
+
+@pytest.mark.parametrize("style", ["none", "pyxis", "docker"])
+def test_a_serving_slurm_job_may_be_requeued_and_is_warned_of_its_time_limit(style: str) -> None:
+    job, cfg = _rendered(style, keep_serving=True)
+    for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:USR1@600"):
+        assert line + "\n" in job, line
+    assert cfg["successor"] == [PYTHON, "-m", "ftcluster", "successor", str(RUN_DIR)]
+    assert cfg["handover_lead"] == 600
+
+
+def test_no_hand_over_with_a_lead_of_0_and_nothing_for_a_run_that_does_not_serve() -> None:
+    job, cfg = _rendered("none", keep_serving=True, handover_lead=0)
+    assert "--signal" not in job and "#SBATCH --requeue\n" in job and cfg["successor"]
+    job, cfg = _rendered("none", keep_serving=False)
+    assert "--requeue" not in job and "--signal" not in job and cfg["successor"] == []
+
+
+def test_local_runs_have_no_successor() -> None:
+    _, cfg = _rendered("local", keep_serving=True)
+    assert cfg["successor"] == [] and cfg["handover_lead"] == 0
+
+
+def test_excluded_nodes_merge_into_one_exclude_option() -> None:
+    assert with_excluded((), ["n2"]) == ("--exclude=n2",)
+    assert with_excluded(("--qos=hi", "--exclude=n1,n2"), ["n2", "n3"]) == ("--qos=hi", "--exclude=n1,n2,n3")
+    assert with_excluded(("--qos=hi",), []) == ("--qos=hi",)
+
+
+def test_sbatch_inside_a_job_gets_none_of_the_jobs_slurm_values() -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SBATCH_PARTITION": "x", "SLURM_CONF": "/etc/s.conf",
+           "SRUN_DEBUG": "3", "PATH": "/bin", "FTCLUSTER_STATE_DIR": "/s"}
+    assert submit_env(env) == {"SLURM_CONF": "/etc/s.conf", "PATH": "/bin", "FTCLUSTER_STATE_DIR": "/s"}
