@@ -152,7 +152,10 @@ class Launch:
         else:
             name = opts.step.what + (f"-{model.name}" if model else "")
         run_id = run_id or new_run_id(name)
-        self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
+        try:
+            self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
+        except ValueError as exc:
+            raise UserError(str(exc), field="--run-id", hint="letters, digits, '_', '.' and '-', at most 100") from None
 
     @property
     def store(self) -> RunStore:
@@ -194,12 +197,15 @@ class Launch:
         run_id = self.paths.run_id
         taken = "a run record" if self.store.exact(run_id) is not None else None
         if taken is None:
-            self.paths.run_dir.parent.mkdir(parents=True, exist_ok=True)
             try:
+                self.paths.run_dir.parent.mkdir(parents=True, exist_ok=True)
                 self.paths.run_dir.mkdir()
                 return
             except FileExistsError:
                 taken = "a run folder"
+            except OSError as exc:
+                raise UserError(f"cannot make the run folder {self.paths.run_dir}: {exc.strerror or exc}",
+                                field="workspace", hint="choose a workspace you can write to") from None
         raise UserError(f"run {run_id} exists already ({taken} at {self.paths.run_dir}); nothing was changed",
                         field="--run-id", hint="choose a new run id, or leave --run-id out for a fresh one")
 

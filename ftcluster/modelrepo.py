@@ -84,8 +84,12 @@ def apply_plan(
 
 
 def _resolve_relative_links(src: Path, dst: Path, copy: Callable[[str, str], str]) -> None:
-    """A relative link would dangle in the copy: a small file is copied (every node and container
-    that sees the run folder then sees it too), anything else is linked by its absolute path."""
+    """A relative link would dangle in the copy: a small file inside the repository is copied
+    (every node and container that sees the run folder then sees it too), anything else --
+    folders, big files, and files outside the repository, which are not the run's to copy
+    (a link to ~/.ssh would copy a 0600 key into a run folder others may read) -- is linked by
+    its absolute path."""
+    root = os.path.realpath(src)
     for folder, dirs, files in os.walk(dst):
         for name in [*dirs, *files]:
             link = os.path.join(folder, name)
@@ -93,7 +97,7 @@ def _resolve_relative_links(src: Path, dst: Path, copy: Callable[[str, str], str
                 continue
             target = os.path.realpath(os.path.join(src, os.path.relpath(link, dst)))
             os.unlink(link)
-            if os.path.isfile(target):
+            if os.path.isfile(target) and os.path.commonpath([root, target]) == root:
                 copy(target, link)
             else:
                 os.symlink(target, link)
@@ -101,6 +105,10 @@ def _resolve_relative_links(src: Path, dst: Path, copy: Callable[[str, str], str
 
 def _copy_tree(src: Path, dst: Path) -> None:
     def copy(s: str, d: str) -> str:
+        if not stat.S_ISREG(os.stat(s).st_mode):
+            raise UserError(f"{s} is not a regular file (a FIFO, socket or device) and cannot be copied "
+                            "into the run's model repository", field="model.repository",
+                            hint="remove it from the repository")
         if os.path.getsize(s) > _COPY_LIMIT:
             os.symlink(os.path.abspath(s), d)
             return d

@@ -10,8 +10,9 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import stat
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -27,12 +28,71 @@ from pydantic import (
 from ftcluster.errors import SpecError
 from ftcluster.resources import package_path
 
+_LOGIN_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::(?P<port>[0-9]{1,5}))?",
+                            re.ASCII)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UNLIMITED|INFINITE)$", re.ASCII)
 
 
+DAY = 24 * 3600.0
+INT32_MAX = 2**31 - 1
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every spec object: unknown keys refused, numbers finite (no .inf or .nan), a boolean never
+    taken for a number, and no control character in any string (a NUL, an escape sequence for
+    the terminal, a newline that a script or a regex would split on)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # Mappings whose values are text that scripts carry as quoted data (the env: a certificate
+    # spans lines): a newline, tab or CR is kept there (the Docker sshd path refuses them itself).
+    _TEXT_VALUES: ClassVar[frozenset[str]] = frozenset({"env"})
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_values(cls, v: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        kinds = _kinds(field.annotation) if field is not None else set()
+        if isinstance(v, bool) and bool not in kinds and kinds & {int, float}:
+            raise ValueError(f"expected a number, got {v!r}")
+        # A spec object checks its own fields, which then name themselves in the error.
+        if any(isinstance(k, type) and issubclass(k, _Strict) for k in kinds):
+            return v
+        bad = _control_in(v, text=info.field_name in cls._TEXT_VALUES)
+        if bad is not None:
+            raise ValueError(f"{bad} holds a control character (newline, NUL, escape, ...): write it without one")
+        return v
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits (Optional, unions and containers looked into)."""
+    args = get_args(annotation)
+    if not args:
+        return {annotation}
+    return {k for a in args for k in _kinds(a)} | ({get_origin(annotation)} if get_origin(annotation) else set())
+
+
+def _control_in(v: Any, text: bool = False) -> str | None:
+    """The first string in v (itself, or inside lists, tuples and mappings, keys too) that
+    holds a C0 or C1 control character or DEL, in words (a mapping's value by its key), else
+    None. text: a mapping's values may hold newlines, tabs and CRs."""
+    if isinstance(v, str):
+        allowed = "\n\t\r" if text else ""
+        return repr(v) if any((ord(c) < 32 or 127 <= ord(c) < 160) and c not in allowed for c in v) else None
+    if isinstance(v, dict):
+        for key, val in v.items():
+            found = _control_in(key)
+            if found is not None:
+                return f"the key {found}"
+            found = _control_in(val, text)
+            if found is not None:
+                return f"the value of {key} ({found})"
+    if isinstance(v, (list, tuple)):
+        for item in v:
+            found = _control_in(item)
+            if found is not None:
+                return found
+    return None
 
 
 # Enroot's mount options (enroot-mount.c `mount_opts`, plus the x-create/nofail/silent options it
@@ -228,23 +288,23 @@ class Liveness(_Strict):
     `interval` seconds with a `deadline`; `failures` misses in a row, with no request completed
     meanwhile, mean the MPI world is hung. interval 0: no probe (rank deaths are still seen)."""
 
-    interval: float = Field(10.0, ge=0)
-    deadline: float = Field(10.0, gt=0)
-    failures: int = Field(3, ge=1)
+    interval: float = Field(10.0, ge=0, le=DAY)
+    deadline: float = Field(10.0, gt=0, le=DAY)
+    failures: int = Field(3, ge=1, le=1000)
 
 
 class Server(_Strict):
     # "auto": tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel
     binary: str = "tritonserver"
-    ready_timeout: float = Field(900.0, gt=0)
-    exit_grace: float = Field(20.0, ge=0)
-    log_verbose: int = Field(0, ge=0)
+    ready_timeout: float = Field(900.0, gt=0, le=7 * DAY)
+    exit_grace: float = Field(20.0, ge=0, le=DAY)
+    log_verbose: int = Field(0, ge=0, le=10)
     extra_args: tuple[str, ...] = ()
     liveness: Liveness = Liveness()
     # Restarts of the whole world on a fault while serving (a rank's death, a hung world), in
     # the same allocation. Unset: DEFAULT_SERVING_RESTARTS with --keep-serving, else 0.
-    restarts: int | None = Field(None, ge=0)
-    restart_backoff: float = Field(10.0, gt=0)   # seconds before the first restart, doubling
+    restarts: int | None = Field(None, ge=0, le=10_000)
+    restart_backoff: float = Field(10.0, gt=0, le=DAY)   # seconds before the first restart, doubling
     # Run once (argv, no shell) when a serving run gives up: an alert hook. It gets FTC_RUN_ID,
     # FTC_RUN_DIR and FTC_FAILURE in its environment.
     on_failure: tuple[str, ...] = ()
@@ -289,7 +349,7 @@ class NodeSsh(_Strict):
     known_hosts: str | None = None
     # Node steps run on this many hosts at once (like srun's fan-out, bounded).
     parallel: int = Field(32, ge=1, le=1024)
-    connect_timeout: float = Field(20.0, gt=0)
+    connect_timeout: float = Field(20.0, gt=0, le=DAY)
 
 
 # Set on the login node by remote.forward (remote.HOP_ENV); there the spec is used, not forwarded.
@@ -341,7 +401,7 @@ class ClusterSpec(_Strict):
     account: str | None = None
     qos: str | None = None
     time_limit: str = "01:00:00"
-    max_nodes: int = Field(64, ge=1)
+    max_nodes: int = Field(64, ge=1, le=100_000)
     gpus_per_node: int | Literal["auto"] = 1
     hosts: tuple[str, ...] = ()
     node_ssh: NodeSsh = NodeSsh()
@@ -376,6 +436,17 @@ class ClusterSpec(_Strict):
     def _name(cls, v: str) -> str:
         if not _NAME_RE.fullmatch(v):
             raise ValueError("use letters, digits, '.', '_' and '-' only")
+        return v
+
+    @field_validator("login_host")
+    @classmethod
+    def _login_host(cls, v: str | None) -> str | None:
+        # [user@]host[:port], as ssh and remote.SshTarget take it.
+        if v is None:
+            return v
+        m = _LOGIN_HOST_RE.fullmatch(v)
+        if not m or (m.group("port") and not 1 <= int(m.group("port")) <= 65535):
+            raise ValueError(f"{v!r} is not [user@]host[:port] (port 1-65535)")
         return v
 
     @field_validator("partition", "account", "qos")
@@ -493,12 +564,12 @@ ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "T5-Encoder", "bert", "BLO
 
 
 class ClientDefaults(_Strict):
-    batch_size: int = Field(2, ge=1)
-    input_len: int = Field(8, ge=1)
-    output_len: int = Field(8, ge=1)
+    batch_size: int = Field(2, ge=1, le=INT32_MAX)
+    input_len: int = Field(8, ge=1, le=INT32_MAX)
+    output_len: int = Field(8, ge=1, le=INT32_MAX)
     protocol: Literal["http", "grpc"] = "http"
     # bert's input is hidden states [batch, seq, hidden]; unset: the checkpoint's hidden size.
-    hidden_size: int | None = Field(None, ge=1)
+    hidden_size: int | None = Field(None, ge=1, le=INT32_MAX)
 
 
 class ModelSpec(_Strict):
@@ -517,7 +588,8 @@ class ModelSpec(_Strict):
     data_type: Literal["fp32", "fp16", "bf16"] | None = None
     int8_mode: int | None = Field(None, ge=0, le=2)
     enable_custom_all_reduce: bool | None = None
-    max_batch_size: int | None = Field(None, ge=0)
+    # config.pbtxt's max_batch_size is a protobuf int32.
+    max_batch_size: int | None = Field(None, ge=0, le=INT32_MAX)
     parameters: dict[str, str] = Field(default_factory=dict)
     client: ClientDefaults = ClientDefaults()
     # Which FT converter `ftcluster convert` runs when the type has several (GPT: Megatron
@@ -566,16 +638,69 @@ def _format_error(path: Path, exc: ValidationError) -> str:
     return f"{path}: {loc}: {msg}{more}" if loc else f"{path}: {msg}{more}"
 
 
+# A spec is a few KB: a larger file, or one whose aliases expand past this many values, is not
+# one (YAML's "billion laughs" expands 1 KB into gigabytes).
+SPEC_MAX_BYTES = 1 << 20
+SPEC_MAX_VALUES = 100_000
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML would keep the last
+    silently) and a document whose aliases expand past SPEC_MAX_VALUES values."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        sizes: dict[int, int] = {}
+
+        def size(n: Any) -> int:
+            # Aliases are the same node object: each is counted where it is used, computed once.
+            if id(n) not in sizes:
+                sizes[id(n)] = 0   # a recursive alias counts as nothing more
+                kids = [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else \
+                    n.value if isinstance(n, yaml.SequenceNode) else []
+                sizes[id(n)] = 1 + sum(size(k) for k in kids)
+            return sizes[id(n)]
+        if node is not None and size(node) > SPEC_MAX_VALUES:
+            raise yaml.YAMLError(f"its aliases (*name) expand to more than {SPEC_MAX_VALUES} values: "
+                                 "write the values out")
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.YAMLError(f"key {key!r} given twice (lines {seen[key]} and {line}): keep one")
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SpecError(f"spec file {path} does not exist", hint="check the path given to --cluster/--model")
     try:
-        data = yaml.safe_load(path.read_text())
+        st = path.stat()
+    except OSError:
+        raise SpecError(f"spec file {path} does not exist", hint="check the path given to --cluster/--model") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SpecError(f"spec file {path} is not a regular file", hint="give a YAML file")
+    if st.st_size > SPEC_MAX_BYTES:
+        raise SpecError(f"{path}: {st.st_size} bytes is too large for a spec (at most {SPEC_MAX_BYTES})")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(SPEC_MAX_BYTES + 1)
+        if len(raw) > SPEC_MAX_BYTES:
+            raise SpecError(f"{path}: too large for a spec (at most {SPEC_MAX_BYTES} bytes)")
+        data = yaml.load(raw.decode(), Loader=_SpecLoader)  # noqa: S506  (a SafeLoader)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a spec") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        where = f": line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}:{where}: invalid YAML: {problem}") from None
+        raise SpecError(f"{path}{where}: invalid YAML: {problem}") from None
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file") from None
     if data is None:

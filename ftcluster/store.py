@@ -111,6 +111,8 @@ class RunStore:
             raise UserError("no runs recorded yet", hint="start one with `ftcluster launch`")
         if key is None:
             return runs[-1]
+        if not key.strip():
+            raise UserError("an empty run id matches no run", hint="give a run id, or none for the newest run")
         exact = [r for r in runs if r.run_id == key or r.job_id == key]
         if exact:
             return exact[-1]

@@ -22,7 +22,7 @@ from ftcluster.styles import STEP_STYLES
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Follow new lines until the job ends.")
 @click.option("--rank", type=int, default=None, help="Only this rank's server log.")
 @click.option("--all", "all_ranks", is_flag=True, help="Every rank's server log (the default).")
-@click.option("--tail", "tail_n", type=int, default=None, help="Start with the last N lines of each log.")
+@click.option("--tail", "tail_n", type=click.IntRange(min=0), default=None, help="Start with the last N lines of each log.")
 @click.option("--server", "server_only", is_flag=True, help="Only server logs.")
 @click.option("--client", "client_only", is_flag=True, help="Only the client log.")
 @click.option("--incarnation", type=click.IntRange(min=0), default=None,

@@ -33,6 +33,22 @@ def plan_table(plan: Plan, title: str = "plan") -> Table:
     return t
 
 
+def out_folder(out: str, option: str = "--out") -> Path:
+    """The folder an --out names, refused when empty ('' would be the current folder) or when
+    it holds something already (it would be overwritten)."""
+    if not out.strip():
+        raise UserError("an empty path", field=option, hint="name a new or empty folder")
+    path = Path(out).expanduser()
+    try:
+        taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}", field=option) from None
+    if taken:
+        raise UserError(f"{path} is not empty (or not a folder); nothing was written", field=option,
+                        hint="name a new or empty folder")
+    return path
+
+
 @contextmanager
 def new_folder(out: Path, option: str = "--out") -> Iterator[Path]:
     """Yield `out`; if the body fails, remove every folder it created there (a retry then works),
@@ -80,7 +96,7 @@ def prepare_cmd(out: str, **kw: Any) -> None:
       ftcluster prepare --model configs/models/gpt.yaml --nodes 2 --out /shared/run1/model_repository
     """
     planned = load_and_plan(**kw)
-    with new_folder(Path(out).expanduser()) as folder:
+    with new_folder(out_folder(out)) as folder:
         prepared = prepare_repository(planned.model, planned.plan, folder)
     click.echo(f"prepared {prepared.path} (FT model {prepared.ft_model!r}: "
                + ", ".join(f"{k}={v}" for k, v in prepared.parameters.items()) + ")")
@@ -106,7 +122,7 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None
     from ftcluster.launch import LaunchOptions, job_request, write_run
 
     planned = load_and_plan(**kw)
-    run_dir = Path(out).expanduser().resolve()
+    run_dir = out_folder(out).resolve()
     try:
         paths = RunPaths.for_folder(run_dir)
     except ValueError as exc:

@@ -141,6 +141,32 @@ def test_a_hung_world_is_restarted_in_fresh_containers_and_serves_again(pb: Pyxi
     _assert_run_gone(st["run_id"])
 
 
+def test_the_successor_serves_in_its_own_containers_before_the_time_limit(pb: PyxisBed, spec_dir: Path) -> None:
+    """The hand-over smoke test on Pyxis: near the time limit the job submits a successor
+    (a new run: its own named containers, on another node), which serves; the old job ends
+    before its limit and removes its containers."""
+    from tests.integration.test_handover import HANDOVER, _status, _stop_chain
+
+    cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 90, "exit_grace": 5,
+                                                "handover_lead": HANDOVER["server_handover_lead"]})
+    spec = yaml.safe_load(cluster.read_text())
+    cluster.write_text(yaml.safe_dump({**spec, "time_limit": HANDOVER["time_limit"]}))
+    rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client", "--no-mpi-check")
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    try:
+        assert wait_for(lambda: (_status(run_id)["successor"] or {}).get("handed_over"), 110), _status(run_id)
+        successor = _status(run_id)["successor"]
+        assert successor["endpoint"] != out["endpoint"]
+        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert wait_for(lambda: "containers_stopped" in _events(Path(out["run_dir"])), 30)
+        assert _events(Path(out["run_dir"])).rstrip().endswith("done 0")
+    finally:
+        _stop_chain(run_id)
+    _assert_run_gone(run_id)
+
+
 def test_readiness_timeout_fails_cleanly(pb: PyxisBed, spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 4, "exit_grace": 3})
     rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check", env={"FTCLUSTER_TEST_LOAD_DELAY": "120"})

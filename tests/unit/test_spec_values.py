@@ -154,7 +154,7 @@ def test_workspace_user_falls_back_to_the_account(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("text,fragment", [
     ("scheduler: local\nworkspace: $FTC_SURELY_UNSET_VAR/runs\n", "workspace: $FTC_SURELY_UNSET_VAR is not set"),
-    ("scheduler: local\nworkspace: \"/runs\\nx\"\n", "workspace: '/runs\\nx' holds a newline"),
+    ("scheduler: local\nworkspace: \"/runs\\nx\"\n", "workspace: '/runs\\nx' holds a control character"),
     ("scheduler: local\nworkspace: ~nosuchuser_ftc/runs\n", "workspace: '~nosuchuser_ftc' is not a known user"),
     ("scheduler: slurm\ncontainer: {runtime: pyxis, image: /i.sqsh}\nworkspace: '/r/$(touch PWNED)'\n",
      "workspace: '/r/$(touch PWNED)' holds $"),
