@@ -134,6 +134,7 @@ def hand_over(cluster: Path) -> dict[str, float]:
     try:
         wait(lambda: (status(run_id).get("successor") or {}).get("handed_over"), 150)
         run_dir, new_serving = wait(lambda: successor_serving(run_id), 10)
+        wait(lambda: first(events(out["run_dir"]), "done"), 60)   # the old job drained and ended
         old = events(out["run_dir"])
         handed = first(old, "handed_over")
         stopped = first(old, "servers_stopped", handed or 0.0)

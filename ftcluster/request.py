@@ -15,7 +15,7 @@ from pathlib import Path
 from ftcluster.launchers import launcher_class
 from ftcluster.layout import LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan import Plan, RankSlot, node_names
-from ftcluster.render import RenderOptions, render
+from ftcluster.render import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
 
@@ -30,11 +30,12 @@ class JobFile:
     text: str
     mode: int
     source: str = ""  # a copy of this package file (shown by name in a dry run, not in full)
+    shown: str | None = None   # what a dry run shows instead of text (the env's values hidden)
 
     def __str__(self) -> str:
         if self.source:
             return f"# ===== {self.path} ({self.mode:04o}): a copy of {self.source} ====="
-        return f"# ===== {self.path} ({self.mode:04o}) =====\n{self.text}"
+        return f"# ===== {self.path} ({self.mode:04o}) =====\n{self.text if self.shown is None else self.shown}"
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,7 @@ class JobRequest:
         for f in self.files:
             path = self.paths.run_dir / f.path
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f.text)
-            path.chmod(f.mode)
+            write_private(path, f.text, f.mode)
             written.append(path)
         return written
 
@@ -80,7 +80,10 @@ class JobRequest:
 
 
 def _mode(name: str) -> int:
-    # Job scripts are run as `bash FILE` or by sbatch; the rest are data or `python3 FILE`.
+    # The env's values (job.json, env.sh) for the owner alone; job scripts are run as `bash FILE`
+    # or by sbatch; the rest are data or `python3 FILE`.
+    if name in PRIVATE_FILES:
+        return 0o600
     return 0o755 if name.endswith((".sh", ".sbatch")) else 0o644
 
 
@@ -112,7 +115,7 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
     script = paths.job_script(style.name)
     return JobRequest(
         kind=kind, launcher=style.launcher, scheduler=cluster.scheduler, style=style.name, paths=paths,
-        files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""))
-                    for name, text in scripts.files.items()),
+        files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""),
+                            scripts.shown.get(name)) for name, text in scripts.files.items()),
         argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
     )

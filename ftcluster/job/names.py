@@ -64,7 +64,8 @@ class RunFiles:
     preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
     client_json: str = "client.json"       # results/
     mpicheck_json: str = "mpicheck.json"   # results/
-    job_config: str = "job.json"           # scripts/: the supervisor's values
+    job_config: str = "job.json"           # scripts/: the supervisor's values (0600: the env)
+    env_file: str = "env.sh"               # scripts/: the spec's env as `export K=V` (0600)
     supervisor: str = "ftcluster_job"      # scripts/: the supervisor's package
 
     # Per-rank files: state/rank<R>.{pid,host,exit,loaded,problem} (written by rank_server.sh),

@@ -223,7 +223,7 @@ def test_convert_local_job_logs_and_check(tmp_path: Path) -> None:
     p = ftc(*args, "--dry-run")
     assert p.returncode == 0, p.stderr
     # The request: the job script with the converter's command, and what would run it.
-    job = json.loads(p.stdout.split("# ===== scripts/job.json (0644) =====\n", 1)[1].split("# =====", 1)[0])
+    job = json.loads(p.stdout.split("# ===== scripts/job.json (0600) =====\n", 1)[1].split("# =====", 1)[0])
     assert " ".join(job["step"]["argv"]).endswith(f"-i {HF_TINY} -o {tmp_path / 'ckpt'} -i_g 2 -weight_data_type fp16")
     assert "# ===== scripts/job.sh (0755) =====" in p.stdout
     assert p.stdout.rstrip().splitlines()[-1].endswith("&& bash " + p.stdout.split("run folder ", 1)[1].split()[0]

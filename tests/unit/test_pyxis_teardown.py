@@ -19,7 +19,7 @@ from ftcluster.errors import UserError
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.slurm import PyxisSlurmLauncher
 from ftcluster.runner import LocalRunner
-from tests.unit.test_render import RUN_DIR, render_style
+from tests.unit.test_render import RUN_DIR, render_style, write_env_file
 
 FAKE_ENROOT = r"""#!/bin/bash
 store=$FAKE_ENROOT_DATA
@@ -39,6 +39,7 @@ def _node_script(tmp_path: Path, containers: list[str], job: str = "77",
                  busy: set[str] = frozenset()) -> tuple[subprocess.CompletedProcess[str], Path, Path]:  # type: ignore[assignment]
     run_dir = tmp_path / "run"
     scripts = render_style("pyxis", run_dir=run_dir)
+    write_env_file(scripts, run_dir)
     script = tmp_path / "pyxis_node.sh"
     script.write_text(scripts.files["pyxis_node.sh"])
     bin_dir, data = tmp_path / "bin", tmp_path / "data"

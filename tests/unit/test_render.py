@@ -75,6 +75,12 @@ def _plan(c: ClusterSpec, nodes: int = 2) -> Plan:
                     nodes, g)
 
 
+def write_env_file(scripts: RenderedScripts, run_dir: Path) -> None:
+    """The run's scripts/env.sh where the rendered scripts source it (they stop without it)."""
+    (run_dir / "scripts").mkdir(parents=True, exist_ok=True)
+    (run_dir / "scripts" / "env.sh").write_text(scripts.files["env.sh"])
+
+
 def render_style(style: str, run_dir: Path = RUN_DIR, nodes: int = 2, **spec: object) -> RenderedScripts:
     if not _has_template(style):
         pytest.skip(f"no {STYLE_TEMPLATE[style]} template yet")
@@ -208,6 +214,7 @@ def entry_argv(text: str, cwd: Path) -> list[str]:
 
 def test_hostile_variable_block_arrives_verbatim(weird_tmp_path: Path) -> None:
     scripts, run_dir = _hostile_render("local", weird_tmp_path)
+    write_env_file(scripts, run_dir)
     block = _var_block(scripts.files["rank_server.sh"])
     shell = f"{block}\nprintf '%s\\0' \"$RUN_DIR\" \"$STATE\" \"$LOGS\" \"$TRITON\" \"$NCCL_DEBUG\"\n"
     r = subprocess.run(["bash", "-c", shell], cwd=weird_tmp_path, capture_output=True)

@@ -99,7 +99,8 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     assert (req.kind, req.launcher, req.style) == ("preflight", "pyxis_slurm", "pyxis")
     modes = {f.path: f.mode for f in req.files if not f.path.startswith("scripts/ftcluster_job/")}
     # The rank side is plain files in the run folder; no server wrapper.
-    assert modes == {"scripts/job.sbatch": 0o755, "scripts/job.json": 0o644, "scripts/pyxis_node.sh": 0o755,
+    assert modes == {"scripts/job.sbatch": 0o755, "scripts/job.json": 0o600, "scripts/env.sh": 0o600,
+                     "scripts/pyxis_node.sh": 0o755,
                      "scripts/preflight.py": 0o644, "scripts/rank_env.py": 0o644}
     assert next(f.text for f in req.files if f.path == "scripts/preflight.py") == \
         (REPO / "ftcluster" / "rank" / "preflight.py").read_text()

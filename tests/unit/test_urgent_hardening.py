@@ -35,7 +35,7 @@ from tests.helpers_specs import (
     run_cli,
 )
 from tests.pyxis.enroot_config import source_mounts, start_config
-from tests.unit.test_render import STYLES, render_style
+from tests.unit.test_render import STYLES, render_style, write_env_file
 
 PAYLOAD = "SECONDS[$(touch PWNED)]"
 SHELL_SPECIAL = ["BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "PROMPT_COMMAND", "SECONDS",
@@ -86,7 +86,8 @@ def _defined_by_variable_block(text: str, tmp: Path) -> set[str]:
 def test_every_variable_a_rendered_script_defines_is_refused_as_an_env_name(style: str, tmp_path: Path) -> None:
     """Bash, not the project's scanner, says which names the scripts define: each is refused, so
     a variable added to the job library cannot reopen the hole."""
-    scripts = render_style(style)
+    scripts = render_style(style, run_dir=tmp_path / "run")
+    write_env_file(scripts, tmp_path / "run")
     defined: set[str] = set()
     for name, text in scripts.files.items():
         if name.endswith((".sh", ".sbatch")) and "export RUN_ID " in text:
@@ -136,7 +137,8 @@ def test_hostile_env_values_stay_data_in_every_style(style: str, tmp_path: Path)
     env = {"MY_SETTING": PAYLOAD, "OMPI_MCA_btl": "$(touch PWNED2)", "CUDA_VISIBLE_DEVICES": "`touch PWNED3`"}
     if style in ("docker", "ssh_docker"):
         env = {k: v.replace('"', "") for k, v in env.items()}
-    scripts = render_style(style, env=env)
+    scripts = render_style(style, run_dir=tmp_path / "run", env=env)
+    write_env_file(scripts, tmp_path / "run")
     for name, text in scripts.files.items():
         if not name.endswith((".sh", ".sbatch")):
             continue
@@ -163,7 +165,9 @@ def test_a_job_variable_in_env_cannot_replace_the_jobs_value_even_past_validatio
     c = c.model_copy(update={"env": {"NODES": PAYLOAD, "EXIT_GRACE": PAYLOAD}})  # skips validation
     m = model(checkpoint_root="/ckpt")
     p = plan_for(c, m, facts(), ckpt(tp=1, layers=2), 1, 1)
-    text = render(c, m, p, RunPaths("r1", tmp_path / "run"), RenderOptions()).files["rank_server.sh"]
+    scripts = render(c, m, p, RunPaths("r1", tmp_path / "run"), RenderOptions())
+    write_env_file(scripts, tmp_path / "run")
+    text = scripts.files["rank_server.sh"]
     block = re.search(r"^set -uo pipefail\n(.*?^export RUN_ID .*?$)", text, re.DOTALL | re.MULTILINE)
     assert block
     shell = f"{block.group(1)}\nif (( NODES )); then :; fi\necho $((EXIT_GRACE + 0))"

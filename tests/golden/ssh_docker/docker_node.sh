@@ -1,11 +1,14 @@
 #!/bin/bash
 # Node-side Docker steps of ftcluster run gpt-2n (generated). The job script runs:
 #   on every node, through srun:  docker_node.sh up | guard | down | reap (before a restart)
-#   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container)
+#   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container,
+#                                                               through `run`: with the spec's env)
 # and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | rank | reap_inside
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
+# shellcheck source=/dev/null
+. /shared/runs/gpt-2n/scripts/env.sh || { echo "ftcluster: cannot read the spec's env, scripts/env.sh" >&2; exit 1; }
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
 LOGS=/shared/runs/gpt-2n/logs
@@ -236,11 +239,13 @@ case "${1:-}" in
   up) up ;;
   guard) guard ;;
   down) down ;;
-  exec) shift; exec docker exec -e FTC_NODE="$NODE" -e FTC_INCARNATION="${FTC_INCARNATION:-0}" "$CNAME" "$@" ;;
+  exec) shift; exec docker exec -e FTC_NODE="$NODE" -e FTC_INCARNATION="${FTC_INCARNATION:-0}" "$CNAME" \
+    bash "$SCRIPTS/docker_node.sh" run "$@" ;;
+  run) shift; exec "$@" ;;   # inside the container, with the spec's env (sourced above)
   reap) exec docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" reap_inside ;;
   reap_inside) reap_inside ;;
   sshd) mpi_on_path; sshd_start ;;
   mpirun) shift; mpi_on_path; run_mpirun "$@" ;;
   rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
-  *) echo "usage: $0 up|guard|down|reap|exec CMD...|sshd|mpirun HOSTS CMD...|rank|reap_inside" >&2; exit 2 ;;
+  *) echo "usage: $0 up|guard|down|reap|exec CMD...|sshd|mpirun HOSTS CMD...|rank|reap_inside|run CMD..." >&2; exit 2 ;;
 esac

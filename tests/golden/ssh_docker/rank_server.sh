@@ -4,6 +4,8 @@
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
+# shellcheck source=/dev/null
+. /shared/runs/gpt-2n/scripts/env.sh || { echo "ftcluster: cannot read the spec's env, scripts/env.sh" >&2; exit 1; }
 RUN_ID=gpt-2n
 RUN_DIR=/shared/runs/gpt-2n
 LOGS=/shared/runs/gpt-2n/logs
