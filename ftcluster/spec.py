@@ -12,7 +12,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -402,7 +402,7 @@ class ClusterSpec(_Strict):
     qos: str | None = None
     time_limit: str = "01:00:00"
     max_nodes: int = Field(64, ge=1, le=100_000)
-    gpus_per_node: int | Literal["auto"] = 1
+    gpus_per_node: Annotated[int, Field(le=1024)] | Literal["auto"] = 1
     hosts: tuple[str, ...] = ()
     node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()
@@ -622,20 +622,34 @@ class ModelSpec(_Strict):
 _S = TypeVar("_S", bound=BaseModel)
 
 
+# An error names a 5,000-character value, it does not echo it: a longer run of characters
+# without a space shows its two ends.
+WORD_MAX_CHARS = 120
+PROBLEMS_SHOWN = 8
+
+
 def _format_error(path: Path, exc: ValidationError) -> str:
+    """Every problem of the spec at once, each naming its field, on one line."""
     errors = exc.errors()
-    first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
-    elif first["type"] == "missing":
-        msg = "required field is missing"
-    elif "input" in first and first["type"] not in ("value_error",):
-        msg += f" (got {first['input']!r})"
-    more = f" [+{len(errors) - 1} more problem(s)]" if len(errors) > 1 else ""
-    # A check across fields names its field in the message itself ("workspace: ...").
-    return f"{path}: {loc}: {msg}{more}" if loc else f"{path}: {msg}{more}"
+    problems = []
+    for err in errors[:PROBLEMS_SHOWN]:
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif "input" in err and err["type"] not in ("value_error",):
+            msg += f" (got {err['input']!r})"
+        # A check across fields names its field in the message itself ("workspace: ...").
+        problems.append(_cut(f"{loc}: {msg}" if loc else msg))
+    more = f"; [+{len(errors) - PROBLEMS_SHOWN} more problem(s)]" if len(errors) > PROBLEMS_SHOWN else ""
+    return f"{path}: " + "; ".join(problems) + more
+
+
+def _cut(text: str) -> str:
+    half = WORD_MAX_CHARS // 2
+    return re.sub(r"\S{%d,}" % (WORD_MAX_CHARS + 1), lambda m: f"{m.group()[:half]}...{m.group()[-half:]}", text)
 
 
 # A spec is a few KB: a larger file, or one whose aliases expand past this many values, is not
