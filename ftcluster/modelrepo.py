@@ -84,11 +84,10 @@ def apply_plan(
 
 
 def _resolve_relative_links(src: Path, dst: Path, copy: Callable[[str, str], str]) -> None:
-    """A relative link would dangle in the copy: a small file inside the repository is copied
-    (every node and container that sees the run folder then sees it too), anything else --
-    folders, big files, and files outside the repository, which are not the run's to copy
-    (a link to ~/.ssh would copy a 0600 key into a run folder others may read) -- is linked by
-    its absolute path."""
+    """A relative link would dangle in the copy: a small file is copied (every node and container
+    that sees the run folder then sees it too), anything else is linked by its absolute path --
+    and so is a file outside the repository that others may not read: a link to ~/.ssh would
+    otherwise copy a 0600 key into a run folder others may read."""
     root = os.path.realpath(src)
     for folder, dirs, files in os.walk(dst):
         for name in [*dirs, *files]:
@@ -97,7 +96,9 @@ def _resolve_relative_links(src: Path, dst: Path, copy: Callable[[str, str], str
                 continue
             target = os.path.realpath(os.path.join(src, os.path.relpath(link, dst)))
             os.unlink(link)
-            if os.path.isfile(target) and os.path.commonpath([root, target]) == root:
+            private = os.path.commonpath([root, target]) != root and os.path.isfile(target) \
+                and not os.stat(target).st_mode & stat.S_IROTH
+            if os.path.isfile(target) and not private:
                 copy(target, link)
             else:
                 os.symlink(target, link)

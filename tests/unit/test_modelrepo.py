@@ -124,6 +124,25 @@ def test_weights_are_linked_not_copied(user_repo: Path, tmp_path: Path) -> None:
     assert small.is_file() and not small.is_symlink()
 
 
+def test_a_link_to_someone_elses_private_file_is_never_copied(user_repo: Path, tmp_path: Path) -> None:
+    # A relative link out of the repository: a shared helper (readable by all) is copied, as
+    # the run's nodes and containers need it; a 0600 file (a key) stays where it is, linked.
+    shared, key = tmp_path / "user" / "helper.py", tmp_path / "user" / "id_key"
+    shared.write_text("# shared\n")
+    shared.chmod(0o644)
+    key.write_text("SECRET\n")
+    key.chmod(0o600)
+    folder = user_repo / "preprocessing" / "1"
+    (folder / "helper.py").symlink_to(os.path.relpath(shared, folder))
+    (folder / "key").symlink_to(os.path.relpath(key, folder))
+    m = model(repository=user_repo, ft_model="fastertransformer", checkpoint_root=MODELS / "tiny" / "ckpt")
+    out = tmp_path / "out"
+    prepare_repository(m, _plan(), out)
+    copied, linked = out / "preprocessing" / "1" / "helper.py", out / "preprocessing" / "1" / "key"
+    assert copied.is_file() and not copied.is_symlink() and copied.read_text() == "# shared\n"
+    assert linked.is_symlink() and os.readlink(linked) == str(key.resolve())
+
+
 def test_read_only_source_gives_a_writable_copy(user_repo: Path, tmp_path: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(user_repo):
         for n in filenames:
