@@ -47,6 +47,7 @@ from ftcluster.spec import (
     Ports,
     Server,
     pyxis_mount_path_problem,
+    slurm_time_seconds,
 )
 from ftcluster.job.config import JobConfig, LivenessConfig, StepConfig
 from ftcluster.styles import STYLES, style_name, style_of
@@ -327,7 +328,7 @@ def context(
         keep_serving=opts.keep_serving,
         serving_on_slurm=serving_on_slurm,
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
-        handover_lead=cluster.server.handover_lead if serving_on_slurm else 0,
+        handover_lead=handover_lead(cluster) if serving_on_slurm else 0,
         # A world on this machine alone is its own mpirun's; there is nothing to check.
         mpi_check=opts.mpi_check and not style.one_host,
         mpi_check_timeout=opts.mpi_check_timeout,
@@ -347,6 +348,15 @@ def context(
         ev=EV,
         files=FILES,
     )
+
+
+def handover_lead(cluster: ClusterSpec) -> int:
+    """Seconds before the time limit the job hands over: server.handover_lead, at most half the
+    limit (a notice at the start would hand over at once, and again, for ever); 0 without a limit."""
+    limit = slurm_time_seconds(cluster.time_limit)
+    if limit is None:
+        return 0
+    return min(cluster.server.handover_lead, limit // 2)
 
 
 def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> JobConfig:

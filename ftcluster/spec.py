@@ -35,6 +35,22 @@ _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UN
 
 
 DAY = 24 * 3600.0
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """A Slurm time limit in seconds (sbatch --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S);
+    None for UNLIMITED/INFINITE."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:                       # D-H, D-H:M, D-H:M:S
+        h, m, s = (parts + [0, 0])[:3]
+    elif len(parts) == 3:          # H:M:S
+        h, m, s = parts
+    else:                          # M, M:S
+        h, m, s = 0, parts[0], (parts[1] if len(parts) > 1 else 0)
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 INT32_MAX = 2**31 - 1
 
 

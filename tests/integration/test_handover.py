@@ -19,8 +19,9 @@ from tests.launch_helpers import ftcluster, launch_json, processes_matching, wai
 
 pytestmark = pytest.mark.cluster
 
-# Slurm signals up to 60 s early (its periodic check), so with a 2-minute limit and a 90 s lead
-# the notice comes 0-60 s after the start, and the old job would end at 2 minutes.
+# A 2-minute limit: the 90 s lead is cut to half the limit, so the notice comes about a minute
+# after the start (Slurm's periodic check sends it a few seconds early), and the old job would
+# end at 2 minutes.
 HANDOVER = {"time_limit": "2", "server_handover_lead": 90}
 
 

@@ -55,3 +55,15 @@ def test_sbatch_inside_a_job_gets_none_of_the_jobs_slurm_values() -> None:
     env = {"SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SBATCH_PARTITION": "x", "SLURM_CONF": "/etc/s.conf",
            "SRUN_DEBUG": "3", "PATH": "/bin", "FTCLUSTER_STATE_DIR": "/s"}
     assert submit_env(env) == {"SLURM_CONF": "/etc/s.conf", "PATH": "/bin", "FTCLUSTER_STATE_DIR": "/s"}
+
+
+@pytest.mark.parametrize(("limit", "lead", "expect"), [
+    ("01:00:00", 900, 900), ("10", 900, 300), ("2", 90, 60), ("1-00:00:00", 900, 900), ("UNLIMITED", 900, 0)])
+def test_the_notice_comes_at_most_half_way_through_the_limit(limit: str, lead: int, expect: int) -> None:
+    # A notice at the very start would hand over at once, and the successor again, for ever.
+    c = cluster(**{**SPECS["none"], "time_limit": limit,
+                   "server": {**dict(SPECS["none"]["server"]), "handover_lead": lead,  # type: ignore[call-overload]
+                              "liveness": {"interval": 0}}})
+    scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR), RenderOptions(python=PYTHON, keep_serving=True))
+    assert json.loads(scripts.files["job.json"])["handover_lead"] == expect
+    assert (f"#SBATCH --signal=B:USR1@{expect}\n" in scripts.files["job.sbatch"]) == bool(expect)
