@@ -14,8 +14,41 @@ from pathlib import Path
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
 from ftcluster.modeltypes import kind
+from ftcluster.spec import INT32_MAX
 
-_GPU_DIR = re.compile(r"^(\d+)-gpu$")
+GPU_DIR = re.compile(r"([0-9]+)-gpu", re.ASCII)   # <root>/<N>-gpu/
+
+# The sizes config.ini gives, which FT's INIReader reads as C ints (strtol: ASCII digits).
+# Checked before anything is computed from them: a layer count of 10^11 would have the
+# layout check build names until memory ran out, a head count of 0 divides by anything.
+_LAYER_KEYS = frozenset({"num_layer", "num_layers", "num_decoder_layers"})
+SIZE_KEYS = _LAYER_KEYS | frozenset({
+    "head_num", "size_per_head", "inter_size", "vocab_size", "hidden_size", "max_pos_seq_len",
+    "d_model", "d_ff", "num_heads", "d_kv", "relative_attention_num_buckets_or_max_pos_seq_len",
+    "tensor_para_size", "pipeline_para_size",
+})
+MAX_LAYERS = 10_000
+_INI_INT = re.compile(r"[0-9]{1,12}", re.ASCII)
+
+
+def size_problem(key: str, raw: str) -> str | None:
+    """Why `raw` is not a usable value of the size `key` (None: it is)."""
+    if not _INI_INT.fullmatch(raw.strip()):
+        return "is not a positive integer"
+    top = MAX_LAYERS if key in _LAYER_KEYS else INT32_MAX
+    value = int(raw)
+    return None if 1 <= value <= top else f"is out of range (1 to {top})"
+
+
+def size_problems(parser: configparser.ConfigParser, ini: Path) -> list[str]:
+    """Every size in config.ini that FT could not use, each named with its section."""
+    found = []
+    for section in parser.sections():
+        for key in parser.options(section):
+            why = size_problem(key, parser.get(section, key)) if key in SIZE_KEYS else None
+            if why:
+                found.append(f"{ini}: [{section}] {key}={parser.get(section, key)[:40]} {why}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -43,7 +76,7 @@ class CheckpointFacts:
 def available_gpu_counts(root: Path) -> tuple[int, ...]:
     found = []
     for child in root.iterdir() if root.is_dir() else ():
-        m = _GPU_DIR.match(child.name)
+        m = GPU_DIR.fullmatch(child.name)
         if m and child.is_dir():
             found.append(int(m.group(1)))
     return tuple(sorted(found))
@@ -51,12 +84,15 @@ def available_gpu_counts(root: Path) -> tuple[int, ...]:
 
 def _int(parser: configparser.ConfigParser, section: str, key: str, ini: Path) -> int:
     try:
-        return parser.getint(section, key)
+        raw = parser.get(section, key)
     except (configparser.NoSectionError, configparser.NoOptionError):
         raise PlanError(f"{ini}: [{section}] {key} is missing",
                         hint="re-run the FT converter; the backend needs it") from None
-    except ValueError:
-        raise PlanError(f"{ini}: [{section}] {key} is not an integer") from None
+    why = size_problem(key, raw)
+    if why:
+        raise PlanError(f"{ini}: [{section}] {key}={raw[:40]} {why}",
+                        hint="fix config.ini or re-run the FT converter")
+    return int(raw)
 
 
 def detect_model_type(parser: configparser.ConfigParser) -> str | None:

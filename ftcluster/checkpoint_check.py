@@ -25,13 +25,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftcluster.checkpoint import available_gpu_counts, type_hint
+from ftcluster.checkpoint import available_gpu_counts, size_problems, type_hint
 from ftcluster.errors import PlanError
 from ftcluster.ftconfig import read_ini
 from ftcluster.modeltypes import kind
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-_SHARD = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.bin$")
+_SHARD = re.compile(r"(?P<stem>.+)\.(?P<rank>[0-9]+)\.bin", re.ASCII | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def expected_files(parser: configparser.ConfigParser, model_type: str, tp: int) 
 
 
 def _config_problems(parser: configparser.ConfigParser, ini: Path, model_type: str, tp: int) -> list[str]:
-    problems = []
+    problems = size_problems(parser, ini)
     for section, keys in kind(model_type).required:
         if not parser.has_section(section) or not parser.options(section):
             problems.append(f"{ini}: no [{section}] section or an empty one (needed for model_type "
@@ -252,7 +252,7 @@ def _config_problems(parser: configparser.ConfigParser, ini: Path, model_type: s
 def _shard_problems(gpu_dir: Path, tp: int) -> list[str]:
     ranks: dict[str, dict[int, int]] = defaultdict(dict)
     for f in gpu_dir.glob("*.bin"):
-        m = _SHARD.match(f.name)
+        m = _SHARD.fullmatch(f.name)
         if m:
             ranks[m["stem"]][int(m["rank"])] = f.stat().st_size
     if not ranks:
@@ -282,7 +282,7 @@ def _layout_problems(gpu_dir: Path, expected: list[Expected]) -> list[str]:
     for e in expected:
         path = gpu_dir / e.name
         if not path.is_file():
-            problems.append(f"missing {'shard' if _SHARD.match(e.name) else 'file'} {e.name}")
+            problems.append(f"missing {'shard' if _SHARD.fullmatch(e.name) else 'file'} {e.name}")
             continue
         size = path.stat().st_size
         if size != e.nbytes:

@@ -199,7 +199,7 @@ class Launch:
         if taken is None:
             try:
                 self.paths.run_dir.parent.mkdir(parents=True, exist_ok=True)
-                self.paths.run_dir.mkdir()
+                self.paths.run_dir.mkdir(mode=0o700)   # yours alone from the start (request.write_files)
                 return
             except FileExistsError:
                 taken = "a run folder"

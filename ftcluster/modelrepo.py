@@ -8,7 +8,6 @@ copy gigabytes of weights. config.pbtxt files are rewritten through the protobuf
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Callable
 
 from ftcluster.ftconfig import model_config_pb2
 
+from ftcluster.checkpoint import GPU_DIR
 from ftcluster.errors import UserError
 from ftcluster.ftconfig import dump_model_config, read_model_config, scan_repository, set_param
 from ftcluster.modeltypes import backend_type
@@ -24,7 +24,6 @@ from ftcluster.plan import Plan
 from ftcluster.spec import ModelSpec
 
 _COPY_LIMIT = 1 << 20  # bytes; bigger files are linked, not copied
-_GPU_DIR = re.compile(r"^\d+-gpu$")
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ def _copy_tree(src: Path, dst: Path) -> None:
         # Link converted weight folders instead of copying them.
         skipped = []
         for name in names:
-            if _GPU_DIR.match(name) and os.path.isdir(os.path.join(folder, name)):
+            if GPU_DIR.fullmatch(name) and os.path.isdir(os.path.join(folder, name)):
                 rel = os.path.relpath(os.path.join(folder, name), src)
                 target = dst / rel
                 target.parent.mkdir(parents=True, exist_ok=True)

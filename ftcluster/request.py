@@ -8,6 +8,7 @@ way onto the nodes is one: `launch` and `check` (the servers, or the MPI check a
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,10 @@ class JobRequest:
         return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self.argv)}"
 
     def write_files(self) -> list[Path]:
+        # The run folder is yours alone (0700): its logs, keys, model files and the spec's env
+        # often sit on a filesystem every user of the cluster can read.
+        self.paths.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.paths.run_dir, 0o700)
         for folder in self.folders:
             folder.mkdir(parents=True, exist_ok=True)
         # There from the start, so whoever follows the run holds it open from the start

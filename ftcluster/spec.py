@@ -297,6 +297,8 @@ class Ports(_Strict):
 # server.restarts when unset and the run serves (--keep-serving): a fault is survived a few
 # times before the run gives up; a one-shot launch (server, client, end) never restarts.
 DEFAULT_SERVING_RESTARTS = 3
+MAX_RESTARTS = 10_000
+MAX_GPUS_PER_NODE = 1024
 
 
 class Liveness(_Strict):
@@ -319,7 +321,7 @@ class Server(_Strict):
     liveness: Liveness = Liveness()
     # Restarts of the whole world on a fault while serving (a rank's death, a hung world), in
     # the same allocation. Unset: DEFAULT_SERVING_RESTARTS with --keep-serving, else 0.
-    restarts: int | None = Field(None, ge=0, le=10_000)
+    restarts: int | None = Field(None, ge=0, le=MAX_RESTARTS)
     restart_backoff: float = Field(10.0, gt=0, le=DAY)   # seconds before the first restart, doubling
     # Run once (argv, no shell) when a serving run gives up: an alert hook. It gets FTC_RUN_ID,
     # FTC_RUN_DIR and FTC_FAILURE in its environment.
@@ -418,7 +420,7 @@ class ClusterSpec(_Strict):
     qos: str | None = None
     time_limit: str = "01:00:00"
     max_nodes: int = Field(64, ge=1, le=100_000)
-    gpus_per_node: Annotated[int, Field(le=1024)] | Literal["auto"] = 1
+    gpus_per_node: Annotated[int, Field(le=MAX_GPUS_PER_NODE)] | Literal["auto"] = 1
     hosts: tuple[str, ...] = ()
     node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()

@@ -65,7 +65,9 @@ CREATE TABLE IF NOT EXISTS runs (
 class RunStore:
     def __init__(self, path: Path | None = None):
         self.path = path or state_dir() / "runs.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The store names every run folder and endpoint: yours alone, whatever the umask.
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         with self._db() as db:
             db.execute(_SCHEMA)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +26,16 @@ def weird_tmp_path(tmp_path: Path) -> Path:
     weird = tmp_path / "a b'c\"d $(touch PWNED) '; touch PWNED2 #"
     weird.mkdir()
     return weird
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A short folder under /tmp, which every test-bed node sees (tmp_path's names carry the
+    test's parameters, '[' and ']', which mount specs refuse); removed after the test, so a
+    test-suite run leaves no folder of its own in /tmp."""
+    d = Path(tempfile.mkdtemp(prefix="ftc-test-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

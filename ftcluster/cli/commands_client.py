@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.numbers import DAY, count, fraction, seconds
 from ftcluster.client.endpoint import PROTOCOLS, Endpoint
 
 
@@ -22,14 +23,14 @@ def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--url", required=True, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
         click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server."),
         click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True),
-        click.option("--timeout", type=float, default=60.0, show_default=True, help="Per-request timeout (s)."),
-        click.option("--batch-size", type=int, default=None,
+        click.option("--timeout", type=seconds(DAY), default=60.0, show_default=True, help="Per-request timeout (s)."),
+        click.option("--batch-size", type=count(), default=None,
                      help="Sequences per request (default: identity 2, bench 1)."),
-        click.option("--input-len", type=int, default=8, show_default=True,
+        click.option("--input-len", type=count(), default=8, show_default=True,
                      help="Prompt tokens (words, for a text ensemble)."),
-        click.option("--output-len", type=int, default=8, show_default=True, help="Tokens to generate."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompt."),
-        click.option("--hidden-size", type=int, default=None,
+        click.option("--output-len", type=count(), default=8, show_default=True, help="Tokens to generate."),
+        click.option("--seed", type=count(0, 2**32 - 1), default=0, show_default=True, help="Seed of the random prompt."),
+        click.option("--hidden-size", type=count(), default=None,
                      help="bert: the hidden size of input_hidden_state (config.ini [bert] hidden_size)."),
     ]
     for opt in reversed(opts):
@@ -61,8 +62,8 @@ def client_group() -> None:
 
 @client_group.command("identity")
 @_endpoint_options
-@click.option("--repeats", type=int, default=3, show_default=True, help="Requests to send (each is checked).")
-@click.option("--vocab-size", type=int, default=50257, show_default=True, help="Random ids stay below this.")
+@click.option("--repeats", type=count(), default=3, show_default=True, help="Requests to send (each is checked).")
+@click.option("--vocab-size", type=count(1, 2**31 - 1), default=50257, show_default=True, help="Random ids stay below this.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False),
@@ -109,12 +110,12 @@ def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size
 @_endpoint_options
 @click.option("--concurrency", default=None, help="Closed-loop steps, e.g. 1,2,4,8,16 (default when no --rate).")
 @click.option("--rate", default=None, help="Open-loop Poisson request rates (req/s), e.g. 100,200.")
-@click.option("--duration", type=float, default=5.0, show_default=True, help="Measurement window per step (s).")
-@click.option("--warmup", type=float, default=1.0, show_default=True, help="Warm-up before each window (s).")
-@click.option("--windows", type=int, default=3, show_default=True, help="Sub-windows for the stability check.")
-@click.option("--stability", type=float, default=0.1, show_default=True,
+@click.option("--duration", type=seconds(DAY), default=5.0, show_default=True, help="Measurement window per step (s).")
+@click.option("--warmup", type=seconds(DAY, zero_ok=True), default=1.0, show_default=True, help="Warm-up before each window (s).")
+@click.option("--windows", type=count(1, 1000), default=3, show_default=True, help="Sub-windows for the stability check.")
+@click.option("--stability", type=fraction(), default=0.1, show_default=True,
               help="Stable when every sub-window is within this fraction of their mean.")
-@click.option("--processes", type=int, default=1, show_default=True, help="Load processes (for many-core clients).")
+@click.option("--processes", type=count(1, 4096), default=1, show_default=True, help="Load processes (for many-core clients).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one CSV row per step.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write latency vs throughput PNG.")
@@ -155,11 +156,11 @@ def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: i
                    "for token-id models, unused by text models (ensembles tokenize inside Triton).")
 @click.option("--reference", "reference_path", default=None, metavar="FILE",
               help="One reference per prompt: print corpus BLEU of the outputs (sacrebleu).")
-@click.option("--output-len", type=int, default=16, show_default=True, help="Tokens to generate.")
-@click.option("--batch-size", type=int, default=None,
+@click.option("--output-len", type=count(), default=16, show_default=True, help="Tokens to generate.")
+@click.option("--batch-size", type=count(), default=None,
               help="Prompts per request (default: 8, or the model's max_batch_size if smaller).")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True)
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Per-request timeout (s).")
+@click.option("--timeout", type=seconds(DAY), default=60.0, show_default=True, help="Per-request timeout (s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 def text_cmd(url: str, model: str, prompts_path: str, tokenizer: str | None, reference_path: str | None,

@@ -9,17 +9,24 @@ import click
 from ftcluster import convert as conv
 from ftcluster.checkpoint_check import checkpoint_problems
 from ftcluster.cli import cli
+from ftcluster.cli.numbers import count, seconds
 from ftcluster.errors import PlanError
-from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
+from ftcluster.spec import (
+    MAX_GPUS_PER_NODE,
+    default_cluster_path,
+    default_model_path,
+    load_cluster,
+    load_model,
+)
 
 
 @cli.command("convert")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec YAML.")
-@click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes the model will be served on.")
-@click.option("--gpus-per-node", type=int, default=None, help="Override the spec's gpus_per_node.")
-@click.option("--tp", type=int, default=None, help="tensor_para_size (default: GPUs per node).")
-@click.option("--pp", type=int, default=None, help="pipeline_para_size (default: nodes).")
+@click.option("--nodes", "-N", type=count(), default=1, show_default=True, help="Nodes the model will be served on.")
+@click.option("--gpus-per-node", type=count(1, MAX_GPUS_PER_NODE), default=None, help="Override the spec's gpus_per_node.")
+@click.option("--tp", type=count(), default=None, help="tensor_para_size (default: GPUs per node).")
+@click.option("--pp", type=count(), default=None, help="pipeline_para_size (default: nodes).")
 @click.option("--converter-root", required=True, type=click.Path(file_okay=False),
               help="FasterTransformer checkout (holds examples/pytorch/...).")
 @click.option("--input", "input_dir", required=True, help="HF model folder or training checkpoint to convert.")
@@ -27,7 +34,7 @@ from ftcluster.spec import default_cluster_path, default_model_path, load_cluste
               help="Python that runs the converter on the node (needs torch/transformers).")
 @click.option("--dry-run", is_flag=True, help="Print the job request (scripts and command); run nothing.")
 @click.option("--detach", is_flag=True, help="Submit and return; follow with `ftcluster logs RUN`.")
-@click.option("--timeout", type=float, default=None, help="Stop waiting after this many seconds.")
+@click.option("--timeout", type=seconds(), default=None, help="Stop waiting after this many seconds.")
 def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gpus_per_node: int | None,
                 tp: int | None, pp: int | None, converter_root: str, input_dir: str, python: str,
                 dry_run: bool, detach: bool, timeout: float | None) -> None:
@@ -69,7 +76,7 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
 
 @cli.command("check-checkpoint")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec YAML.")
-@click.option("--gpus", type=int, required=True, help="tensor_para_size the checkpoint must be for.")
+@click.option("--gpus", type=count(), required=True, help="tensor_para_size the checkpoint must be for.")
 def check_checkpoint_cmd(model_path: str | None, gpus: int) -> None:
     """Check <checkpoint_root>/<gpus>-gpu/: config.ini fields, every shard, every file size.
 

@@ -7,6 +7,7 @@ import importlib.util
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.numbers import DAY, count, seconds, tcp_port
 from ftcluster.errors import UserError
 
 
@@ -17,13 +18,13 @@ from ftcluster.errors import UserError
               help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; "
                    "enables 'prompt' for token-id models and text in responses.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=9000, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0.001), default=60.0, show_default=True,
+@click.option("--port", type=tcp_port(), default=9000, show_default=True)
+@click.option("--timeout", type=seconds(DAY), default=60.0, show_default=True,
               help="Seconds per request before answering 504.")
-@click.option("--max-input-tokens", type=click.IntRange(min=1), default=4096, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
+@click.option("--max-input-tokens", type=count(), default=4096, show_default=True)
+@click.option("--max-tokens", type=count(), default=4096, show_default=True,
               help="Largest max_tokens a request may ask for.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--max-batch", type=count(), default=64, show_default=True)
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def gateway_cmd(triton_url: str, model: str, tokenizer: str | None, host: str, port: int, timeout: float,

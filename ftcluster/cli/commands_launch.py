@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from ftcluster.cli import ARGV, cli
 from ftcluster.cli.commands_runs import forward_record  # noqa: F401  (re-exported)
+from ftcluster.cli.numbers import count
 from ftcluster.cli.options import Planned, load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import document, run_json
@@ -20,7 +21,7 @@ from ftcluster.errors import LaunchError, UserError
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.phases import PHASES
 from ftcluster.remote import forward, needs_forwarding
-from ftcluster.spec import default_cluster_path, load_cluster
+from ftcluster.spec import MAX_RESTARTS, default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
 
 err = console(stderr=True)
@@ -97,7 +98,7 @@ def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--preflight", is_flag=True,
               help="First check every rank's GPUs and NCCL bandwidth (also resolves gpus_per_node: auto).")
-@click.option("--restarts", type=click.IntRange(min=0), default=None,
+@click.option("--restarts", type=count(0, MAX_RESTARTS), default=None,
               help="With --keep-serving: restarts of the whole world on a fault while serving "
                    "(default: server.restarts, else 3).")
 @click.option("--run-id", default=None, hidden=True, help="Run id to use (set when forwarded).")
@@ -211,7 +212,7 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
 @cli.command("successor", hidden=True)
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--exclude", default="", help="Nodes the successor must not use (comma-separated).")
-@click.option("--restarts", type=click.IntRange(min=0), default=None,
+@click.option("--restarts", type=count(0, MAX_RESTARTS), default=None,
               help="Restarts left to the successor (default: the run's own).")
 def successor_cmd(run_dir: str, exclude: str, restarts: int | None) -> None:
     """Submit a serving run's successor (the job does this before its time limit); prints

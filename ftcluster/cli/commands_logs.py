@@ -8,6 +8,7 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
+from ftcluster.cli.numbers import count
 from ftcluster.errors import EXIT_FAILED, UserError
 from ftcluster.launchers import launcher_for_record
 from ftcluster.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
@@ -20,12 +21,12 @@ from ftcluster.styles import STEP_STYLES
 @cli.command("logs")
 @click.argument("run", required=False)
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Follow new lines until the job ends.")
-@click.option("--rank", type=int, default=None, help="Only this rank's server log.")
+@click.option("--rank", type=count(0), default=None, help="Only this rank's server log.")
 @click.option("--all", "all_ranks", is_flag=True, help="Every rank's server log (the default).")
-@click.option("--tail", "tail_n", type=click.IntRange(min=0), default=None, help="Start with the last N lines of each log.")
+@click.option("--tail", "tail_n", type=count(0), default=None, help="Start with the last N lines of each log.")
 @click.option("--server", "server_only", is_flag=True, help="Only server logs.")
 @click.option("--client", "client_only", is_flag=True, help="Only the client log.")
-@click.option("--incarnation", type=click.IntRange(min=0), default=None,
+@click.option("--incarnation", type=count(0), default=None,
               help="The server logs of an earlier incarnation (0: before the first restart).")
 def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, tail_n: int | None,
              server_only: bool, client_only: bool, incarnation: int | None) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ftcluster.cli import cli
+from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.options import echo_json
 from ftcluster.errors import UserError
 from ftcluster.preflight import PreflightOptions, preflight_launch, run_preflight
@@ -59,13 +60,13 @@ def _tables(report: dict[str, Any], cluster: ClusterSpec) -> list[Table]:
 @cli.command("preflight")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False),
               help="Cluster spec YAML (default: the embedded local cluster).")
-@click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes (one rank each).")
+@click.option("--nodes", "-N", type=count(), default=1, show_default=True, help="Nodes (one rank each).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--sizes", default="1M..1G", show_default=True,
               help="All-reduce sizes: FIRST..LAST (doubling) or a list such as 1M,64M,1G.")
 @click.option("--no-bandwidth", is_flag=True, help="GPU inventory only, no all-reduce.")
 @click.option("--allow-no-gpu", is_flag=True, help="Report ranks without GPUs instead of failing.")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds.")
+@click.option("--timeout", type=seconds(), default=600.0, show_default=True, help="Seconds.")
 @click.option("--dry-run", is_flag=True, help="Print the job request (scripts and command); run nothing.")
 def preflight_cmd(cluster_path: str | None, nodes: int, as_json: bool, sizes: str,
                   no_bandwidth: bool, allow_no_gpu: bool, timeout: float, dry_run: bool) -> None:

@@ -10,6 +10,7 @@ import sys
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.numbers import count
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import run_json
 from ftcluster.store import RunRecord, RunStore
@@ -88,7 +89,7 @@ def stop_cmd(run: str | None) -> None:
 
 @cli.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see the README).")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=count(), default=20, show_default=True)
 def list_cmd(as_json: bool, limit: int) -> None:
     """Runs recorded in the local store, newest last, with the job state of those still live.
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
 from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
 
@@ -21,9 +22,9 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--gpus", default=None,
                      help="GPU indices, e.g. 0,1 (tensor_para_size = their count), or 'none' for a CPU "
                           "image; default: 0..gpus_per_node-1."),
-        click.option("--http-port", type=int, default=None, help="Host port for HTTP (default: the spec's)."),
-        click.option("--grpc-port", type=int, default=None, help="Host port for gRPC."),
-        click.option("--metrics-port", type=int, default=None, help="Host port for metrics."),
+        click.option("--http-port", type=tcp_port(), default=None, help="Host port for HTTP (default: the spec's)."),
+        click.option("--grpc-port", type=tcp_port(), default=None, help="Host port for gRPC."),
+        click.option("--metrics-port", type=tcp_port(), default=None, help="Host port for metrics."),
         click.option("--image", default=None, help="Override container.image."),
         click.option("--name", default=None, help="Container name (default: ftcluster-<model name>)."),
         click.option("--ulimit", "ulimits", multiple=True, metavar="NAME=N",
@@ -80,7 +81,7 @@ def compose_cmd(out: str, **kw: Any) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the prepared repository and compose files (default: <workspace>/serve-<name>).")
 @click.option("--docker-host", default=None, help="Docker daemon (default: DOCKER_HOST or container.docker_host).")
-@click.option("--timeout", type=float, default=None, help="Seconds to wait for readiness (default: server.ready_timeout).")
+@click.option("--timeout", type=seconds(), default=None, help="Seconds to wait for readiness (default: server.ready_timeout).")
 @click.option("--stop", is_flag=True, help="Remove the service instead (same as `ftcluster down`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, stop: bool,

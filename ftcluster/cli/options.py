@@ -8,9 +8,11 @@ from typing import Any
 
 import click
 
+from ftcluster.cli.numbers import count
 from ftcluster.cli.output import echo_json  # noqa: F401  (re-exported for the command modules)
 from ftcluster.plan import Plan, make_plan
 from ftcluster.spec import (
+    MAX_GPUS_PER_NODE,
     ClusterSpec,
     ModelSpec,
     default_cluster_path,
@@ -33,10 +35,10 @@ def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Cluster spec YAML (default: the embedded local cluster)."),
         click.option("--model", "model_path", type=click.Path(dir_okay=False),
                      help="Model spec YAML (default: the embedded FT-shaped test model)."),
-        click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes (pipeline stages)."),
-        click.option("--gpus-per-node", type=int, default=None, help="Override the spec's gpus_per_node."),
-        click.option("--tp", type=int, default=None, help="tensor_para_size (default: GPUs per node)."),
-        click.option("--pp", type=int, default=None, help="pipeline_para_size (default: nodes)."),
+        click.option("--nodes", "-N", type=count(None), default=1, show_default=True, help="Nodes (pipeline stages)."),
+        click.option("--gpus-per-node", type=count(None, MAX_GPUS_PER_NODE), default=None, help="Override the spec's gpus_per_node."),
+        click.option("--tp", type=count(None), default=None, help="tensor_para_size (default: GPUs per node)."),
+        click.option("--pp", type=count(None), default=None, help="pipeline_para_size (default: nodes)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

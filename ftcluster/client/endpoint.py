@@ -37,7 +37,7 @@ class Endpoint:
         if protocol not in PROTOCOLS:
             raise UserError(f"unknown protocol {protocol!r}", field="--protocol", hint="http or grpc")
         bare = re.sub(r"^(https?|grpc)://", "", url.strip()).rstrip("/")
-        m = _HOST_PORT.match(bare)
+        m = _HOST_PORT.fullmatch(bare)
         if not m or not 0 < int(m.group(2)) < 65536:
             raise UserError(f"{url!r} is not HOST:PORT", field="--url", hint="e.g. localhost:8000")
         return Endpoint(bare, protocol, timeout_s)  # type: ignore[arg-type]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +55,8 @@ def _stop_chain(run_id: str) -> None:
     raise AssertionError(f"runs of the chain still live: {chain_live()}")
 
 
-def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm_cluster: Any) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm_cluster: Any, shared_tmp: Path) -> None:
+    folder = shared_tmp
     rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id, old_endpoint = out["run_id"], out["endpoint"]
@@ -82,8 +81,8 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
 
 
-def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(slurm_cluster: Any) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(slurm_cluster: Any, shared_tmp: Path) -> None:
+    folder = shared_tmp
     rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
@@ -119,11 +118,11 @@ def _serving_chain_member(run_id: str) -> dict[str, Any] | None:
     return st if st["phase"] == "serving" and st["state"] == "RUNNING" and health.get("answered") else None
 
 
-def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: Any) -> None:
+def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: Any, shared_tmp: Path) -> None:
     """Rank 1's machine lost (its slurmd silent, the job's processes there gone): the probe
     finds the world hung, a step no longer runs on that node, so no restart in this allocation
     can work; the job submits a successor without it and ends, and the successor serves."""
-    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    folder = shared_tmp
     server = {"liveness": {"interval": 1, "deadline": 1, "failures": 2}, "restarts": 2, "restart_backoff": 1}
     from ftcluster.triton_local import find_tritonserver
 
@@ -150,12 +149,12 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
 
 
-def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: Any) -> None:
+def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: Any, shared_tmp: Path) -> None:
     """The machine running the job's supervisor lost: nothing of the job can act, so a serving
     job is submitted with --requeue; Slurm requeues it once it declares the node down
     (SlurmdTimeout), the job starts again on other nodes as a restart of the same run, and
     serves."""
-    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+    folder = shared_tmp
     from ftcluster.triton_local import find_tritonserver
 
     spec = _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,

@@ -44,12 +44,8 @@ def _write_spec(folder: Path, **overrides: Any) -> Path:
 
 
 @pytest.fixture
-def spec_dir(slurm_cluster: Any) -> Any:
-    # pytest's tmp_path (0700 under /tmp/pytest-of-root) is fine: jobs run as root here.
-    import tempfile
-
-    d = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
-    yield d
+def spec_dir(slurm_cluster: Any, shared_tmp: Path) -> Path:
+    return shared_tmp
 
 
 def _job_gone(job_id: str) -> bool:

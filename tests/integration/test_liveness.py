@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import glob
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +74,8 @@ def test_a_slow_rank0_is_not_a_hang(tmp_path: Path) -> None:
 
 
 @pytest.mark.cluster
-def test_a_frozen_rank_is_found_and_the_job_ends_on_slurm(slurm_cluster: Any) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+def test_a_frozen_rank_is_found_and_the_job_ends_on_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
+    folder = shared_tmp
     cluster = _write_spec(folder, server={"binary": _write_spec_binary(), "ready_timeout": 60, "exit_grace": 5,
                                           **NO_RESTARTS})
     st = _frozen_run_fails_naming_the_hang(cluster, "rank1@2")
@@ -205,8 +204,8 @@ def test_stop_during_a_restart_leaves_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.cluster
-def test_a_hung_world_is_restarted_and_serves_again_on_slurm(slurm_cluster: Any) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="ftc-slurm-test-"))
+def test_a_hung_world_is_restarted_and_serves_again_on_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
+    folder = shared_tmp
     cluster = _write_spec(folder, server={"binary": _write_spec_binary(), "ready_timeout": 60, "exit_grace": 5,
                                           **RESTARTS})
     st = _restarted_and_serving(cluster, {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}, "the MPI world is hung")

@@ -8,7 +8,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def spec_dir(slurm_cluster: Any) -> Path:
-    return Path(tempfile.mkdtemp(prefix="ftc-logs-test-"))
+def spec_dir(slurm_cluster: Any, shared_tmp: Path) -> Path:
+    return shared_tmp
 
 
 def counting_path(folder: Path) -> tuple[dict[str, str], Path]:

@@ -5,7 +5,6 @@ the bandwidth itself is measured on GPU machines (bench/preflight_allreduce.py).
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,15 @@ from tests.launch_helpers import ftcluster
 pytestmark = pytest.mark.cluster
 
 
-def _spec(slurm_cluster: Any) -> Path:
-    d = Path(tempfile.mkdtemp(prefix="ftc-preflight-test-"))
+def _spec(d: Path) -> Path:
     spec = {"name": "testbed", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
             "request_gpus": False, "exclusive": False, "time_limit": "00:05:00", "workspace": str(d / "ws")}
     (d / "cluster.yaml").write_text(yaml.safe_dump(spec))
     return d / "cluster.yaml"
 
 
-def test_preflight_gathers_one_rank_per_node(slurm_cluster: Any) -> None:
-    spec = _spec(slurm_cluster)
+def test_preflight_gathers_one_rank_per_node(slurm_cluster: Any, shared_tmp: Path) -> None:
+    spec = _spec(shared_tmp)
     p = ftcluster("preflight", "--cluster", str(spec), "--nodes", "3", "--allow-no-gpu", "--json",
                   env=slurm_cluster.env, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -38,8 +36,8 @@ def test_preflight_gathers_one_rank_per_node(slurm_cluster: Any) -> None:
     assert report["no_gpu_ranks"] == [0, 1, 2] and report["errors"] == []
 
 
-def test_preflight_without_gpus_fails_naming_the_nodes(slurm_cluster: Any) -> None:
-    spec = _spec(slurm_cluster)
+def test_preflight_without_gpus_fails_naming_the_nodes(slurm_cluster: Any, shared_tmp: Path) -> None:
+    spec = _spec(shared_tmp)
     p = ftcluster("preflight", "--cluster", str(spec), "--nodes", "2", "--no-bandwidth",
                   env=slurm_cluster.env, timeout=120)
     assert p.returncode != 0 and "Traceback" not in p.stderr

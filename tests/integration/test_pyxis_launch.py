@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,9 @@ def pb(pyxis_bed: PyxisBed) -> Iterator[PyxisBed]:
 
 
 @pytest.fixture
-def spec_dir(pyxis_bed: PyxisBed) -> Path:
+def spec_dir(pyxis_bed: PyxisBed, shared_tmp: Path) -> Path:
     # On the filesystem the nodes share (/tmp), readable by the jobs (they run as root here).
-    return Path(tempfile.mkdtemp(prefix="ftc-pyxis-test-"))
+    return shared_tmp
 
 
 def _write_spec(folder: Path, pb: PyxisBed, *, server: dict[str, Any] | None = None,

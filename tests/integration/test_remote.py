@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,9 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def remote_spec(sshd_nodes: Any) -> Path:
+def remote_spec(sshd_nodes: Any, shared_tmp: Path) -> Path:
     tb = sshd_nodes
-    d = Path(tempfile.mkdtemp(prefix="ftc-remote-test-"))
+    d = shared_tmp
     ip = tb.ip("node1")
     scan = subprocess.run(["ssh-keyscan", "-p", "11068", "-t", "ed25519", ip], capture_output=True, text=True)
     assert scan.returncode == 0 and scan.stdout.strip(), scan.stderr

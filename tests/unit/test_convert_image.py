@@ -196,6 +196,25 @@ def test_missing_shard_and_truncated_file(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("key,value,why", [
+    ("head_num", "0", "out of range"), ("head_num", "-12", "not a positive integer"),
+    ("num_layer", "1e30", "not a positive integer"), ("num_layer", "99999999999", "out of range (1 to 10000)"),
+    ("vocab_size", "\u0661\u0662", "not a positive integer"), ("size_per_head", "4294967296", "out of range"),
+])
+def test_config_ini_sizes_ft_could_not_use_are_named_before_any_layout(key: str, value: str, why: str,
+                                                                      tmp_path: Path) -> None:
+    """FT reads these as C ints (strtol): Arabic-Indic digits, exponents, 0 and counts past a C
+    int are named, and no layout is built from them (10^11 layers would exhaust memory)."""
+    d = convert_tiny(tmp_path, 2)
+    ini = d / "config.ini"
+    ini.write_text("".join(f"{key} = {value}\n" if ln.split("=")[0].strip() == key else ln
+                           for ln in ini.read_text().splitlines(True)))
+    problems = checkpoint_problems(tmp_path, "GPT", 2)
+    assert problems and f"[gpt] {key}={value} " in problems[0] and why in problems[0], problems
+    with pytest.raises(PlanError, match=why.split(" (")[0]):
+        verify_checkpoint(tmp_path, "GPT", 2)
+
+
 def test_plan_checks_weights_only_when_there_are_any(tmp_path: Path) -> None:
     cluster_path, model_path = write_specs(tmp_path)
     cluster, _ = load_cluster(cluster_path), None
