@@ -25,6 +25,7 @@ from ftcluster.logs import Follower, LogSource
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.phases import PHASES
 from ftcluster.plan import Plan
+from ftcluster.proxy import access_of, access_problems, proxy_binary
 from ftcluster.render import JobStep, RenderOptions, RunPaths
 from ftcluster.styles import style_of
 from ftcluster.request import JobRequest, build_request
@@ -44,6 +45,7 @@ class LaunchOptions:
     mpi_check: bool = True
     servers: bool = True
     step: JobStep | None = None    # a preflight or convert run: this step instead of the servers
+    token: str | None = None       # access: private: the run's token (None: a new one; a successor keeps its predecessor's)
 
 
 @dataclass
@@ -119,8 +121,15 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
     # Before anything is written: a checkpoint no mount shows inside the container fails at
     # model load on every rank, after the allocation.
     check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
+    if opts.servers:
+        problems = access_problems(cluster)
+        if problems:
+            raise UserError("; ".join(problems))
+        if build and access_of(cluster) == "private":
+            proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
+                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build),
+                         token=opts.token, **mpi)
 
 
 def job_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: LaunchOptions,

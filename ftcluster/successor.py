@@ -30,6 +30,13 @@ def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, 
     return (*kept, "--exclude=" + ",".join(dict.fromkeys(excluded))) if excluded else tuple(kept)
 
 
+def _token_of(run_dir: Path) -> str | None:
+    try:
+        return (run_dir / "scripts" / FILES.token).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = None) -> LaunchOutcome:
     """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or
     a lost one), with `restarts` left (default: the run's own)."""
@@ -49,5 +56,7 @@ def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = N
     server = cluster.server.model_copy(update={"restarts": cfg.restarts if restarts is None else restarts})
     cluster = cluster.model_copy(update={"server": server,
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
-    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check)
+    # The same token as the predecessor's: clients of a private run keep theirs across the hand-over.
+    token = _token_of(run_dir)
+    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token)
     return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()

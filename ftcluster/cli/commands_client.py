@@ -6,6 +6,7 @@ Also what the launcher runs on rank 0's node (`python -m ftcluster.client identi
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +19,57 @@ from ftcluster.cli.numbers import DAY, count, fraction, seconds
 from ftcluster.client.endpoint import PROTOCOLS, Endpoint
 
 
-def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Where the client sends its requests, as one `endpoint` argument: --url, or --run for a
+    recorded run's endpoint; a private run's token from --token-file, $FTCLUSTER_TOKEN, --token
+    or the run (a token on the command line shows in `ps`: prefer the file or the variable)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, url: str | None, run_ref: str | None, protocol: str, timeout: float,
+                token: str | None, token_file: str | None, **kwargs: Any) -> Any:
+        return fn(*args, endpoint=_endpoint(url, run_ref, protocol, timeout, token, token_file), **kwargs)
+
     opts = [
-        click.option("--url", required=True, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
-        click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server."),
+        click.option("--url", default=None, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
+        click.option("--run", "run_ref", default=None, metavar="RUN",
+                     help="A recorded run instead of --url: its endpoint, and its token if it is private."),
         click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True),
         click.option("--timeout", type=seconds(DAY), default=60.0, show_default=True, help="Per-request timeout (s)."),
+        click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+                     help="A private run's token, read from this file (`ftcluster token RUN > FILE`)."),
+        click.option("--token", envvar="FTCLUSTER_TOKEN", default=None, show_envvar=True,
+                     help="A private run's token (visible in `ps`: prefer the variable or --token-file)."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
+def _endpoint(url: str | None, run_ref: str | None, protocol: str, timeout: float, token: str | None,
+              token_file: str | None) -> Endpoint:
+    from ftcluster.errors import UserError
+
+    if (url is None) == (run_ref is None):
+        raise UserError("give the endpoint as --url HOST:PORT or as --run RUN (one of them)", field="--url")
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {token_file}: {getattr(exc, 'strerror', None) or exc}",
+                            field="--token-file") from None
+    if run_ref is not None:
+        from ftcluster.run_access import endpoint_of, token_of
+        from ftcluster.store import RunStore
+
+        rec = RunStore().get(run_ref)
+        url = endpoint_of(rec, protocol)
+        token = token or token_of(rec)
+    assert url is not None
+    return Endpoint.parse(url, protocol, timeout, token)
+
+
+def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server."),
         click.option("--batch-size", type=count(), default=None,
                      help="Sequences per request (default: identity 2, bench 1)."),
         click.option("--input-len", type=count(), default=8, show_default=True,
@@ -35,7 +81,7 @@ def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for opt in reversed(opts):
         fn = opt(fn)
-    return fn
+    return _with_endpoint(fn)
 
 
 def _write_result(path: str | None, data: dict[str, Any]) -> None:
@@ -70,7 +116,7 @@ def client_group() -> None:
               help="Write this run's request and tokens as a reference for --against.")
 @click.option("--against", "against_path", type=click.Path(dir_okay=False),
               help="Also check that the tokens equal those of a reference written by --save.")
-def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None,
+def identity_cmd(endpoint: Endpoint, model: str, batch_size: int | None,
                  input_len: int, output_len: int, seed: int, hidden_size: int | None, repeats: int,
                  vocab_size: int,
                  as_json: bool, result_file: str | None, save_path: str | None,
@@ -93,7 +139,6 @@ def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size
     )
 
     reference = load_reference(against_path) if against_path else None
-    endpoint = Endpoint.parse(url, protocol, timeout)
     result = run_identity(endpoint, model, batch_size=batch_size or 2, input_len=input_len,
                           output_len=output_len, repeats=repeats, seed=seed, vocab_size=vocab_size,
                           hidden_size=hidden_size)
@@ -120,7 +165,7 @@ def identity_cmd(url: str, model: str, protocol: str, timeout: float, batch_size
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one CSV row per step.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write latency vs throughput PNG.")
 @click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
-def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: int | None, input_len: int,
+def bench_cmd(endpoint: Endpoint, model: str, batch_size: int | None, input_len: int,
               output_len: int, seed: int, hidden_size: int | None, concurrency: str | None, rate: str | None, duration: float,
               warmup: float, windows: int, stability: float, processes: int, as_json: bool,
               csv_path: str | None, plot_path: str | None, result_file: str | None) -> int:
@@ -133,7 +178,6 @@ def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: i
     """
     from ftcluster.client.bench import format_table, parse_steps, run_bench, write_csv, write_plot
 
-    endpoint = Endpoint.parse(url, protocol, timeout)
     steps = parse_steps(concurrency if concurrency or rate else "1,2,4,8,16", rate)
     result = run_bench(endpoint, model, steps, batch_size=batch_size or 1, input_len=input_len,
                        output_len=output_len, warmup_s=warmup, duration_s=duration, windows=windows,
@@ -148,7 +192,7 @@ def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: i
 
 
 @client_group.command("text")
-@click.option("--url", required=True, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol).")
+@_with_endpoint
 @click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server.")
 @click.option("--prompts", "prompts_path", required=True, metavar="FILE", help="Text file, one prompt per line.")
 @click.option("--tokenizer", default=None, metavar="bytes|NAME",
@@ -159,12 +203,10 @@ def bench_cmd(url: str, model: str, protocol: str, timeout: float, batch_size: i
 @click.option("--output-len", type=count(), default=16, show_default=True, help="Tokens to generate.")
 @click.option("--batch-size", type=count(), default=None,
               help="Prompts per request (default: 8, or the model's max_batch_size if smaller).")
-@click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True)
-@click.option("--timeout", type=seconds(DAY), default=60.0, show_default=True, help="Per-request timeout (s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--result-file", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
-def text_cmd(url: str, model: str, prompts_path: str, tokenizer: str | None, reference_path: str | None,
-             output_len: int, batch_size: int | None, protocol: str, timeout: float, as_json: bool,
+def text_cmd(endpoint: Endpoint, model: str, prompts_path: str, tokenizer: str | None, reference_path: str | None,
+             output_len: int, batch_size: int | None, as_json: bool,
              result_file: str | None) -> int:
     """Prompts in, text out: tokenize, send batched requests with the inputs the model's config
     declares, decode output_ids up to sequence_length (a decoder-only model's prompt is cut
@@ -181,7 +223,6 @@ def text_cmd(url: str, model: str, prompts_path: str, tokenizer: str | None, ref
     """
     from ftcluster.client.text import format_text, read_prompts, read_references, run_text
 
-    endpoint = Endpoint.parse(url, protocol, timeout)
     prompts = read_prompts(prompts_path)
     references = read_references(reference_path, len(prompts)) if reference_path else None
     result = run_text(endpoint, model, prompts, tokenizer=tokenizer, output_len=output_len,

@@ -63,6 +63,32 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     console().print(t)
 
 
+@cli.command("token")
+@click.argument("run", required=False)
+def token_cmd(run: str | None) -> None:
+    """Print a private run's token, which its clients send (default: the newest run).
+
+    A private run (access: private) serves through a proxy that passes a request on only with
+    `Authorization: Bearer TOKEN` (gRPC: the same `authorization` metadata). Keep it like a
+    password: `ftcluster client ... --run RUN` finds it by itself.
+
+    \b
+    Example:
+      ftcluster token gpt-20261121-101500-ab12 > ~/.gpt-token && chmod 600 ~/.gpt-token
+    """
+    from ftcluster.errors import UserError
+    from ftcluster.run_access import token_of
+
+    rec = RunStore().get(run)
+    if forward_record(rec, ["token", rec.run_id]):
+        return
+    token = token_of(rec)
+    if token is None:
+        raise UserError(f"run {rec.run_id} has no token: its endpoint is open to the cluster (access: cluster)",
+                        field="RUN", hint="launch with access: private for a token")
+    click.echo(token)
+
+
 @cli.command("stop")
 @click.argument("run", required=False)
 def stop_cmd(run: str | None) -> None:

@@ -31,16 +31,27 @@ class Endpoint:
     url: str                 # HOST:PORT, no scheme
     protocol: Protocol = "http"
     timeout_s: float = 60.0
+    token: str | None = None   # a private run's bearer token (its proxy refuses requests without)
+
+    def __repr__(self) -> str:   # never the token
+        return f"Endpoint({self.url!r}, {self.protocol!r}, {self.timeout_s!r}, token={'<hidden>' if self.token else None})"
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        """What every request carries: the token, as HTTP's Authorization or gRPC's metadata."""
+        if not self.token:
+            return None
+        return {"authorization" if self.protocol == "grpc" else "Authorization": f"Bearer {self.token}"}
 
     @staticmethod
-    def parse(url: str, protocol: str = "http", timeout_s: float = 60.0) -> Endpoint:
+    def parse(url: str, protocol: str = "http", timeout_s: float = 60.0, token: str | None = None) -> Endpoint:
         if protocol not in PROTOCOLS:
             raise UserError(f"unknown protocol {protocol!r}", field="--protocol", hint="http or grpc")
         bare = re.sub(r"^(https?|grpc)://", "", url.strip()).rstrip("/")
         m = _HOST_PORT.fullmatch(bare)
         if not m or not 0 < int(m.group(2)) < 65536:
             raise UserError(f"{url!r} is not HOST:PORT", field="--url", hint="e.g. localhost:8000")
-        return Endpoint(bare, protocol, timeout_s)  # type: ignore[arg-type]
+        return Endpoint(bare, protocol, timeout_s, token or None)  # type: ignore[arg-type]
 
 
 # Correlation ids: unique per process (pid in the high bits) so that several load processes
@@ -81,6 +92,7 @@ class AsyncTriton:
 
             self._mod = gmod
             self._client = gaio.InferenceServerClient(endpoint.url)
+        self._headers = endpoint.headers
         self._max_connections = max_connections
         self._closers: list[Callable[[], Awaitable[Any]]] = []
 
@@ -110,14 +122,18 @@ class AsyncTriton:
         """UserError with a clear message when the server is unreachable or lacks the model."""
         where = f"{self.protocol}://{self.endpoint.url}"
         try:
-            live = await self._call("server live", self._client.is_server_live())
+            live = await self._call("server live", self._client.is_server_live(headers=self._headers))
         except ClientError as exc:
+            if "status: 401" in str(exc):   # gRPC: the proxy's answer, as grpc words it
+                raise self._refused(where) from None
             raise UserError(f"cannot reach Triton at {where}: {exc}", field="--url",
                             hint="check host, port and --protocol (HTTP and gRPC use different ports)") from None
         if not live:
+            if self.protocol == "http" and await self._http_status("/v2/health/live") == 401:
+                raise self._refused(where)
             raise UserError(f"Triton at {where} is not live", field="--url")
         try:
-            ready = await self._call("model ready", self._client.is_model_ready(model))
+            ready = await self._call("model ready", self._client.is_model_ready(model, headers=self._headers))
         except ClientError:
             ready = False
         if not ready:
@@ -125,10 +141,28 @@ class AsyncTriton:
             raise UserError(f"model {model!r} is not ready on {where}", field="--model",
                             hint=f"ready models: {', '.join(names) or 'none'}")
 
+    def _refused(self, where: str) -> UserError:
+        if self.endpoint.token:
+            return UserError(f"the proxy at {where} refuses this token", field="--token",
+                             hint="the run's own token: `ftcluster token RUN`, or --run RUN")
+        return UserError(f"{where} is a private run's endpoint: it wants the run's token", field="--token",
+                         hint="--run RUN, --token-file FILE or $FTCLUSTER_TOKEN (`ftcluster token RUN`)")
+
+    async def _http_status(self, path: str) -> int | None:
+        from ftcluster.client.rawhttp import HttpError, HttpPool, request_head
+
+        pool = HttpPool(self.endpoint.url, self.endpoint.timeout_s)
+        try:
+            return (await pool.request(request_head("GET", path, self.endpoint.url))).status
+        except HttpError:
+            return None
+        finally:
+            await pool.close()
+
     async def model_names(self) -> list[str]:
         try:
             index = await self._call("repository index", self._client.get_model_repository_index(
-                **({"as_json": True} if self.protocol == "grpc" else {})))
+                headers=self._headers, **({"as_json": True} if self.protocol == "grpc" else {})))
         except ClientError:
             return []
         rows = index.get("models", []) if isinstance(index, dict) else index
@@ -137,9 +171,10 @@ class AsyncTriton:
     async def model_config(self, model: str) -> dict[str, Any]:
         """The model's config as a dict with snake_case keys (both protocols)."""
         if self.protocol == "grpc":
-            got = await self._call(f"config of {model}", self._client.get_model_config(model, as_json=True))
+            got = await self._call(f"config of {model}", self._client.get_model_config(
+                model, headers=self._headers, as_json=True))
             return dict(got.get("config", got))
-        return dict(await self._call(f"config of {model}", self._client.get_model_config(model)))
+        return dict(await self._call(f"config of {model}", self._client.get_model_config(model, headers=self._headers)))
 
     def make_inputs(self, arrays: dict[str, np.ndarray]) -> list[Any]:
         """InferInput objects; build once and reuse for repeated requests (they are not mutated)."""
@@ -166,9 +201,9 @@ class AsyncTriton:
                                if sequence_id else {})
         try:
             if self.protocol == "grpc":
-                return await self._client.infer(model, inputs, outputs=outputs,
+                return await self._client.infer(model, inputs, outputs=outputs, headers=self._headers,
                                                 client_timeout=self.endpoint.timeout_s, **seq)
-            return await self._client.infer(model, inputs, outputs=outputs, **seq)
+            return await self._client.infer(model, inputs, outputs=outputs, headers=self._headers, **seq)
         except (TimeoutError, InferenceServerException, OSError) as exc:
             raise ClientError(f"infer {model}: {_message(exc)}") from exc
         except Exception as exc:
@@ -219,7 +254,7 @@ class AsyncTriton:
             self.make_inputs(arrays), outputs=self.make_outputs(output_names))
         # The hand-written keep-alive client: it sends up to 5.8x the requests per second of
         # tritonclient's for a third to a sixth of its CPU (bench/http_transport.py).
-        triton = TritonHttp(self.endpoint.url, self.endpoint.timeout_s)
+        triton = TritonHttp(self.endpoint.url, self.endpoint.timeout_s, token=self.endpoint.token)
         self._closers.append(triton.close)
         payload = triton.infer_payload(model, body, json_size)
 
@@ -258,10 +293,11 @@ class AsyncTriton:
         self._closers.append(channel.close)
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         timeout = self.endpoint.timeout_s
+        metadata = tuple((self.endpoint.headers or {}).items()) or None
 
         async def send() -> int:
             try:
-                resp = await stub.ModelInfer(request, timeout=timeout)
+                resp = await stub.ModelInfer(request, timeout=timeout, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 raise ClientError(f"infer {model}: {exc.code().name}: {exc.details()}") from exc
             return sum(len(r) for r in resp.raw_output_contents)

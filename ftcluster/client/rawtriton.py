@@ -132,18 +132,21 @@ class TritonHttp:
     requests have their own small pool, so a saturated gateway still answers its health check.
     """
 
-    def __init__(self, host_port: str, timeout: float, max_connections: int | None = None):
+    def __init__(self, host_port: str, timeout: float, max_connections: int | None = None,
+                 token: str | None = None):
         self.url = host_port
         self.pool = HttpPool(host_port, timeout, max_connections)
         self._control = HttpPool(host_port, timeout)
         self._infer_heads: dict[str, bytes] = {}
+        # A private run's proxy passes a request on only with the run's token.
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
 
     async def close(self) -> None:
         await self.pool.close()
         await self._control.close()
 
     async def _get(self, path: str, timeout: float | None) -> Reply:
-        return await self._control.request(request_head("GET", path, self.url), timeout)
+        return await self._control.request(request_head("GET", path, self.url, self._auth), timeout)
 
     async def ready(self, model: str | None = None, timeout: float | None = None) -> bool:
         """Server ready (model None) or model ready; HttpError when unreachable."""
@@ -162,7 +165,8 @@ class TritonHttp:
         head = self._infer_heads.get(model)
         if head is None:  # the head without its final blank line; the lengths follow
             head = self._infer_heads[model] = request_head(
-                "POST", model_path(model, "infer"), self.url, {"Content-Type": "application/octet-stream"})[:-2]
+                "POST", model_path(model, "infer"), self.url,
+                {"Content-Type": "application/octet-stream", **self._auth})[:-2]
         size = b"" if json_size is None else b"Inference-Header-Content-Length: %d\r\n" % json_size
         return b"%s%sContent-Length: %d\r\n\r\n%s" % (head, size, len(body), body)
 

