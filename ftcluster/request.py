@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftcluster.launchers import launcher_class
-from ftcluster.layout import LOGS, RESULTS, SCRIPTS, STATE, RunPaths
+from ftcluster.layout import FILES, LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan import Plan, RankSlot, node_names
+from ftcluster.proxy import new_token
 from ftcluster.render import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
@@ -49,6 +50,11 @@ class JobRequest:
     files: tuple[JobFile, ...]
     argv: tuple[str, ...]          # run from cwd by the launcher, exactly
     cwd: Path
+    # access: private -- the run's token is made when the run folder is written (write_files):
+    # a secret is no input of the request. A successor's is its predecessor's (given here; never
+    # compared, printed or shown).
+    private: bool = False
+    token: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def folders(self) -> tuple[Path, ...]:
@@ -75,12 +81,19 @@ class JobRequest:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_private(path, f.text, f.mode)
             written.append(path)
+        if self.private:
+            token = self.paths.scripts / FILES.token
+            write_private(token, (self.token or new_token()) + "\n", 0o600)
+            written.append(token)
         return written
 
     def __str__(self) -> str:
         head = (f"# run {self.paths.run_id} ({self.kind}): style {self.style}, launcher {self.launcher}, "
                 f"run folder {self.paths.run_dir}\n")
         files = "\n".join(str(f) for f in self.files)
+        if self.private:
+            files += (f"\n# ===== {SCRIPTS}/{FILES.token} (0600) =====\n# the run's token, made when the run "
+                      "folder is written (`ftcluster token RUN` shows it)")
         return f"{head}{files}\n# ===== would run =====\n{self.command()}\n"
 
 
@@ -123,4 +136,5 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
         files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""),
                             scripts.shown.get(name)) for name, text in scripts.files.items()),
         argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
+        private=FILES.proxy_config in scripts.files,
     )

@@ -32,6 +32,10 @@ class LivenessConfig:
     metrics_port: int               # rank 0's metrics: nv_inference_request_success
 
 
+# Where the proxy finds the run's token: its config names {env.FTC_PROXY_TOKEN} and holds no secret.
+PROXY_TOKEN_ENV = "FTC_PROXY_TOKEN"
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
     """access: private -- Triton listens on rank 0's loopback; the job starts the proxy beside

@@ -54,6 +54,7 @@ class RunFiles:
 
     events: str = "events"                 # state/: one line per milestone
     health: str = "health.json"            # state/: the liveness probes while serving
+    python_envs: str = "python_envs"       # state/: the python backend's /tmp folders the ranks made
     job_out: str = "job.out"               # logs/: the job's output (styles run here)
     client_log: str = "client.log"         # logs/
     mpicheck_log: str = "mpicheck.log"     # logs/

@@ -21,6 +21,9 @@ from .config import StepConfig
 from .names import EV, FILES
 from .text import first_match, last_line, read_text, squeeze
 
+# Triton's python backend's own /tmp folder (mkdtemp of /tmp/python_env_XXXXXX).
+PYTHON_ENV_DIR = re.compile(r"/tmp/python_env_[A-Za-z0-9]{6}")
+
 if TYPE_CHECKING:
     from .supervisor import Job
 
@@ -63,13 +66,19 @@ class JobStyle:
         """Removes the run's containers on every node; False when a node failed. Bare metal has
         none: what SIGKILLed ranks leave in /dev/shm is removed on every node instead."""
         if self.started_servers():
-            self.job.run([*self.every_node("/dev/null"), "bash", "-c", 'rm -rf -- "$1"*', "_", self.shm_glob()],
-                         out=subprocess.DEVNULL, limit=60, interruptible=False)
+            self.job.run([*self.every_node("/dev/null"), "bash", "-c", 'rm -rf -- "$1"*; shift; rm -rf -- "$@"', "_",
+                          self.shm_glob(), *self.python_envs()], out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
 
     def shm_glob(self) -> str:
         """What the run's ranks name in /dev/shm, as a prefix (rank_server.sh)."""
         return os.path.join(FILES.shm_dir, FILES.shm_prefix(self.cfg.run_id))
+
+    def python_envs(self) -> List[str]:
+        """The python backend's /tmp folders the run's SIGKILLed ranks left (rank_server.sh
+        notes them): only names of that one shape, whatever the file says."""
+        lines = read_text(os.path.join(self.cfg.state, FILES.python_envs)).split()
+        return sorted({p for p in lines if PYTHON_ENV_DIR.fullmatch(p)})
 
     # --- Slurm steps --------------------------------------------------------------------------
 
@@ -523,7 +532,7 @@ class LocalStyle(JobStyle):
     def down(self) -> bool:
         if self.mpi_tmp:
             shutil.rmtree(self.mpi_tmp, ignore_errors=True)
-        for path in glob.glob(glob.escape(self.shm_glob()) + "*"):
+        for path in [*glob.glob(glob.escape(self.shm_glob()) + "*"), *self.python_envs()]:
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:

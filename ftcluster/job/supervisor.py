@@ -19,7 +19,7 @@ import sys
 import time
 from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
-from .config import JobConfig
+from .config import PROXY_TOKEN_ENV, JobConfig
 from .handover import HandOver
 from .liveness import Liveness
 from .names import EV, FILES
@@ -252,9 +252,14 @@ class Job:
             binary = beside if os.access(beside, os.X_OK) else (shutil.which("caddy") or "caddy")
         home = os.path.join(self.cfg.state, "proxy")
         os.makedirs(home, mode=0o700, exist_ok=True)
+        token = read_text(p.token_file).strip()
+        if not token:
+            self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
         try:
+            # The token reaches Caddy through its environment (its config names {env.FTC_PROXY_TOKEN}).
             self.proxy = self.start([binary, "run", "--config", p.config], out=self.log_path(FILES.proxy_log),
-                                    env={"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home})
+                                    env={"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home,
+                                         PROXY_TOKEN_ENV: token})
         except OSError as e:
             self.fail(f"the proxy (access: private) cannot start: {binary}: {e.strerror or e}")
         self.event(EV.proxy_started, self.cfg.http_port)

@@ -92,16 +92,22 @@ class LocalLauncher(Launcher):
 
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         # The ranks serve on this machine: a port in use is refused before anything starts.
+        from ftcluster.proxy import access_of, loopback_ports
         from ftcluster.render import LOCAL_PORT_STRIDE
 
         if not servers:
             return
-        for rank in range(plan.nodes):
-            for name in ("http", "grpc", "metrics"):
-                port = getattr(cluster.ports, name) + rank * LOCAL_PORT_STRIDE
-                if not port_free(port):
-                    raise UserError(f"port {port} (rank {rank}) is in use on this machine", field=f"ports.{name}",
-                                    hint="stop what listens there or choose other ports in the cluster spec")
+        # access: private -- the proxy takes the spec's HTTP and gRPC ports, Triton the loopback's.
+        private = access_of(cluster) == "private"
+        triton = loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports
+        taken = [(name, getattr(cluster.ports, name), "the proxy") for name in ("http", "grpc") if private]
+        taken += [(name, getattr(triton, name) + rank * LOCAL_PORT_STRIDE, f"rank {rank}")
+                  for rank in range(plan.nodes) for name in ("http", "grpc", "metrics")]
+        for name, port, whose in taken:
+            field = f"ports.{name}" if whose == "the proxy" or not private else "proxy.loopback_offset"
+            if not port_free(port):
+                raise UserError(f"port {port} ({whose}) is in use on this machine", field=field,
+                                hint="stop what listens there or choose other ports in the cluster spec")
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         if self._script_alive(job_id, paths):

@@ -30,6 +30,13 @@ def _status(run_id: str) -> dict[str, Any]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
+def _first_token(run_id: str) -> dict[str, str]:
+    """The first run's token: a private run's successors keep it, so its clients keep working."""
+    got = ftcluster("token", run_id)
+    assert got.returncode == 0, got.stderr
+    return {"FTCLUSTER_TOKEN": got.stdout.strip()}
+
+
 def _spec(folder: Path) -> Path:
     from ftcluster.triton_local import find_tritonserver
 
@@ -68,7 +75,8 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
         new = _status(successor["run_id"])
         assert new["predecessor"] == run_id and new["phase"] == "serving" and new["state"] == "RUNNING"
         assert new["endpoint"] == successor["endpoint"]
-        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer")
+        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer",
+                              env=_first_token(run_id))
         assert check.returncode == 0, check.stdout + check.stderr
         # The old job drained and ended by itself, well before its limit: not TIMEOUT.
         assert wait_for(lambda: _job_gone(out["job_id"]), 30)
@@ -142,7 +150,8 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
             assert successor["excluded"] == [lost] and not successor["handed_over"]
             events = (Path(out["run_dir"]) / "state" / "events").read_text()
             assert f"node_lost {lost}" in events and events.rstrip().endswith("done 0"), events
-            check = ftcluster("client", "identity", "--url", new["endpoint"], "--model", "fastertransformer")
+            check = ftcluster("client", "identity", "--url", new["endpoint"], "--model", "fastertransformer",
+                              env=_first_token(run_id))
             assert check.returncode == 0, check.stdout + check.stderr
     finally:
         _stop_chain(run_id)
@@ -175,7 +184,8 @@ def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: 
             st = _status(run_id)
             assert batch_host not in st["nodes"] and st["job_id"] == out["job_id"]
             assert st["restarts"][-1]["cause"].startswith("Slurm requeued the job")
-            check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer")
+            check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
+                              env=_first_token(run_id))
             assert check.returncode == 0, check.stdout + check.stderr
             assert (Path(out["run_dir"]) / "logs" / "incarnation-0" / "rank0.host").is_file()
     finally:

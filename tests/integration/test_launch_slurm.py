@@ -186,7 +186,8 @@ def test_stale_server_on_rank0_port_is_not_taken_for_ready(spec_dir: Path, slurm
             return server_id("node1", 8000, timeout=1) == "stale-server"
 
         assert wait_for(stale_up, 30)
-        cluster = _write_spec(spec_dir)
+        # Triton's own ports on the cluster network (a private run's proxy would find 8000 taken).
+        cluster = _write_spec(spec_dir, access="cluster")
         rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check")
         assert rc == 1
         assert "ready" not in out["phases"]
@@ -327,7 +328,7 @@ def test_port_in_use_on_a_node_is_named(spec_dir: Path, slurm_cluster: Any) -> N
                 stdout=subprocess.PIPE, text=True)
             squatters.append(sq)
             assert sq.stdout is not None and sq.stdout.readline().strip() == "ok"
-        cluster = _write_spec(spec_dir, ports={"http": 18700, "grpc": 18701, "metrics": 18702})
+        cluster = _write_spec(spec_dir, ports={"http": 18700, "grpc": 18701, "metrics": 18702}, access="cluster")
         rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check")
     finally:
         for sq in squatters:

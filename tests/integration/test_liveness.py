@@ -110,7 +110,9 @@ def restarted_and_serving(launched: tuple[int, dict[str, Any], str], cause: str,
         st = status()
         assert st["state"] == "RUNNING" and st["failure"] is None
         assert st["restarts"][0]["cause"].startswith(cause) and st["restarts"][0]["job_id"] == out["job_id"]
-        check = ftcluster("client", "identity", "--url", endpoint, "--model", "fastertransformer", env=env)
+        # The run's endpoint (and its token, where it is private) by --run.
+        assert status()["endpoint"] == endpoint
+        check = ftcluster("client", "identity", "--run", run_id, "--model", "fastertransformer", env=env)
         assert check.returncode == 0, check.stdout + check.stderr
         kept = Path(out["run_dir"]) / "logs" / "incarnation-0"
         assert (kept / "server-rank1.log").is_file() and (kept / "rank1.host").is_file()

@@ -157,7 +157,10 @@ def test_the_successor_serves_in_its_own_containers_before_the_time_limit(pb: Py
         assert wait_for(lambda: (_status(run_id)["successor"] or {}).get("handed_over"), 110), _status(run_id)
         successor = _status(run_id)["successor"]
         assert successor["endpoint"] != out["endpoint"]
-        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer")
+        # Private by default: the successor keeps the first run's token, and its clients theirs.
+        token = ftcluster("token", run_id).stdout.strip()
+        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer",
+                          env={"FTCLUSTER_TOKEN": token})
         assert check.returncode == 0, check.stdout + check.stderr
         assert wait_for(lambda: "containers_stopped" in _events(Path(out["run_dir"])), 30)
         assert _events(Path(out["run_dir"])).rstrip().endswith("done 0")

@@ -247,8 +247,12 @@ def test_hostile_rank_server_runs_a_fake_tritonserver(weird_tmp_path: Path) -> N
     sd = run_dir / "scripts"
     scripts.materialize(sd)
     env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1"}
-    r = subprocess.run(["bash", str(sd / "rank_server.sh")], cwd=weird_tmp_path, env=env,
-                       capture_output=True, text=True, timeout=30)
+    try:
+        r = subprocess.run(["bash", str(sd / "rank_server.sh")], cwd=weird_tmp_path, env=env,
+                           capture_output=True, text=True, timeout=30)
+    finally:   # the rank's shared-memory folder, which the job's teardown would remove
+        for left in Path("/dev/shm").glob("ftc+gpt-2n+*"):
+            shutil.rmtree(left, ignore_errors=True)
     assert r.returncode == 1, r.stdout + r.stderr   # a server that ends unasked fails its rank
     argv = argv_file.read_bytes().decode().split("\0")[:-1]
     # The repository is given relative to the run folder, the server's working directory.

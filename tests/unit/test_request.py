@@ -71,7 +71,12 @@ def test_writing_a_request_lays_out_the_run_folder(tmp_path: Path) -> None:
     written = req.write_files()
     for folder in req.folders:
         assert folder.is_dir()
-    assert {p.relative_to(req.paths.run_dir).as_posix() for p in written} == {f.path for f in req.files}
+    # A private run's token is made at write time, beside the request's files (the docker style is private).
+    assert req.private
+    assert {p.relative_to(req.paths.run_dir).as_posix() for p in written} == {f.path for f in req.files} | {"scripts/token"}
+    token = req.paths.scripts / "token"
+    assert len(token.read_text().strip()) >= 40 and token.stat().st_mode & 0o777 == 0o600
+    assert token.read_text().strip() not in str(req)
     for f in req.files:
         path = req.paths.run_dir / f.path
         assert path.read_text() == f.text and path.stat().st_mode & 0o777 == f.mode

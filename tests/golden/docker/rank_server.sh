@@ -12,14 +12,14 @@ LOGS=/shared/runs/gpt-2n/logs
 STATE=/shared/runs/gpt-2n/state
 SCRIPTS=/shared/runs/gpt-2n/scripts
 NODES=2
-HTTP_PORT=8000
+HTTP_PORT=8100
 PORT_STRIDE=0
 ID_PREFIX=ftc-gpt-2n
 TRITON=/opt/tritonserver/bin/tritonserver
 EXIT_GRACE=20
 export RUN_ID RUN_DIR LOGS STATE ID_PREFIX PORT_STRIDE
-GRPC_PORT=8001
-METRICS_PORT=8002
+GRPC_PORT=8101
+METRICS_PORT=8102
 EXTRA_ARGS=()
 
 # Enroot (Pyxis) starts a step through a login shell, so an image's /etc/profile that assigns
@@ -102,6 +102,14 @@ if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
     || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
 fi
 
+# access: private -- every port on this node's loopback alone; the run's proxy serves the spec's
+# ports with its token. --metrics-address is newer than FT's images (Triton 23.05, server
+# #5737); without it the metrics listen on the HTTP address, the loopback too.
+ADDRESS_ARGS=(--http-address=127.0.0.1 --grpc-address=127.0.0.1)
+if "$TRITON" --help 2>&1 | grep -q -- '--metrics-address'; then
+  ADDRESS_ARGS+=(--metrics-address=127.0.0.1)
+fi
+
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
@@ -109,7 +117,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
-  "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
+  "${ADDRESS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
 stopping=0
 trap 'stopping=1; kill -TERM "$child" 2>/dev/null' TERM INT

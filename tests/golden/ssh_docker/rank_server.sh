@@ -102,6 +102,8 @@ if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
     || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
 fi
 
+ADDRESS_ARGS=()
+
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
@@ -109,7 +111,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
-  "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
+  "${ADDRESS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
 stopping=0
 trap 'stopping=1; kill -TERM "$child" 2>/dev/null' TERM INT

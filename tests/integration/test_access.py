@@ -1,0 +1,157 @@
+"""Who may use a served model (access: private), for real: Triton on rank 0's loopback, Caddy
+beside it on the endpoint's ports with the run's token. Locally (where a user tries it on one
+machine) and on the Slurm test cluster, where another node reaches the proxy but not Triton."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
+
+pytestmark = pytest.mark.triton
+
+
+def _serving(run_id: str) -> dict[str, Any]:
+    st: dict[str, Any] = {}
+
+    def ready() -> bool:
+        nonlocal st
+        st = json.loads(ftcluster("status", run_id, "--json").stdout)
+        return st["phase"] == "serving"
+    assert wait_for(ready, 90, interval=0.3), st
+    return st
+
+
+def _http_status(host: str, port: int, path: str, token: str | None = None, method: str = "GET") -> int:
+    import http.client
+
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def _grpc_live(url: str, token: str | None) -> str:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return "live" if client.is_server_live(headers={"authorization": f"Bearer {token}"} if token else None) \
+            else "not live"
+    except InferenceServerException as exc:
+        return f"refused: {exc.message()}"
+    finally:
+        client.close()
+
+
+def _token_held_only_by_its_file(run_dir: Path, token: str) -> None:
+    token_file = run_dir / "scripts" / "token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    holders = [str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+               if p.is_file() and token.encode() in p.read_bytes()]
+    assert holders == ["scripts/token"], holders
+
+
+def test_a_private_local_run_serves_through_its_proxy_with_the_token_only(tmp_path: Path) -> None:
+    cluster = write_cluster(tmp_path, access="private")
+    ports = yaml.safe_load(cluster.read_text())["ports"]
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--detach", "--no-client")
+    assert rc == 0, err
+    run_id, run_dir = out["run_id"], Path(out["run_dir"])
+    try:
+        st = _serving(run_id)
+        assert st["access"] == "private" and st["endpoint"] == f"127.0.0.1:{ports['http']}"
+        token = ftcluster("token", run_id).stdout.strip()
+        assert len(token) >= 40
+        # Triton itself on the loopback, 100 above; the proxy on the endpoint's ports.
+        assert _http_status("127.0.0.1", ports["http"] + 100, "/v2/health/ready") == 200
+        assert _http_status("127.0.0.1", ports["http"], "/v2/health/ready") == 401
+        assert _http_status("127.0.0.1", ports["http"], "/v2/health/ready", "wrong") == 401
+        assert _http_status("127.0.0.1", ports["http"], "/v2/health/ready", token) == 200
+        assert _http_status("127.0.0.1", ports["http"], "/v2/repository/index", token, "POST") == 403
+        for path in ("/v2/repository/models/fastertransformer/unload", "/v2/models/fastertransformer/trace/setting",
+                     "/v2/trace/setting", "/v2/logging", "/v2/systemsharedmemory/region/x/register"):
+            assert _http_status("127.0.0.1", ports["http"], path, token, "POST") == 403, path
+        # Inference and the model's own endpoints pass.
+        assert _http_status("127.0.0.1", ports["http"], "/v2/models/fastertransformer/config", token) == 200
+        assert _grpc_live(f"127.0.0.1:{ports['grpc']}", token) == "live"
+        assert _grpc_live(f"127.0.0.1:{ports['grpc']}", None).startswith("refused")
+        # Clients: the run's endpoint and token by --run, over HTTP and gRPC; without it, one line.
+        for protocol in ("http", "grpc"):
+            ok = ftcluster("client", "identity", "--run", run_id, "--protocol", protocol)
+            assert ok.returncode == 0, ok.stdout + ok.stderr
+        bare = ftcluster("client", "identity", "--url", st["endpoint"])
+        assert bare.returncode == 3 and "wants the run's token" in bare.stderr and "Traceback" not in bare.stderr
+        env_ok = ftcluster("client", "identity", "--url", st["endpoint"], env={"FTCLUSTER_TOKEN": token})
+        assert env_ok.returncode == 0, env_ok.stderr
+        _token_held_only_by_its_file(run_dir, token)
+        # The token is in no output: status, logs, the run's JSON.
+        shown = ftcluster("status", run_id, "--json").stdout + ftcluster("logs", run_id).stdout + \
+            ftcluster("list", "--json").stdout
+        assert token not in shown
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+    with socket.socket() as s:   # the proxy's port is free again
+        s.bind(("0.0.0.0", ports["http"]))
+
+
+@pytest.mark.parametrize("taken,field", [(0, "ports.grpc"), (100, "proxy.loopback_offset")])
+def test_a_taken_port_of_the_proxy_or_of_triton_is_refused_naming_it(taken: int, field: str, tmp_path: Path) -> None:
+    cluster = write_cluster(tmp_path, access="private")
+    port = yaml.safe_load(cluster.read_text())["ports"]["grpc"] + taken
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", port))
+        s.listen()
+        rc, out, err = launch_json(cluster, "--nodes", "1")
+    assert rc == 3 and err.startswith(f"error: {field}: port {port} (") and "Traceback" not in err, err
+    assert not list((tmp_path / "ws").glob("*")) if (tmp_path / "ws").exists() else True
+
+
+@pytest.mark.cluster
+def test_on_slurm_another_node_reaches_the_proxy_but_not_triton(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """Bare Slurm, private by default: from another node of the cluster, rank 0's own Triton
+    ports answer nothing, the proxy answers 401 without the token and serves with it."""
+    from tests.integration.test_launch_slurm import _write_spec
+
+    cluster = _write_spec(shared_tmp, server={"binary": _tritonserver(), "ready_timeout": 60, "exit_grace": 5})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--detach", "--no-client")
+    assert rc == 0, err
+    run_id = out["run_id"]
+    try:
+        st = _serving(run_id)
+        assert st["access"] == "private"
+        host, port = st["endpoint"].split(":")
+        other = next(n for n in slurm_cluster.nodes if n != host)
+        token = ftcluster("token", run_id).stdout.strip()
+
+        def from_other(port_: int, auth: bool) -> str:
+            header = f"-H 'Authorization: Bearer {token}' " if auth else ""
+            cmd = f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 {header}http://{host}:{port_}/v2/health/ready"
+            return str(slurm_cluster.node_exec(other, ["bash", "-c", cmd]).stdout.strip())
+        assert from_other(int(port) + 100, True) == "000"      # Triton: the loopback only
+        assert from_other(int(port), False) == "401"
+        assert from_other(int(port), True) == "200"
+        ok = ftcluster("client", "identity", "--run", run_id)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        _token_held_only_by_its_file(Path(out["run_dir"]), token)
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+def _tritonserver() -> str:
+    from ftcluster.triton_local import find_tritonserver
+
+    return str(find_tritonserver())
+
