@@ -26,7 +26,7 @@ def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, url: str | None, run_ref: str | None, protocol: str, timeout: float,
                 token: str | None, token_file: str | None, **kwargs: Any) -> Any:
-        return fn(*args, endpoint=_endpoint(url, run_ref, protocol, timeout, token, token_file), **kwargs)
+        return fn(*args, endpoint=endpoint_from_options(url, run_ref, protocol, timeout, token, token_file), **kwargs)
 
     opts = [
         click.option("--url", default=None, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
@@ -44,12 +44,12 @@ def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _endpoint(url: str | None, run_ref: str | None, protocol: str, timeout: float, token: str | None,
+def endpoint_from_options(url: str | None, run_ref: str | None, protocol: str, timeout: float, token: str | None,
               token_file: str | None) -> Endpoint:
     from ftcluster.errors import UserError
 
     if (url is None) == (run_ref is None):
-        raise UserError("give the endpoint as --url HOST:PORT or as --run RUN (one of them)", field="--url")
+        raise UserError("give the endpoint as HOST:PORT or as --run RUN (one of them)", field="--url")
     if token_file is not None:
         try:
             token = Path(token_file).read_text().strip()

@@ -12,7 +12,13 @@ from ftcluster.errors import UserError
 
 
 @cli.command("gateway")
-@click.option("--triton", "triton_url", required=True, help="Triton's HTTP endpoint, HOST:PORT.")
+@click.option("--triton", "triton_url", default=None, help="Triton's HTTP endpoint, HOST:PORT.")
+@click.option("--run", "run_ref", default=None, metavar="RUN",
+              help="A recorded run instead of --triton: its endpoint, and its token if it is private.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="A private run's token, read from this file.")
+@click.option("--token", envvar="FTCLUSTER_TOKEN", default=None, show_envvar=True,
+              help="A private run's token (visible in `ps`: prefer the variable or --token-file).")
 @click.option("--model", required=True, help="The model to query (an FT model or FT-style ensemble).")
 @click.option("--tokenizer", default=None,
               help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; "
@@ -27,7 +33,8 @@ from ftcluster.errors import UserError
 @click.option("--max-batch", type=count(), default=64, show_default=True)
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def gateway_cmd(triton_url: str, model: str, tokenizer: str | None, host: str, port: int, timeout: float,
+def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | None, token: str | None, model: str,
+                tokenizer: str | None, host: str, port: int, timeout: float,
                 max_input_tokens: int, max_tokens: int, max_batch: int, log_level: str) -> None:
     """Serve a JSON generation API (OpenAPI docs at /docs) in front of Triton.
 
@@ -44,11 +51,14 @@ def gateway_cmd(triton_url: str, model: str, tokenizer: str | None, host: str, p
         from ftcluster.gateway.request import Limits
     except ImportError as exc:
         raise UserError(f"the gateway needs {exc.name}", hint="pip install 'ftcluster[gateway]'") from None
-    from ftcluster.client.endpoint import Endpoint
+    from ftcluster.cli.commands_client import endpoint_from_options
 
-    Endpoint.parse(triton_url)  # a bad --triton fails here with the option named
+    # A bad --triton, run or token file fails here, naming its option.
+    endpoint = endpoint_from_options(triton_url, run_ref, "http", timeout, token, token_file)
+    triton_url = endpoint.url
     cfg = GatewayConfig(triton_url, model, tokenizer, timeout,
-                        Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch))
+                        Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch),
+                        token=endpoint.token)
     click.echo(f"gateway for {model!r} at {triton_url}: http://{host}:{port}/v1/generate (docs: /docs)", err=True)
     # uvicorn takes uvloop and httptools when they are installed (the gateway extra).
     if not all(importlib.util.find_spec(m) is not None for m in ("uvloop", "httptools")):

@@ -58,6 +58,7 @@ class GatewayConfig:
     limits: rq.Limits = field(default_factory=rq.Limits)
     max_connections: int = 256       # to Triton, at once
     max_body_bytes: int | None = None  # request bodies above are a 413; None: from the limits
+    token: str | None = field(default=None, repr=False)   # a private run's token, sent to its proxy
 
     @property
     def body_limit(self) -> int:
@@ -100,7 +101,7 @@ class _State:
         self.cfg = cfg
         self.tok = tok
         # Our own deadline (timeout_s) answers 504; connections are capped at max_connections.
-        self.triton = TritonHttp(cfg.triton, cfg.timeout_s, cfg.max_connections)
+        self.triton = TritonHttp(cfg.triton, cfg.timeout_s, cfg.max_connections, token=cfg.token)
         self.layout: rq.Layout | None = None
         self._lock = asyncio.Lock()
 

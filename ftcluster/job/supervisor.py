@@ -547,7 +547,9 @@ class Job:
         then the style's containers. Runs to its end: nothing in it acts on INT/TERM, and a stage
         that breaks is reported and the next one still runs."""
         ok = True
-        for stage in (self._stop_client, self._end_foreground, self._stop_servers, self._stop_proxy,
+        # The proxy before the servers: it ends gracefully (its requests in flight finish) and lets
+        # go of its connections to rank 0, which would hold rank 0's own graceful exit up.
+        for stage in (self._stop_client, self._end_foreground, self._stop_proxy, self._stop_servers,
                       self.style.down, self._abandon_successor):
             try:
                 ok = stage() is not False and ok

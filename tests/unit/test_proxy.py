@@ -1,0 +1,97 @@
+"""The proxy of a private endpoint as pure functions: which runs are private, the ports Triton
+takes, Caddy's config (no secret in it, the private API refused, TLS), refusals in one line.
+The proxy itself, for real, is tests/integration/test_access.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ftcluster.proxy import (
+    PRIVATE_GRPC_METHODS,
+    PRIVATE_HTTP_PATHS,
+    access_of,
+    access_problems,
+    caddy_config,
+    loopback_ports,
+)
+from ftcluster.spec import Ports, Proxy
+from tests.helpers_specs import run_cli
+from tests.unit.test_render import SPECS, cluster
+
+
+@pytest.mark.parametrize("style,want", [("none", "private"), ("pyxis", "private"), ("docker", "private"),
+                                        ("local", "cluster"), ("ssh_docker", "cluster")])
+def test_private_by_default_where_a_proxy_can_run_beside_rank0(style: str, want: str) -> None:
+    assert access_of(cluster(**SPECS[style])) == want
+    assert access_of(cluster(**{**SPECS[style], "access": "cluster"})) == "cluster"
+
+
+def test_refusals_name_the_field() -> None:
+    ssh = cluster(**{**SPECS["ssh_docker"], "access": "private"})
+    assert "access: private" in access_problems(ssh)[0]
+    high = cluster(**{**SPECS["none"], "ports": {"http": 65500, "grpc": 65501, "metrics": 65502}})
+    assert access_problems(high)[0].startswith("proxy.loopback_offset:")
+    assert access_problems(cluster(**SPECS["none"])) == []
+
+
+def test_the_config_holds_no_secret_and_refuses_the_private_api() -> None:
+    public, triton = Ports(), loopback_ports(Ports(), Proxy())
+    assert (triton.http, triton.grpc, triton.metrics) == (8100, 8101, 8102)
+    text = json.dumps(caddy_config(public, triton, Proxy()))
+    assert "{env.FTC_PROXY_TOKEN}" in text and '"disabled": true' in text and '"persist": false' in text
+    servers = caddy_config(public, triton, Proxy())["apps"]["http"]["servers"]
+    assert set(servers) == {"http", "grpc"} and servers["http"]["listen"] == [":8000"]
+    assert servers["grpc"]["protocols"] == ["h1", "h2c"]
+    # A request goes on only past the token check and the private paths.
+    first, private = servers["http"]["routes"][:2]
+    assert first["handle"][0]["status_code"] == 401 and private["handle"][0]["status_code"] == 403
+    exposed = caddy_config(public, triton, Proxy(expose_repository=True, expose_metrics=True))["apps"]["http"]
+    assert set(exposed["servers"]) == {"http", "grpc", "metrics"}
+    assert all(r["handle"][0].get("status_code") != 403 for r in exposed["servers"]["http"]["routes"])
+
+
+@pytest.mark.parametrize("path,private", [
+    ("/v2/repository/index", True), ("/v2/repository/models/m/load", True), ("/V2/Repository/index", True),
+    ("/v2/systemsharedmemory/region/r/register", True), ("/v2/cudasharedmemory/status", True),
+    ("/v2/logging", True), ("/v2/trace/setting", True), ("/v2/models/m/trace/setting", True),
+    ("/v2/models/m/versions/1/trace/setting", True),
+    ("/v2/models/m/infer", False), ("/v2/models/m/config", False), ("/v2/health/ready", False), ("/v2", False),
+    ("/v2/models/repository/infer", False), ("/v2/models/m/generate_stream", False),
+])
+def test_the_private_http_paths(path: str, private: bool) -> None:
+    # Go's regexp and Python's agree on this pattern (no look-around, no back-references).
+    assert bool(re.search(PRIVATE_HTTP_PATHS, path)) == private
+
+
+@pytest.mark.parametrize("method,private", [
+    ("RepositoryModelUnload", True), ("RepositoryIndex", True), ("SystemSharedMemoryRegister", True),
+    ("CudaSharedMemoryStatus", True), ("TraceSetting", True), ("LogSettings", True),
+    ("ModelInfer", False), ("ModelStreamInfer", False), ("ServerReady", False), ("ModelConfig", False),
+])
+def test_the_private_grpc_methods(method: str, private: bool) -> None:
+    assert bool(re.search(PRIVATE_GRPC_METHODS, f"/inference.GRPCInferenceService/{method}")) == private
+
+
+def test_tls_from_the_users_files(tmp_path: Path) -> None:
+    proxy = Proxy(tls_cert="/c.pem", tls_key="/k.pem")
+    config = caddy_config(Ports(), loopback_ports(Ports(), proxy), proxy)
+    assert config["apps"]["tls"]["certificates"]["load_files"] == [{"certificate": "/c.pem", "key": "/k.pem"}]
+    assert config["apps"]["http"]["servers"]["grpc"]["protocols"] == ["h1", "h2"]
+    spec = tmp_path / "c.yaml"
+    spec.write_text("name: c\nscheduler: slurm\npartition: p\nproxy: {tls_cert: /c.pem}\n")
+    res = run_cli("plan", "--cluster", str(spec), cwd=tmp_path)
+    assert res.rc == 3 and "tls_cert and tls_key go together" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_dry_run_names_the_token_file_and_shows_no_token(tmp_path: Path) -> None:
+    spec = tmp_path / "c.yaml"
+    spec.write_text(f"name: c\nscheduler: slurm\npartition: p\nrequest_gpus: false\nworkspace: {tmp_path}/ws\n"
+                    "server: {binary: /bin/true}\n")
+    res = run_cli("launch", "--cluster", str(spec), "--dry-run", cwd=tmp_path)
+    assert res.rc == 0, res.stderr
+    assert "scripts/token (0600)" in res.stdout and "--http-address=127.0.0.1" in res.stdout
+    assert "scripts/proxy.json" in res.stdout and not (tmp_path / "ws").exists()
