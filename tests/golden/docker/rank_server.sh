@@ -65,8 +65,23 @@ mark_loaded() {
     printf '%s\n' "$line"
     if [[ $line =~ $MARKER ]]; then
       : >"$STATE/rank$RANK.loaded"
+      note_python_env
       exec cat
     fi
+  done
+}
+
+# Triton's python backend makes /tmp/python_env_XXXXXX when it starts (a fixed path, not
+# $TMPDIR) and removes it only when it ends cleanly: a SIGKILLed rank leaves it behind. Those
+# that appeared while this rank loaded are noted in state/python_envs (never moved
+# with an incarnation) for the teardown to remove on every node.
+shopt -s nullglob
+TMP_BEFORE=$(printf '%s\n' /tmp/python_env_*)
+note_python_env() {
+  local d
+  for d in /tmp/python_env_*; do
+    [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
+    grep -qxF -- "$d" <<<"$TMP_BEFORE" || printf '%s\n' "$d" >>"$STATE/python_envs"
   done
 }
 
