@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("commands_runs", "Queue state, per-rank state and endpoint of a run (default: the newest)."),
     "stop": ("commands_runs", "Cancel a run's job and stop its servers (default: the newest run)."),
     "token": ("commands_runs", "Print a private run's token, which its clients send (default: the newest run)."),
+    "tunnel": ("commands_tunnel", "Forward a local port through the login node to a run's endpoint (default: the newest run)."),
     "list": ("commands_runs", "Runs recorded in the local store, newest last, with the job state of those still live."),
     "logs": ("commands_logs", "Server logs (per rank) and the client log of a run (default: the newest run)."),
     "check": ("commands_check",

@@ -4,6 +4,8 @@ as the login node (node1 of the test cluster), host keys checked."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +77,76 @@ def test_unknown_host_key_is_refused_not_added(remote_spec: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert empty.read_text() == ""          # nothing was added silently
     assert not (remote_spec.parent / "ws").exists()
+
+
+@pytest.fixture
+def workstation(sshd_nodes: Any) -> Any:
+    """A machine that reaches the login node's sshd and nothing else: a namespace on the
+    cluster's bridge whose every other outgoing packet is refused. Yields the argv prefix that
+    runs a command there."""
+    net = sshd_nodes.net
+    ns, veth, addr = f"{net.tag}-ws", f"{net.tag}vws", f"10.{net.octet}.0.200"
+    login = sshd_nodes.ip("node1")
+    steps = [["ip", "netns", "add", ns],
+             ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+             ["ip", "link", "set", veth, "master", net.bridge, "up"],
+             ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0"],
+             ["ip", "-n", ns, "link", "set", "lo", "up"], ["ip", "-n", ns, "link", "set", "eth0", "up"],
+             ["ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"],
+             ["ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", login, "-p", "tcp", "--dport", "11068",
+              "-j", "ACCEPT"],
+             ["ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-j", "REJECT"]]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        yield ["nsenter", f"--net=/run/netns/{ns}"]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spec: Path, workstation: Any) -> None:
+    """A private run launched through the login node; from the workstation its endpoint is out
+    of reach, a tunnel through the login node serves `client identity` with the run's token,
+    ends on Ctrl-C, and ends by itself when the run ends."""
+    from tests.triton_server import free_ports
+
+    proc = ftcluster("launch", "--cluster", str(remote_spec), "--nodes", "2", "--keep-serving", "--no-client",
+                     "--no-mpi-check", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = json.loads(ftcluster("list", "--json").stdout)[-1]["run_id"]
+    tunnels: list[subprocess.Popen[str]] = []
+    try:
+        status = ftcluster("status", run_id, "--json").stdout
+        endpoint = json.loads(status[status.index("{"):])["endpoint"]
+        token = ftcluster("token", run_id).stdout.strip()
+        assert len(token) >= 40
+        direct = subprocess.run([*workstation, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5",
+                                 f"http://{endpoint}/v2/health/ready"], capture_output=True, text=True)
+        assert direct.stdout == "000"             # the workstation cannot reach the endpoint itself
+
+        def tunnel(port: int) -> subprocess.Popen[str]:
+            t = subprocess.Popen([*workstation, sys.executable, "-m", "ftcluster", "tunnel", run_id,
+                                  "--local-port", str(port), "--check-every", "1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            tunnels.append(t)
+            assert t.stderr is not None
+            said = t.stderr.readline()
+            assert said.startswith(f"tunnel: 127.0.0.1:{port} -> {endpoint}"), said + t.stderr.read()
+            return t
+
+        first, second = free_ports(2)
+        t1 = tunnel(first)
+        check = subprocess.run([*workstation, sys.executable, "-m", "ftcluster", "client", "identity", "--url",
+                                f"127.0.0.1:{first}"], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "FTCLUSTER_TOKEN": token})
+        assert check.returncode == 0, check.stdout + check.stderr
+        t1.send_signal(signal.SIGINT)             # Ctrl-C
+        assert t1.wait(timeout=15) == 130
+        t2 = tunnel(second)
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert t2.wait(timeout=60) == 0               # the run ended: so does its tunnel
+    for t in tunnels:
+        if t.poll() is None:
+            t.kill()
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
