@@ -21,6 +21,7 @@ from ftcluster.errors import LaunchError, UserError
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.phases import PHASES
 from ftcluster.remote import forward, needs_forwarding
+from ftcluster.layout import FILES
 from ftcluster.spec import MAX_RESTARTS, default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
 
@@ -77,6 +78,9 @@ def _report(outcome: LaunchOutcome) -> None:
             err.print(f"  {line}", markup=False, soft_wrap=True)
     if outcome.ok and outcome.record.status == "SERVING":
         out.print(f"serving at http://{outcome.endpoint}; stop it with `ftcluster stop {rec.run_id}`", markup=False)
+        if (Path(rec.run_dir) / "scripts" / FILES.token).is_file():
+            out.print(f"private: clients send the run's token (`ftcluster token {rec.run_id}`, or "
+                      f"`ftcluster client ... --run {rec.run_id}`)", markup=False)
 
 
 def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def status_cmd(run: str | None, as_json: bool) -> None:
         return
     t = table(f"run {st['run_id']}", show_header=False)
     rows = {"job_id": st["job_id"], "state": st.get("state"), "phase": st["phase_label"],
-            "failure": st["failure"], "endpoint": st["endpoint"], "source": st.get("source"),
+            "failure": st["failure"], "endpoint": st["endpoint"],
+            "access": "private (`ftcluster token`)" if st["access"] == "private" else None, "source": st.get("source"),
             "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"],
             "health": health_label(st["health"]) if st["health"] else None,
             "restarts": "; ".join(f"{r['cause'][:160]}" for r in st["restarts"]) or None,
