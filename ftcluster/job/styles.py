@@ -23,6 +23,10 @@ from .text import first_match, last_line, read_text, squeeze
 
 # Triton's python backend's own /tmp folder (mkdtemp of /tmp/python_env_XXXXXX).
 PYTHON_ENV_DIR = re.compile(r"/tmp/python_env_[A-Za-z0-9]{6}")
+# bash: RUN_ID then the folders the run's ranks claimed (rank_server.sh): each loses this run's
+# marks, and goes once no other run's mark is left in it.
+FREE_PYTHON_ENVS = ('run=$1; shift; for d in "$@"; do rm -f -- "$d/.ftc+$run+r"*; '
+                    'compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"; done')
 
 if TYPE_CHECKING:
     from .supervisor import Job
@@ -66,8 +70,9 @@ class JobStyle:
         """Removes the run's containers on every node; False when a node failed. Bare metal has
         none: what SIGKILLed ranks leave in /dev/shm is removed on every node instead."""
         if self.started_servers():
-            self.job.run([*self.every_node("/dev/null"), "bash", "-c", 'rm -rf -- "$1"*; shift; rm -rf -- "$@"', "_",
-                          self.shm_glob(), *self.python_envs()], out=subprocess.DEVNULL, limit=60, interruptible=False)
+            self.job.run([*self.every_node("/dev/null"), "bash", "-c", 'rm -rf -- "$1"*; shift; ' + FREE_PYTHON_ENVS,
+                          "_", self.shm_glob(), self.cfg.run_id, *self.python_envs()],
+                         out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
 
     def shm_glob(self) -> str:
@@ -532,11 +537,14 @@ class LocalStyle(JobStyle):
     def down(self) -> bool:
         if self.mpi_tmp:
             shutil.rmtree(self.mpi_tmp, ignore_errors=True)
-        for path in [*glob.glob(glob.escape(self.shm_glob()) + "*"), *self.python_envs()]:
+        for path in glob.glob(glob.escape(self.shm_glob()) + "*"):
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 _unlink(path)
+        if self.python_envs():
+            self.job.run(["bash", "-c", FREE_PYTHON_ENVS, "_", self.cfg.run_id, *self.python_envs()],
+                         out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
 
 

@@ -54,6 +54,21 @@ def _grpc_live(url: str, token: str | None) -> str:
         client.close()
 
 
+def _grpc_unload(url: str, token: str) -> str:
+    """What the proxy answers to gRPC's RepositoryModelUnload with the token."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.unload_model("fastertransformer", headers={"authorization": f"Bearer {token}"})
+        return "unloaded"
+    except InferenceServerException as exc:
+        return f"refused: {exc.message()}"
+    finally:
+        client.close()
+
+
 def _token_held_only_by_its_file(run_dir: Path, token: str) -> None:
     token_file = run_dir / "scripts" / "token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(run_dir.stat().st_mode) == 0o700
@@ -85,6 +100,7 @@ def test_a_private_local_run_serves_through_its_proxy_with_the_token_only(tmp_pa
         # Inference and the model's own endpoints pass.
         assert _http_status("127.0.0.1", ports["http"], "/v2/models/fastertransformer/config", token) == 200
         assert _grpc_live(f"127.0.0.1:{ports['grpc']}", token) == "live"
+        assert "403" in _grpc_unload(f"127.0.0.1:{ports['grpc']}", token)
         assert _grpc_live(f"127.0.0.1:{ports['grpc']}", None).startswith("refused")
         # Clients: the run's endpoint and token by --run, over HTTP and gRPC; without it, one line.
         for protocol in ("http", "grpc"):

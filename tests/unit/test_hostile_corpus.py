@@ -30,10 +30,11 @@ NUMBER = ("inf", "nan", "bool", "int32", "negative", "huge")
 # Field path -> the payloads it gets (and its value in the base spec, when it needs one).
 STRING_FIELDS = ("name", "partition", "account", "qos", "time_limit", "mpi", "workspace", "python", "login_host",
                  "server.binary", "server.extra_args.0", "env.MY_VAR", "container.image", "container.workdir",
-                 "sbatch_args.0", "server.on_failure.0")
+                 "sbatch_args.0", "server.on_failure.0", "proxy.binary", "access")
 NUMBER_FIELDS = ("max_nodes", "gpus_per_node", "ssh_port", "ports.http", "server.ready_timeout", "server.exit_grace",
                  "server.log_verbose", "server.restarts", "server.restart_backoff", "server.liveness.interval",
-                 "server.liveness.deadline", "server.liveness.failures", "server.log_max_mb", "server.handover_lead")
+                 "server.liveness.deadline", "server.liveness.failures", "server.log_max_mb", "server.handover_lead",
+                 "proxy.loopback_offset")
 
 
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:

@@ -74,15 +74,17 @@ mark_loaded() {
 # Triton's python backend makes /tmp/python_env_XXXXXX when it starts (a fixed path, not
 # $TMPDIR) and removes it only when it ends cleanly: a SIGKILLed rank leaves it behind. Those
 # that appeared while this rank loaded are noted in state/python_envs (never moved
-# with an incarnation) for the teardown to remove on every node.
-shopt -s nullglob
-TMP_BEFORE=$(printf '%s\n' /tmp/python_env_*)
+# with an incarnation) and claimed with a mark inside (.ftc+RUN+rR). Another run starting on
+# this node meanwhile may claim the same one: the teardown removes a folder only when no other
+# run's mark is left in it (that run's teardown removes it then).
+TMP_BEFORE=$(compgen -G '/tmp/python_env_*')
 note_python_env() {
   local d
-  for d in /tmp/python_env_*; do
+  while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
-    grep -qxF -- "$d" <<<"$TMP_BEFORE" || printf '%s\n' "$d" >>"$STATE/python_envs"
-  done
+    grep -qxF -- "$d" <<<"$TMP_BEFORE" && continue
+    : >"$d/.ftc+$RUN_ID+r$RANK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs"
+  done < <(compgen -G '/tmp/python_env_*')
 }
 
 # What the server starts carries this mark in its environment. A python backend stub whose

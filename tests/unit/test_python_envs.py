@@ -1,0 +1,30 @@
+"""The python backend's /tmp folders a run's SIGKILLed ranks leave: a folder goes once no other
+run's claim is left in it (another run starting on the node meanwhile may have claimed it: its
+live server would abort at its clean exit if its folder were gone)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from ftcluster.job.styles import FREE_PYTHON_ENVS, PYTHON_ENV_DIR
+
+
+def test_a_folder_goes_once_no_other_run_claims_it(tmp_path: Path) -> None:
+    ours, shared, extracted = (tmp_path / n for n in ("python_env_aaaaaa", "python_env_bbbbbb", "python_env_cccccc"))
+    for d in (ours, shared, extracted):
+        d.mkdir()
+        (d / ".ftc+run-1+r0").touch()
+    (ours / ".ftc+run-1+r1").touch()                 # both ranks on one host claimed it
+    (shared / ".ftc+run-10+r0").touch()              # another run (a longer id sharing the prefix)
+    (extracted / "env-hash").mkdir()                 # an extracted execution environment inside
+    subprocess.run(["bash", "-c", FREE_PYTHON_ENVS, "_", "run-1", str(ours), str(shared), str(extracted),
+                    str(tmp_path / "python_env_gone00")], check=True)
+    assert not ours.exists() and not extracted.exists()
+    assert sorted(p.name for p in shared.iterdir()) == [".ftc+run-10+r0"]
+
+
+def test_only_the_backends_own_names_are_taken() -> None:
+    assert PYTHON_ENV_DIR.fullmatch("/tmp/python_env_Ab12Cd")
+    for bad in ("/tmp/python_env_../../etc", "/tmp/python_env_abc", "/home/x/python_env_abcdef", "/tmp/python_env_*"):
+        assert not PYTHON_ENV_DIR.fullmatch(bad)
