@@ -21,9 +21,11 @@ from ftcluster.status import rank_exit as state_rank_exit
 
 
 def free_port_base(ranks: int = 3, stride: int = 10) -> int:
-    """A base port whose http/grpc/metrics ports are free for `ranks` local ranks."""
+    """A base port whose http/grpc/metrics ports are free for `ranks` local ranks. Below Linux's
+    ephemeral range (32768-60999): the job's probes leave client sockets in TIME_WAIT on ports
+    there, and tritonserver cannot listen on one of those ("already in use")."""
     for _ in range(200):
-        base = random.randrange(20000, 60000, 100)
+        base = random.randrange(20000, 32600, 100)
         if all(port_free(base + r * stride + k) for r in range(ranks) for k in range(3)):
             return base
     raise RuntimeError("no free port range")
