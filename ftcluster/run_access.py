@@ -9,15 +9,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.store import RunRecord
 
+if TYPE_CHECKING:   # the client's module loads numpy and tritonclient: only when a client runs
+    from ftcluster.client.endpoint import Endpoint
+
 
 def token_of(rec: RunRecord) -> str | None:
     """The run's token; None for a run without one (access: cluster)."""
-    path = Path(rec.run_dir) / "scripts" / FILES.token
+    return read_token(Path(rec.run_dir))
+
+
+def read_token(run_dir: Path) -> str | None:
+    """The token in a run folder (a successor's launch keeps its predecessor's); None: none."""
+    path = run_dir / "scripts" / FILES.token
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
@@ -26,6 +36,30 @@ def token_of(rec: RunRecord) -> str | None:
         raise UserError(f"cannot read the run's token {path}: {exc.strerror or exc}", field="RUN",
                         hint="only the user who launched the run may read it") from None
     return text or None
+
+
+def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeout: float, token: str | None,
+                     token_file: str | None, url_option: str = "--url") -> Endpoint:
+    """Where a client sends its requests: `url`, or a recorded run's endpoint; a private run's
+    token from `token_file`, else `token` ($FTCLUSTER_TOKEN or --token), else the run's own."""
+    if (url is None) == (run_ref is None):
+        raise UserError("give the endpoint as HOST:PORT or as --run RUN (one of them)", field=url_option)
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {token_file}: {getattr(exc, 'strerror', None) or exc}",
+                            field="--token-file") from None
+    if run_ref is not None:
+        from ftcluster.store import RunStore
+
+        rec = RunStore().get(run_ref)
+        url = endpoint_of(rec, protocol)
+        token = token or token_of(rec)
+    assert url is not None
+    from ftcluster.client.endpoint import Endpoint
+
+    return Endpoint.parse(url, protocol, timeout, token)
 
 
 def endpoint_of(rec: RunRecord, protocol: str) -> str:

@@ -16,6 +16,7 @@ from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.plan import make_plan
+from ftcluster.run_access import read_token
 from ftcluster.spec import load_cluster, load_model
 
 
@@ -28,13 +29,6 @@ def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, 
         else:
             kept.append(arg)
     return (*kept, "--exclude=" + ",".join(dict.fromkeys(excluded))) if excluded else tuple(kept)
-
-
-def _token_of(run_dir: Path) -> str | None:
-    try:
-        return (run_dir / "scripts" / FILES.token).read_text().strip() or None
-    except OSError:
-        return None
 
 
 def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = None) -> LaunchOutcome:
@@ -57,6 +51,6 @@ def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = N
     cluster = cluster.model_copy(update={"server": server,
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
     # The same token as the predecessor's: clients of a private run keep theirs across the hand-over.
-    token = _token_of(run_dir)
+    token = read_token(run_dir)
     opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token)
     return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()

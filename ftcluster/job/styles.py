@@ -542,8 +542,9 @@ class LocalStyle(JobStyle):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 _unlink(path)
-        if self.python_envs():
-            self.job.run(["bash", "-c", FREE_PYTHON_ENVS, "_", self.cfg.run_id, *self.python_envs()],
+        envs = self.python_envs()
+        if envs:
+            self.job.run(["bash", "-c", FREE_PYTHON_ENVS, "_", self.cfg.run_id, *envs],
                          out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
 

@@ -72,6 +72,7 @@ class Job:
         self.rank0_host = ""
         self.rank0_url = ""
         self.proxy: Optional[subprocess.Popen[bytes]] = None   # access: private
+        self.proxy_token = ""   # read once from the run's token file when the proxy first starts
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
         self.style = style_for(self)
@@ -252,14 +253,14 @@ class Job:
             binary = beside if os.access(beside, os.X_OK) else (shutil.which("caddy") or "caddy")
         home = os.path.join(self.cfg.state, "proxy")
         os.makedirs(home, mode=0o700, exist_ok=True)
-        token = read_text(p.token_file).strip()
-        if not token:
+        self.proxy_token = self.proxy_token or read_text(p.token_file).strip()
+        if not self.proxy_token:
             self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
         try:
             # The token reaches Caddy through its environment (its config names {env.FTC_PROXY_TOKEN}).
             self.proxy = self.start([binary, "run", "--config", p.config], out=self.log_path(FILES.proxy_log),
                                     env={"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home,
-                                         PROXY_TOKEN_ENV: token})
+                                         PROXY_TOKEN_ENV: self.proxy_token})
         except OSError as e:
             self.fail(f"the proxy (access: private) cannot start: {binary}: {e.strerror or e}")
         self.event(EV.proxy_started, self.cfg.http_port)
@@ -273,9 +274,8 @@ class Job:
             said = squeeze(last_line(read_text(self.log_path(FILES.proxy_log))))
             return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
                     f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {socket.gethostname()}?)")
-        token = read_text(p.token_file).strip()
         if http_get("127.0.0.1", self.cfg.http_port, "/v2/health/ready",
-                    headers={"Authorization": f"Bearer {token}"}) is None:
+                    headers={"Authorization": f"Bearer {self.proxy_token}"}) is None:
             return "the proxy (access: private) does not pass requests on to rank 0"
         return None
 
@@ -362,7 +362,8 @@ class Job:
         self.event(EV.client_started)
         self.client = self.start(
             [cfg.python, "-m", "ftcluster.client", "identity", "--url", self.rank0_url, "--model", cfg.served_model,
-             *cfg.client_args, *(["--token-file", cfg.proxy.token_file] if cfg.proxy is not None else []), "--result-file", os.path.join(cfg.results, FILES.client_json)],
+             *cfg.client_args, *(["--token-file", cfg.proxy.token_file] if cfg.proxy is not None else []),
+             "--result-file", os.path.join(cfg.results, FILES.client_json)],
             out=self.log_path(FILES.client_log))
         while self.client.poll() is None:
             if not self.style.servers_alive():
