@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ftcluster.store import RunRecord
 
 # Bumped when a documented key changes meaning or goes away (adding keys keeps it).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def document(kind: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def run_json(rec: RunRecord, state: str | None = None) -> dict[str, Any]:
         "cluster_source": rec.cluster_source, "scheduler": rec.scheduler, "style": rec.style,
         "run_dir": rec.run_dir, "model": rec.model, "job_id": rec.job_id, "status": rec.status,
         "endpoint": rec.endpoint, "num_nodes": rec.nodes, "nodes": run_hosts(rec.run_dir, rec.nodes, rec.plan),
-        "state": state, "predecessor": rec.predecessor,
+        "state": state, "predecessor": rec.predecessor, "replica_of": rec.replica_of, "replica": rec.replica,
     })
 
 

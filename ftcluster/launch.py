@@ -46,6 +46,8 @@ class LaunchOptions:
     servers: bool = True
     step: JobStep | None = None    # a preflight or convert run: this step instead of the servers
     token: str | None = None       # access: private: the run's token (None: a new one; a successor keeps its predecessor's)
+    member_of: str | None = None   # a replica set's member: the set's run id
+    member: int | None = None      # ... and the member's index
 
 
 @dataclass
@@ -128,7 +130,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         if build and access_of(cluster) == "private":
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                         servers=opts.servers, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
+                         servers=opts.servers, rotation=opts.member_of is not None, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
 def job_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: LaunchOptions,
@@ -183,7 +185,7 @@ class Launch:
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         self._claim_run()
         try:
-            write_run(request, self.cluster, self.model, self.plan, self.launcher)
+            write_run(request, self.cluster, self.model, self.plan, self.launcher, self._replica())
         except BaseException:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)   # ours: _claim_run made it
             raise
@@ -196,9 +198,16 @@ class Launch:
             nodes=self.plan.nodes, model=self.model.name if self.model else "",
             plan=self.record_plan if self.record_plan is not None else self.plan.to_dict(),
             launcher=request.launcher, predecessor=self.predecessor,
+            replica_of=self.opts.member_of, replica=self.opts.member,
         )
         self.store.add(record)
         return request, record
+
+    def _replica(self) -> dict[str, Any] | None:
+        """run.json's `replica`: which set this member is of (a successor stays its member)."""
+        if self.opts.member_of is None:
+            return None
+        return {"set": self.opts.member_of, "index": self.opts.member}
 
     def _claim_run(self) -> None:
         """Make the run folder, refusing a run id that is taken (folder or record): from here on
@@ -393,7 +402,7 @@ class Launch:
 
 
 def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan,
-              launcher: Launcher | None = None) -> list[Path]:
+              launcher: Launcher | None = None, replica: dict[str, Any] | None = None) -> list[Path]:
     """Lay out the run folder as its job expects it: the request's files, the model repository
     (a run with servers), what its launcher prepares (the Docker styles' per-run ssh keys) and
     run.json. `launch` and `render --out` both write a run this way."""
@@ -403,11 +412,12 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
     written = request.write_files()
     (launcher or launcher_named(request.launcher)).prepare_resources(request)
     if model is not None:
-        written.append(write_run_metadata(paths, cluster, model, plan))
+        written.append(write_run_metadata(paths, cluster, model, plan, replica))
     return written
 
 
-def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str) -> dict[str, Any]:
+def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str,
+                 replica: dict[str, Any] | None = None) -> dict[str, Any]:
     """What served a run: specs, plan, image (with what `image build` recorded for it), versions."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -428,12 +438,15 @@ def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str
                   # image id and TRITON_VERSION as `ftcluster image build` recorded them
                   "built": built.to_dict() if built else None},
         "tritonserver": cluster.server.binary,
+        **({"replica": replica} if replica else {}),
     }
 
 
-def write_run_metadata(paths: RunPaths, cluster: ClusterSpec, model: ModelSpec, plan: Plan) -> Path:
+def write_run_metadata(paths: RunPaths, cluster: ClusterSpec, model: ModelSpec, plan: Plan,
+                       replica: dict[str, Any] | None = None) -> Path:
     path = paths.run_dir / "run.json"
-    path.write_text(json.dumps(run_metadata(cluster, model, plan, paths.run_id), indent=2, default=str) + "\n")
+    path.write_text(json.dumps(run_metadata(cluster, model, plan, paths.run_id, replica), indent=2,
+                               default=str) + "\n")
     return path
 
 

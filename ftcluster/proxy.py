@@ -93,7 +93,7 @@ def proxy_binary(proxy: Proxy) -> str:
 
 
 
-def _guarded(routes: list[dict[str, Any]], private_paths: str, what: str,
+def guarded_routes(routes: list[dict[str, Any]], private_paths: str, what: str,
              upstream: dict[str, Any]) -> list[dict[str, Any]]:
     """The token first (401 without it), then the private API (403), then the upstream."""
     return [
@@ -133,12 +133,12 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy) -> dict[str, Any]
 
     hide = not proxy.expose_repository
     servers = {
-        "http": server(public.http, _guarded([], PRIVATE_HTTP_PATHS if hide else "", "the repository API", http_up)),
-        "grpc": server(public.grpc, _guarded([], PRIVATE_GRPC_METHODS if hide else "", "the repository API",
+        "http": server(public.http, guarded_routes([], PRIVATE_HTTP_PATHS if hide else "", "the repository API", http_up)),
+        "grpc": server(public.grpc, guarded_routes([], PRIVATE_GRPC_METHODS if hide else "", "the repository API",
                                              grpc_up)),
     }
     if proxy.expose_metrics:
-        servers["metrics"] = server(public.metrics, _guarded([], "", "", metrics_up))
+        servers["metrics"] = server(public.metrics, guarded_routes([], "", "", metrics_up))
     config: dict[str, Any] = {
         # No admin endpoint, nothing persisted (Caddy's autosave would copy the token).
         "admin": {"disabled": True, "config": {"persist": False}},

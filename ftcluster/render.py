@@ -58,7 +58,7 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "handover.py", "liveness.py", "names.py", "poll.py", "ranks.py", "styles.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "front.py", "handover.py", "liveness.py", "names.py", "poll.py", "ranks.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -165,6 +165,8 @@ class JobStep:
     paths: tuple[str, ...] = ()      # host paths the step needs inside the container, at their own path
     rank_files: tuple[str, ...] = () # files of ftcluster/rank/ copied into scripts/ (stdlib only)
     timeout: int | None = None       # seconds the step may take (None: the job's time limit)
+    files: tuple[tuple[str, str], ...] = ()   # more files of scripts/: (name, text)
+    token: bool = False              # the run has a token (scripts/token): a private replica set's front
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ class RenderOptions:
     mpirun: str = "mpirun"               # local style: the resolved Open MPI launcher
     extra_env: dict[str, str] = field(default_factory=dict)
     step: JobStep | None = None          # a preflight or convert run (servers and client off)
+    rotation: bool = False               # a replica set's member: in and out of its balancer's rotation
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,7 @@ class RenderContext:
     ports: Ports                   # the endpoint's: Triton's, or the proxy's when private
     triton_ports: Ports            # what rank 0's tritonserver listens on (the loopback's when private)
     private: bool                  # access: private (Triton on the loopback, the proxy in front)
+    rotation: bool                 # a replica set's member (state/rotation for the balancer)
     proxy_binary: str
     port_stride: int               # between ranks' ports: only where ranks share one host
     ssh_port: int
@@ -319,6 +323,7 @@ def context(
         ports=cluster.ports,
         triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports,
         private=private,
+        rotation=opts.rotation and opts.servers and opts.step is None,
         proxy_binary=cluster.proxy.binary,
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
@@ -400,7 +405,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
-        handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc,
+        handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token), http_port=ctx.triton_ports.http,
                           grpc_port=ctx.triton_ports.grpc) if ctx.private else None,
@@ -464,6 +469,8 @@ def render(
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
         _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)
+    if opts.step is not None:
+        files.update(opts.step.files)
     if opts.step is None:
         files["rank_server.sh"] = env.get_template("rank_server.sh.j2").render(variables)
     # Run inside the user's image with its python3 (and its MPI): plain files, stdlib only.

@@ -22,8 +22,9 @@ from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
 
 # What a request runs: the servers (and the client), only the MPI world check (`check`), or a
-# job step: the GPU preflight on every node, or FT's checkpoint converter on one.
-KINDS = ("serve", "check", "preflight", "convert")
+# job step: the GPU preflight on every node, FT's checkpoint converter on one, or a replica set's
+# balancer (its front) on one.
+KINDS = ("serve", "check", "preflight", "convert", "front")
 
 
 @dataclass(frozen=True)
@@ -136,5 +137,5 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
         files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""),
                             scripts.shown.get(name)) for name, text in scripts.files.items()),
         argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
-        private=FILES.proxy_config in scripts.files,
+        private=FILES.proxy_config in scripts.files or bool(opts.step and opts.step.token),
     )

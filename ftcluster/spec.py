@@ -318,6 +318,20 @@ class Proxy(_Strict):
         return self
 
 
+class Balancer(_Strict):
+    """The front of a replica set (`replicas` > 1): Caddy on the spec's ports, the members on
+    ports `port_step` x (K+1) above them."""
+
+    port_step: int = Field(20, ge=1, le=30_000)
+    # A request waits this long for a member in rotation, and a request that failed on one
+    # member (a killed world) is sent to another within it: a hung member is found and its
+    # world ended within server.liveness (interval x failures + deadline) and exit_grace.
+    retry_for: float = Field(120.0, gt=0, le=DAY)
+    # Request bodies are kept up to this size (MiB) so that a failed one can be sent again;
+    # 0: kept never (and retried only when no member could be reached).
+    buffer_mb: int = Field(16, ge=0, le=4096)
+
+
 # server.restarts when unset and the run serves (--keep-serving): a fault is survived a few
 # times before the run gives up; a one-shot launch (server, client, end) never restarts.
 DEFAULT_SERVING_RESTARTS = 3
@@ -455,6 +469,9 @@ class ClusterSpec(_Strict):
     # style (which binds the loopback already) and on ssh + Docker (no proxy there yet).
     access: Literal["private", "cluster"] | None = None
     proxy: Proxy = Proxy()
+    # Identical worlds of the plan behind one balancer (`launch --replicas` overrides it).
+    replicas: int = Field(1, ge=1, le=256)
+    balancer: Balancer = Balancer()
     mpi: str = "pmix"
     ssh_port: int = Field(11068, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)

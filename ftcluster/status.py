@@ -139,7 +139,41 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     st["successor"] = _successor(events)
     # A step run (`ftcluster preflight`, `convert`) has no server ranks.
     st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
+    st["replica_of"], st["replica"] = rec.replica_of, rec.replica
+    st["replicas"] = None
+    if rec.style == "front":
+        _set_status(rec, st)
     return document("status", st)
+
+
+def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
+    """A replica set (its front's run): each member's state and rotation, the set's endpoint,
+    and nodes and num_nodes for the whole (the front's node and every member's)."""
+    from ftcluster.replica_set import front_endpoint, member_records, read_members, rotation_now
+
+    store = RunStore()
+    set_dir = Path(rec.run_dir)
+    rotation = {m.get("run_dir"): m for m in rotation_now(set_dir).get("members", [])}
+    members = []
+    nodes = list(st["nodes"])
+    for m in read_members(set_dir):
+        chain = member_records(rec, store, int(m.get("replica", -1)))
+        serving = [r for r in chain if r.status != "STOPPED"] or chain
+        if not serving:
+            continue
+        mrec = serving[-1]
+        ms = run_status(mrec)
+        r = rotation.get(mrec.run_dir, {})
+        members.append({"replica": m.get("replica"), "run_id": mrec.run_id, "job_id": mrec.job_id,
+                        "state": ms["state"], "phase": ms["phase"], "endpoint": ms["endpoint"],
+                        "nodes": ms["nodes"], "num_nodes": ms["num_nodes"], "in_rotation": bool(r.get("in")),
+                        "rotation_why": r.get("why") or None, "restarts": len(ms["restarts"]),
+                        "failure": ms["failure"]})
+        nodes += [n for n in ms["nodes"] if n not in nodes]
+    st["replicas"] = members
+    st["endpoint"] = front_endpoint(set_dir)
+    st["nodes"] = nodes
+    st["num_nodes"] = len(nodes) if nodes else rec.nodes + sum(m["num_nodes"] for m in members)
 
 
 def _incarnation_nodes(paths: RunPaths, n: int, nodes: int) -> list[str]:

@@ -48,6 +48,9 @@ class RunRecord:
     launcher: str = ""
     # The run this one succeeded (a hand-over before that run's time limit); None: a first run.
     predecessor: str | None = None
+    # A replica set's member: the set's run id (its front's) and the member's index.
+    replica_of: str | None = None
+    replica: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +115,9 @@ class RunStore:
         if not runs:
             raise UserError("no runs recorded yet", hint="start one with `ftcluster launch`")
         if key is None:
-            return runs[-1]
+            # A replica set's members are the set's: the newest run of one's own choosing.
+            return [r for r in runs if r.replica_of is None][-1] if any(r.replica_of is None for r in runs) \
+                else runs[-1]
         if not key.strip():
             raise UserError("an empty run id matches no run", hint="give a run id, or none for the newest run")
         exact = [r for r in runs if r.run_id == key or r.job_id == key]

@@ -56,7 +56,7 @@ STYLES: dict[str, Style] = {s.name: s for s in (
 
 # The record of a run whose job is one step in place of the servers names that step as its
 # style (its launcher is recorded beside it): no server ranks, one step log.
-STEP_STYLES = ("preflight", "convert")
+STEP_STYLES = ("preflight", "convert", "front")
 
 # Launcher name -> "module:class"; imported on use (a launcher pulls in its scheduler's code).
 LAUNCHERS: dict[str, str] = {

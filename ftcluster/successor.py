@@ -9,15 +9,17 @@ Python) and hands over when it serves. The successor is an ordinary detached `la
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
-from ftcluster.plan import make_plan
+from ftcluster.plan import Plan, make_plan
 from ftcluster.run_access import read_token
-from ftcluster.spec import load_cluster, load_model
+from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
 
 
 def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, ...]:
@@ -31,9 +33,25 @@ def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, 
     return (*kept, "--exclude=" + ",".join(dict.fromkeys(excluded))) if excluded else tuple(kept)
 
 
-def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = None) -> LaunchOutcome:
-    """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or
-    a lost one), with `restarts` left (default: the run's own)."""
+@dataclass(frozen=True)
+class RunSpecs:
+    """What a serving run was launched from, read back from its folder."""
+
+    cluster: ClusterSpec
+    model: ModelSpec
+    plan: Plan
+    job: JobConfig
+    meta: dict[str, Any]
+
+    @property
+    def replica(self) -> dict[str, Any] | None:
+        """A replica set member's {"set", "index"} (run.json), else None."""
+        found = self.meta.get("replica")
+        return found if isinstance(found, dict) else None
+
+
+def run_specs(run_dir: Path) -> RunSpecs:
+    """The specs (re-read from their files), plan and job values of the serving run in `run_dir`."""
     try:
         meta = json.loads((run_dir / "run.json").read_text())
         cfg = JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text())
@@ -47,10 +65,25 @@ def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = N
     model = load_model(model_source)
     plan = make_plan(cluster, model, cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                      tp=planned.get("tensor_para_size"), pp=planned.get("pipeline_para_size"))
+    return RunSpecs(cluster, model, plan, cfg, meta)
+
+
+def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = None) -> LaunchOutcome:
+    """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or
+    a lost one), with `restarts` left (default: the run's own)."""
+    specs = run_specs(run_dir)
+    cluster, model, plan, cfg = specs.cluster, specs.model, specs.plan, specs.job
     server = cluster.server.model_copy(update={"restarts": cfg.restarts if restarts is None else restarts})
     cluster = cluster.model_copy(update={"server": server,
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
+    replica = specs.replica
+    if replica:   # a replica set's member: its ports, and in its balancer's rotation
+        from ftcluster.replicas import member_cluster
+
+        cluster = member_cluster(cluster, int(replica["index"]))
     # The same token as the predecessor's: clients of a private run keep theirs across the hand-over.
     token = read_token(run_dir)
-    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token)
+    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token,
+                         member_of=replica["set"] if replica else None,
+                         member=int(replica["index"]) if replica else None)
     return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()

@@ -105,9 +105,13 @@ def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
 @click.option("--restarts", type=count(0, MAX_RESTARTS), default=None,
               help="With --keep-serving: restarts of the whole world on a fault while serving "
                    "(default: server.restarts, else 3).")
+@click.option("--replicas", type=count(1, 256), default=None,
+              help="With --keep-serving: this many identical worlds behind one balancer (default: replicas "
+                   "in the cluster spec, else 1).")
 @click.option("--run-id", default=None, hidden=True, help="Run id to use (set when forwarded).")
 def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, no_mpi_check: bool,
-               as_json: bool, preflight: bool, restarts: int | None, run_id: str | None, **kw: Any) -> None:
+               as_json: bool, preflight: bool, restarts: int | None, replicas: int | None, run_id: str | None,
+               **kw: Any) -> None:
     """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
 
     Exits 0 only when the client succeeded. Ctrl-C cancels the job.
@@ -130,7 +134,34 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
         planned = replace(planned, cluster=planned.cluster.model_copy(update={"server": server}))
     opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client,
                          mpi_check=not no_mpi_check)
+    count_ = replicas if replicas is not None else planned.cluster.replicas
+    if count_ > 1:
+        if not keep_serving:
+            raise UserError("replicas serve behind one balancer", field="--replicas", hint="add --keep-serving")
+        run_replicas(planned, opts, count_, as_json, run_id)
+        return
     run_launch(planned, opts, as_json, run_id)
+
+
+def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: bool, run_id: str | None) -> None:
+    from ftcluster.replica_set import ReplicaSet
+
+    rs = ReplicaSet(planned.cluster, planned.model, planned.plan, opts, replicas,
+                    progress=None if as_json else _progress, run_id=run_id)
+    if opts.dry_run:
+        click.echo(rs.dry_run(), nl=False)
+        return
+    outcome = rs.run()
+    if as_json:
+        echo_json(document("launch", {**outcome.to_dict(), "replicas": replicas}))
+    elif outcome.detached:
+        console().print(f"submitted replica set {outcome.set_id} ({replicas} replicas); follow it with "
+                        f"`ftcluster status {outcome.set_id}`", markup=False)
+    elif outcome.ok:
+        console().print(f"serving {replicas} replicas at http://{outcome.endpoint} (run {outcome.set_id}); "
+                        f"stop them with `ftcluster stop {outcome.set_id}`", markup=False)
+    if not outcome.ok:
+        raise LaunchError(f"replica set {outcome.set_id} failed: {outcome.failure}")
 
 
 def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:

@@ -92,19 +92,35 @@ def token_cmd(run: str | None) -> None:
 
 @cli.command("stop")
 @click.argument("run", required=False)
-def stop_cmd(run: str | None) -> None:
+@click.option("--replica", type=count(0, 255), default=None,
+              help="A replica set: stop this member alone (it leaves the balancer's rotation first).")
+def stop_cmd(run: str | None, replica: int | None) -> None:
     """Cancel a run's job and stop its servers (default: the newest run).
 
+    A replica set stops each member (out of the balancer's rotation first: requests in flight
+    finish), then its balancer.
+
     \b
-    Example:
+    Examples:
       ftcluster stop gpt-20261121-101500-ab12
+      ftcluster stop gpt-20261121-101500-ab12 --replica 1
     """
     from ftcluster.status import LIVE_STATUSES, stop_run, successors
 
     store = RunStore()
     rec = store.get(run)
-    if forward_record(rec, ["stop", rec.run_id]):
+    if forward_record(rec, ["stop", rec.run_id] + (["--replica", str(replica)] if replica is not None else [])):
         return
+    if rec.style == "front":
+        from ftcluster.replica_set import stop_set
+
+        for r in stop_set(rec, store, replica):
+            click.echo(f"stopped run {r.run_id} (job {r.job_id})")
+        return
+    if replica is not None:
+        from ftcluster.errors import UserError
+
+        raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
     # Its successors too (a hand-over before the time limit): the one serving now, or pending.
     later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
     rec = stop_run(rec, store)

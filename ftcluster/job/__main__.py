@@ -1,15 +1,20 @@
-"""`python3 scripts/ftcluster_job scripts/job.json` (a run folder's copy) or `python -m ftcluster.job`."""
+"""`python3 scripts/ftcluster_job scripts/job.json` (a run folder's copy) or `python -m ftcluster.job`;
+`... front scripts/front.json`: a replica set's balancer (ftcluster_job.front)."""
 
 import importlib
 import os
 import sys
 
+_args = sys.argv[1:]
+_module = "supervisor"
+if _args[:1] == ["front"]:
+    _module, _args = "front", _args[1:]
 if __package__:
-    from .supervisor import main
+    main = importlib.import_module(f"{__package__}.{_module}").main
 else:
     # Run as a folder: Python put the folder itself first on sys.path; its parent holds the package.
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[0] = os.path.dirname(_here)
-    main = importlib.import_module(os.path.basename(_here) + ".supervisor").main
+    main = importlib.import_module(f"{os.path.basename(_here)}.{_module}").main
 
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(_args))

@@ -93,6 +93,8 @@ class JobConfig:
     handover_lead: int = 0   # Slurm signals USR1 this long before the time limit; 0: it does not
     proxy: Optional[ProxyConfig] = None   # access: private
     grpc_port: int = 0                     # the endpoint's gRPC port (clients: `--run RUN --protocol grpc`)
+    # A replica set's member: state/rotation says whether the set's balancer may send it requests.
+    rotation: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

@@ -24,10 +24,13 @@ from .handover import HandOver
 from .liveness import Liveness
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
+from .rotation import Rotation
 from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, rank0_ready
 from .text import last_line, read_text, squeeze
 
 
+# A member that stops waits this long for the balancer to take it out of rotation.
+ROTATION_ACK_S = 10.0
 # The longest wait between restarts (the back-off doubles from server.restart_backoff).
 MAX_BACKOFF = 300.0
 
@@ -75,6 +78,7 @@ class Job:
         self.proxy_token = ""   # read once from the run's token file when the proxy first starts
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
+        self.rotation = Rotation(cfg.state) if cfg.rotation else None
         self.style = style_for(self)
 
     # --- events, signals, failure -------------------------------------------------------------
@@ -426,11 +430,20 @@ class Job:
         if self.cfg.liveness is not None:
             live = Liveness(self.cfg.liveness, *self.triton_at(), os.path.join(self.cfg.state, FILES.health))
         next_cut = time.monotonic() + LOG_CUT_S
+        self.enter_rotation()
         while self.style.servers_alive():
             fault = live.check() if live is not None else None
             self.mend_proxy()
             if fault:
+                self.leave_rotation(fault)
                 return f"{fault}; last log lines: {self.ranks.last_words()}"
+            if self.rotation is not None and live is not None:
+                # Out of rotation at the first missed probe, back in at the next answer: the
+                # balancer sends nothing to a world that may hang while the verdict is out.
+                if live.misses and self.rotation.on:
+                    self.leave_rotation(f"a liveness probe missed its deadline ({live.misses} of {live.cfg.failures})")
+                elif not live.misses and not self.rotation.on:
+                    self.enter_rotation()
             if self.handover_due and self.handover is not None:
                 endpoint = self.handover.step()
                 if endpoint:
@@ -442,7 +455,26 @@ class Job:
                     self.say(f"ftcluster: rank {r}'s server log passed {self.cfg.log_max_bytes / (1 << 20):g} MiB: "
                              f"moved to {FILES.server_log(r)}.1")
             self.nap(0.1)
+        self.leave_rotation(self.style.ended_while_serving)
         return self.cause_of(self.style.ended_while_serving)
+
+    # --- rotation (a replica set's member) ----------------------------------------------------
+
+    def enter_rotation(self) -> None:
+        if self.rotation is not None:
+            self.rotation.enter(self.rank0_host, self.cfg.http_port, self.cfg.grpc_port)
+
+    def leave_rotation(self, why: str) -> None:
+        if self.rotation is not None and self.rotation.on:
+            self.rotation.leave(why)
+
+    def _drain(self) -> None:
+        """A member that stops leaves the balancer's rotation first, and waits (a while) until the
+        balancer says so: requests already sent finish, no new one comes."""
+        if self.rotation is not None and self.rotation.on:
+            self.rotation.leave("stopping")
+            if not self.rotation.wait_acked(ROTATION_ACK_S):
+                self.say(f"ftcluster: the balancer did not confirm this member's leave within {ROTATION_ACK_S:g} s")
 
     def restart(self, tries: int, cause: str) -> None:
         """Every rank stopped at once, this incarnation's rank files and logs kept aside, a
@@ -550,7 +582,7 @@ class Job:
         ok = True
         # The proxy before the servers: it ends gracefully (its requests in flight finish) and lets
         # go of its connections to rank 0, which would hold rank 0's own graceful exit up.
-        for stage in (self._stop_client, self._end_foreground, self._stop_proxy, self._stop_servers,
+        for stage in (self._stop_client, self._end_foreground, self._drain, self._stop_proxy, self._stop_servers,
                       self.style.down, self._abandon_successor):
             try:
                 ok = stage() is not False and ok

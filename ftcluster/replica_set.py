@@ -1,0 +1,329 @@
+"""A replica set's life on the launching side: launch (the front, then the members), follow
+until every member is in rotation, stop (the members drain first, then the front), stop or
+add one member, scale, a rolling restart.
+
+The set's run id is its front's run (style `front`); its run folder holds replicas.json, the
+members the front balances over. Each member is an ordinary serving run (`<set>-r<K>`), whose
+record names its set (`replica_of`). Pure parts live in ftcluster.replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ftcluster.errors import LaunchError, UserError
+from ftcluster.events import EV, parse_events
+from ftcluster.job.poll import CLOCK, Clock
+from ftcluster.launch import Launch, LaunchOptions, Progress, workspace_dir
+from ftcluster.launchers import launcher_for
+from ftcluster.layout import FILES, RunPaths
+from ftcluster.plan import Plan
+from ftcluster.proxy import access_of, new_token, proxy_binary
+from ftcluster.render import JobStep, write_private
+from ftcluster.replicas import (ADMIN_SOCKET, FrontSettings, front_config_text, member_cluster, member_id,
+                                replica_problems)
+from ftcluster.request import job_shape
+from ftcluster.spec import ClusterSpec, Container, ModelSpec
+from ftcluster.store import RunRecord, RunStore, new_run_id
+from ftcluster.styles import style_of
+
+MEMBERS_FILE = "replicas.json"       # in the front's run folder: the members it balances over
+ROTATION_FILE = "rotation.json"      # in the front's state/: what its balancer carries now
+FRONT_STEP = "front"
+FRONT_SETTINGS = "front.json"
+FRONT_CADDY = "front_caddy.json"
+
+
+def front_cluster(cluster: ClusterSpec) -> ClusterSpec:
+    """The front's spec: on the node itself (no container), no GPUs, sharing its node (it is
+    small), one of it."""
+    return cluster.model_copy(update={"container": Container(), "request_gpus": False, "exclusive": False,
+                                      "replicas": 1})
+
+
+def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
+    private = access_of(cluster) == "private"
+    settings = FrontSettings(
+        caddy=proxy_binary(cluster.proxy) if build else cluster.proxy.binary,
+        config=str(paths.scripts / FRONT_CADDY), members=str(paths.run_dir / MEMBERS_FILE),
+        token_file=str(paths.scripts / FILES.token) if private else "", admin_socket=ADMIN_SOCKET,
+        state=str(paths.state), logs=str(paths.logs))
+    python = cluster.python or sys.executable
+    listen = "127.0.0.1" if style_of(cluster).one_host else ""
+    return JobStep(FRONT_STEP, "the balancer",
+                   (python, str(paths.scripts / FILES.supervisor), "front", str(paths.scripts / FRONT_SETTINGS)),
+                   per_node=False,
+                   files=((FRONT_SETTINGS, settings.to_json()), (FRONT_CADDY, front_config_text(cluster, listen))),
+                   token=private)
+
+
+# --- the members file ----------------------------------------------------------------------
+
+def read_members(set_dir: Path) -> list[dict[str, Any]]:
+    try:
+        found = json.loads((set_dir / MEMBERS_FILE).read_text()).get("members", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [m for m in found if isinstance(m, dict)]
+
+
+def write_members(set_dir: Path, members: list[dict[str, Any]]) -> None:
+    write_private(set_dir / MEMBERS_FILE, json.dumps({"members": members}, indent=1, sort_keys=True) + "\n", 0o600)
+
+
+def rotation_now(set_dir: Path) -> dict[str, Any]:
+    """What the front's balancer carries (its state/rotation.json); {} before it wrote any."""
+    try:
+        found = json.loads((set_dir / "state" / ROTATION_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def front_endpoint(set_dir: Path) -> str | None:
+    """The set's endpoint: the front's HTTP address, on its job's host where it listens on
+    every address; None before the front's job started."""
+    try:
+        caddy = json.loads((set_dir / "scripts" / FRONT_CADDY).read_text())
+        listen = caddy["apps"]["http"]["servers"]["http"]["listen"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    host, _, port = str(listen).rpartition(":")
+    if host:
+        return str(listen)
+    hosts = [e.args[0] for e in _events(set_dir) if e.kind == EV.job_started and e.args]
+    return f"{hosts[-1]}:{port}" if hosts else None
+
+
+def _events(run_dir: Path) -> list[Any]:
+    path = run_dir / "state" / FILES.events
+    try:
+        return parse_events(path.read_text())
+    except OSError:
+        return []
+
+
+@dataclass
+class SetOutcome:
+    set_id: str
+    ok: bool
+    run_dir: str
+    endpoint: str | None = None
+    members: list[dict[str, Any]] = field(default_factory=list)
+    failure: str | None = None
+    detached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.set_id, "ok": self.ok, "run_dir": self.run_dir, "endpoint": self.endpoint,
+                "members": self.members, "failure": self.failure, "detached": self.detached}
+
+
+class ReplicaSet:
+    """R members of one plan behind one front: launched, followed until each is in rotation."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, plan: Plan, opts: LaunchOptions, replicas: int,
+                 progress: Progress | None = None, store: RunStore | None = None, run_id: str | None = None,
+                 clock: Clock = CLOCK):
+        self.cluster, self.model, self.plan, self.opts, self.replicas = cluster, model, plan, opts, replicas
+        self.progress = progress or (lambda phase, t, detail: None)
+        self._store = store
+        self.clock = clock
+        self.set_id = run_id or new_run_id(model.name)
+        self.front_spec = front_cluster(cluster)
+        try:
+            self.paths = RunPaths(self.set_id, workspace_dir(cluster) / self.set_id)
+        except ValueError as exc:
+            raise UserError(str(exc), field="--run-id", hint="letters, digits, '_', '.' and '-', at most 100") from None
+
+    @property
+    def store(self) -> RunStore:
+        if self._store is None:
+            self._store = RunStore()
+        return self._store
+
+    def problems(self, nodes_known: int | None) -> list[str]:
+        from ftcluster.render import LOCAL_PORT_STRIDE
+
+        one_host = style_of(self.cluster).one_host
+        return replica_problems(self.cluster, self.plan, self.replicas, one_host, LOCAL_PORT_STRIDE, nodes_known)
+
+    def front(self, build: bool = True, token: str | None = None) -> Launch:
+        step = front_step(self.cluster, self.paths, build)
+        opts = LaunchOptions(detach=True, client=False, mpi_check=False, step=step, token=token)
+        return Launch(self.front_spec, None, job_shape(self.front_spec, 1, 0), opts, store=self._store,
+                      run_id=self.set_id, record_plan=self.plan.to_dict(), clock=self.clock)
+
+    def member(self, k: int, generation: int = 0, token: str | None = None) -> Launch:
+        opts = replace(self.opts, detach=True, client=False, token=token, member_of=self.set_id, member=k)
+        return Launch(member_cluster(self.cluster, k), self.model, self.plan, opts, store=self._store,
+                      run_id=member_id(self.set_id, k, generation), clock=self.clock)
+
+    def dry_run(self) -> str:
+        """The front's request, then each member's: what would run, nothing written."""
+        parts = [str(self.front(build=False).dry_run())]
+        parts += [str(self.member(k).dry_run()) for k in range(self.replicas)]
+        return "\n".join(parts)
+
+    def _check(self) -> None:
+        nodes_known = None
+        launcher = launcher_for(self.cluster)
+        slurm = getattr(launcher, "slurm", None)
+        if slurm is not None:
+            nodes_known = slurm.partition_nodes(self.cluster.partition)
+        problems = self.problems(nodes_known)
+        if problems:
+            raise UserError("; ".join(problems))
+
+    def run(self) -> SetOutcome:
+        self._check()
+        private = access_of(self.cluster) == "private"
+        # One token for the set: the front checks it, and so does each member's own proxy.
+        token = new_token() if private else None
+        front = self.front(token=token)
+        front_out = front.run()
+        launched: list[RunRecord] = [front_out.record]
+        t0 = time.time()
+        members: list[dict[str, Any]] = []
+        try:
+            for k in range(self.replicas):
+                members.append({"replica": k, "run_id": member_id(self.set_id, k),
+                                "run_dir": str(workspace_dir(self.cluster) / member_id(self.set_id, k))})
+            write_members(self.paths.run_dir, members)
+            for k in range(self.replicas):
+                out = self.member(k, token=token).run()
+                launched.append(out.record)
+                self.progress("submitted", time.time() - t0, f"replica {k}: run {out.record.run_id}, job {out.record.job_id}")
+        except BaseException:
+            stop_records(launched, self.store)
+            raise
+        outcome = SetOutcome(self.set_id, True, str(self.paths.run_dir), members=members,
+                             detached=self.opts.detach)
+        if self.opts.detach:
+            return outcome
+        try:
+            self._follow(outcome, launched, t0)
+        except KeyboardInterrupt:
+            stop_records(launched, self.store)
+            raise LaunchError(f"interrupted; replica set {self.set_id} was stopped") from None
+        if not outcome.ok:
+            stop_records(launched, self.store)
+            return outcome
+        for rec in launched:
+            self.store.update(rec, status="SERVING" if self.opts.keep_serving else "COMPLETED")
+        if not self.opts.keep_serving:
+            stop_records(launched, self.store)
+        return outcome
+
+    def _follow(self, outcome: SetOutcome, launched: list[RunRecord], t0: float) -> None:
+        """Until every member is in rotation; a member's or the front's end fails the set."""
+        deadline = time.monotonic() + self.cluster.server.ready_timeout + 120
+        shown: set[tuple[str, str]] = set()
+        while True:
+            rotation = rotation_now(self.paths.run_dir)
+            for rec in launched:
+                events = _events(Path(rec.run_dir))
+                label = "balancer" if rec.replica is None else f"replica {rec.replica}"
+                for e in events:
+                    if e.kind in (EV.job_started, EV.ready, EV.serving, EV.step_started) and (rec.run_id, e.kind) not in shown:
+                        shown.add((rec.run_id, e.kind))
+                        self.progress(e.kind, time.time() - t0, f"{label}: {' '.join(e.args)}")
+                ended = [e for e in events if e.kind in (EV.failed, EV.done)]
+                if ended:
+                    failed = [e for e in events if e.kind == EV.failed]
+                    outcome.ok = False
+                    outcome.failure = f"{label} (run {rec.run_id}) ended: " + (
+                        " ".join(failed[0].args) if failed else "its job ended")
+                    return
+            up = rotation.get("upstreams", [])
+            if len(up) >= self.replicas:
+                outcome.endpoint = front_endpoint(self.paths.run_dir)
+                self.progress("serving", time.time() - t0, f"{len(up)} replicas in rotation behind {outcome.endpoint}")
+                return
+            if time.monotonic() > deadline:
+                outcome.ok = False
+                outcome.failure = (f"only {len(up)} of {self.replicas} replicas in rotation after "
+                                   f"{self.cluster.server.ready_timeout + 120:.0f} s")
+                return
+            self.clock.sleep(0.5)
+
+
+def stop_records(records: list[RunRecord], store: RunStore) -> None:
+    """Stop runs at once (each waits for its own teardown): the members drain through the front
+    meanwhile; a front among them goes last."""
+    from ftcluster.status import stop_run
+
+    fronts = [r for r in records if r.style == FRONT_STEP]
+    members = [r for r in records if r.style != FRONT_STEP and r.job_id]
+    errors: list[str] = []
+
+    def stop(rec: RunRecord) -> None:
+        try:
+            stop_run(rec, store)
+        except Exception as exc:  # noqa: BLE001  (every other one still stops)
+            errors.append(f"{rec.run_id}: {exc}")
+
+    threads = [threading.Thread(target=stop, args=(r,)) for r in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in fronts:
+        if r.job_id:
+            stop(r)
+    if errors:
+        raise LaunchError("some runs could not be stopped: " + "; ".join(errors))
+
+
+def member_records(set_rec: RunRecord, store: RunStore, replica: int | None = None) -> list[RunRecord]:
+    """The records of a set's members (each with its successors), or of member `replica` alone."""
+    from ftcluster.status import successors
+
+    found: list[RunRecord] = []
+    for m in read_members(Path(set_rec.run_dir)):
+        if replica is not None and m.get("replica") != replica:
+            continue
+        rec = store.exact(str(m.get("run_id")))
+        if rec is not None:
+            found += [rec, *successors(rec, store)]
+    return found
+
+
+def stop_set(set_rec: RunRecord, store: RunStore, replica: int | None = None) -> list[RunRecord]:
+    """Stop a whole set (members, then the front) or one member; the runs stopped."""
+    members = member_records(set_rec, store, replica)
+    if replica is not None and not members:
+        raise UserError(f"replica set {set_rec.run_id} has no replica {replica}", field="--replica",
+                        hint="see `ftcluster status RUN` for its members")
+    live = [r for r in members if r.job_id and r.status in ("SUBMITTED", "SERVING")]
+    if replica is None:
+        stop_records([*live, set_rec], store)
+        return [*live, set_rec]
+    stop_records(live, store)
+    write_members(Path(set_rec.run_dir), [m for m in read_members(Path(set_rec.run_dir))
+                                          if m.get("replica") != replica])
+    return live
+
+
+def wait_in_rotation(set_dir: Path, run_dir: str, limit: float, clock: Clock = CLOCK,
+                     check: Callable[[], str | None] | None = None) -> str | None:
+    """Wait until the member in `run_dir` is in the front's rotation; the failure, else None."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        for m in rotation_now(set_dir).get("members", []):
+            if m.get("run_dir") == run_dir and m.get("in"):
+                return None
+        failed = [e for e in _events(Path(run_dir)) if e.kind in (EV.failed, EV.done)]
+        if failed:
+            return f"run {Path(run_dir).name} ended before it was in rotation: {' '.join(failed[0].args)}"
+        if check is not None:
+            why = check()
+            if why:
+                return why
+        clock.sleep(0.5)
+    return f"run {Path(run_dir).name} was not in rotation within {limit:.0f} s"
