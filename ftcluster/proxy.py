@@ -94,13 +94,14 @@ def proxy_binary(proxy: Proxy) -> str:
 
 
 def guarded_routes(routes: list[dict[str, Any]], private_paths: str, what: str,
-             upstream: dict[str, Any]) -> list[dict[str, Any]]:
+                   upstream: dict[str, Any], token: bool = True) -> list[dict[str, Any]]:
     """The token first (401 without it), then the private API (403), then the upstream."""
     return [
-        {"match": [{"not": [{"header": {"Authorization": [f"Bearer {{env.{PROXY_TOKEN_ENV}}}"]}}]}], "terminal": True,
+        *([{"match": [{"not": [{"header": {"Authorization": [f"Bearer {{env.{PROXY_TOKEN_ENV}}}"]}}]}], "terminal": True,
          "handle": [{"handler": "static_response", "status_code": 401,
                      "headers": {"Www-Authenticate": ['Bearer realm="ftcluster"']},
-                     "body": "ftcluster: this endpoint needs the run's token (ftcluster token RUN)\n"}]},
+                     "body": "ftcluster: this endpoint needs the run's token (ftcluster token RUN)\n"}]}]
+          if token else []),
         *([{"match": [{"path_regexp": {"pattern": private_paths}}], "terminal": True,
             "handle": [{"handler": "static_response", "status_code": 403,
                         "body": f"ftcluster: {what} is private (proxy.expose_repository)\n"}]}]
@@ -110,9 +111,12 @@ def guarded_routes(routes: list[dict[str, Any]], private_paths: str, what: str,
     ]
 
 
-def caddy_config(public: Ports, loopback: Ports, proxy: Proxy) -> dict[str, Any]:
+def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = True, member: bool = False
+                 ) -> dict[str, Any]:
     """Caddy's JSON config: HTTP and gRPC (h2c, or h2 with TLS) on the public ports to Triton's
-    on the loopback; metrics only when exposed."""
+    on the loopback; metrics only when exposed. `token`: only with the run's token (access:
+    private). `member`: a replica set's member, whose failed request is not answered but its
+    connection dropped, so that the set's balancer sends it to another member."""
     tls = proxy.tls_cert is not None
     # compression off: Go's transport would ask Triton for gzip on the client's behalf, unpack
     # the answer and send it on chunked, at a cost on every request. Caddy passes server-sent
@@ -129,16 +133,22 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy) -> dict[str, Any]
                              "automatic_https": {"disable": True}}
         if tls:
             s["tls_connection_policies"] = [{}]
+        if member:
+            # Caddy answers a failed upstream with 502, which a balancer passes on; a dropped
+            # connection it retries elsewhere (the request body is kept there).
+            s["errors"] = {"routes": [{"handle": [{"handler": "static_response", "abort": True}]}]}
         return s
 
-    hide = not proxy.expose_repository
+    # access: cluster (a replica set's member without a token) hides nothing, as Triton alone would not.
+    hide = not proxy.expose_repository and token
     servers = {
-        "http": server(public.http, guarded_routes([], PRIVATE_HTTP_PATHS if hide else "", "the repository API", http_up)),
+        "http": server(public.http, guarded_routes([], PRIVATE_HTTP_PATHS if hide else "", "the repository API",
+                                                   http_up, token)),
         "grpc": server(public.grpc, guarded_routes([], PRIVATE_GRPC_METHODS if hide else "", "the repository API",
-                                             grpc_up)),
+                                                   grpc_up, token)),
     }
-    if proxy.expose_metrics:
-        servers["metrics"] = server(public.metrics, guarded_routes([], "", "", metrics_up))
+    if proxy.expose_metrics or member and not token:
+        servers["metrics"] = server(public.metrics, guarded_routes([], "", "", metrics_up, token))
     config: dict[str, Any] = {
         # No admin endpoint, nothing persisted (Caddy's autosave would copy the token).
         "admin": {"disabled": True, "config": {"persist": False}},
@@ -151,5 +161,5 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy) -> dict[str, Any]
     return config
 
 
-def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy) -> str:
-    return json.dumps(caddy_config(public, loopback, proxy), indent=1, sort_keys=True) + "\n"
+def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy, token: bool = True, member: bool = False) -> str:
+    return json.dumps(caddy_config(public, loopback, proxy, token, member), indent=1, sort_keys=True) + "\n"

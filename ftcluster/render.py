@@ -238,6 +238,7 @@ class RenderContext:
     triton_ports: Ports            # what rank 0's tritonserver listens on (the loopback's when private)
     private: bool                  # access: private (Triton on the loopback, the proxy in front)
     rotation: bool                 # a replica set's member (state/rotation for the balancer)
+    proxied: bool                  # Triton on rank 0's loopback, the proxy beside it (private, or a member)
     proxy_binary: str
     port_stride: int               # between ranks' ports: only where ranks share one host
     ssh_port: int
@@ -301,6 +302,7 @@ def context(
     serving_on_slurm = opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm"
     extra = opts.step.paths if opts.step else ()
     private = access_of(cluster) == "private" and opts.servers and opts.step is None
+    rotation = opts.rotation and opts.servers and opts.step is None
     return RenderContext(
         style=style.name,
         summary=style.summary,
@@ -321,9 +323,10 @@ def context(
         exclusive=cluster.exclusive,
         mpi=cluster.mpi,
         ports=cluster.ports,
-        triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports,
+        triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private or rotation else cluster.ports,
         private=private,
-        rotation=opts.rotation and opts.servers and opts.step is None,
+        rotation=rotation,
+        proxied=private or rotation,
         proxy_binary=cluster.proxy.binary,
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
@@ -407,8 +410,8 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
         handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
-                          token_file=os.path.join(ctx.scripts, FILES.token), http_port=ctx.triton_ports.http,
-                          grpc_port=ctx.triton_ports.grpc) if ctx.private else None,
+                          token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
+                          http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc) if ctx.proxied else None,
     )
 
 
@@ -464,8 +467,9 @@ def render(
     # What a dry run shows of the files that hold the env's values: the names only.
     hidden = {k: "<hidden>" for k in ctx.env}
     shown = {FILES.job_config: replace(cfg, env=hidden).to_json(), FILES.env_file: env_file(hidden)}
-    if ctx.private:
-        files[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy)
+    if ctx.proxied:
+        files[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy,
+                                                      token=ctx.private, member=ctx.rotation)
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
         _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)

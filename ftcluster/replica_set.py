@@ -147,11 +147,11 @@ class ReplicaSet:
             self._store = RunStore()
         return self._store
 
-    def problems(self, nodes_known: int | None) -> list[str]:
+    def problems(self, replicas: int, nodes_known: int | None) -> list[str]:
         from ftcluster.render import LOCAL_PORT_STRIDE
 
         one_host = style_of(self.cluster).one_host
-        return replica_problems(self.cluster, self.plan, self.replicas, one_host, LOCAL_PORT_STRIDE, nodes_known)
+        return replica_problems(self.cluster, self.plan, replicas, one_host, LOCAL_PORT_STRIDE, nodes_known)
 
     def front(self, build: bool = True, token: str | None = None) -> Launch:
         step = front_step(self.cluster, self.paths, build)
@@ -170,18 +170,18 @@ class ReplicaSet:
         parts += [str(self.member(k).dry_run()) for k in range(self.replicas)]
         return "\n".join(parts)
 
-    def _check(self) -> None:
+    def problems_for(self, replicas: int) -> None:
+        """Refuse `replicas` members of this plan (UserError naming every problem)."""
         nodes_known = None
-        launcher = launcher_for(self.cluster)
-        slurm = getattr(launcher, "slurm", None)
+        slurm = getattr(launcher_for(self.cluster), "slurm", None)
         if slurm is not None:
             nodes_known = slurm.partition_nodes(self.cluster.partition)
-        problems = self.problems(nodes_known)
+        problems = self.problems(replicas, nodes_known)
         if problems:
             raise UserError("; ".join(problems))
 
     def run(self) -> SetOutcome:
-        self._check()
+        self.problems_for(self.replicas)
         private = access_of(self.cluster) == "private"
         # One token for the set: the front checks it, and so does each member's own proxy.
         token = new_token() if private else None
@@ -240,7 +240,7 @@ class ReplicaSet:
                     outcome.failure = f"{label} (run {rec.run_id}) ended: " + (
                         " ".join(failed[0].args) if failed else "its job ended")
                     return
-            up = rotation.get("upstreams", [])
+            up = rotation.get("in_rotation", [])
             if len(up) >= self.replicas:
                 outcome.endpoint = front_endpoint(self.paths.run_dir)
                 self.progress("serving", time.time() - t0, f"{len(up)} replicas in rotation behind {outcome.endpoint}")
@@ -327,3 +327,94 @@ def wait_in_rotation(set_dir: Path, run_dir: str, limit: float, clock: Clock = C
                 return why
         clock.sleep(0.5)
     return f"run {Path(run_dir).name} was not in rotation within {limit:.0f} s"
+
+
+# --- changing a serving set: scale, rolling restart --------------------------------------------
+
+def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str | None = None,
+                 progress: Progress | None = None) -> ReplicaSet:
+    """The ReplicaSet a recorded set was launched as (specs re-read from their files, as a
+    hand-over does), with a new model spec or container image where given."""
+    from ftcluster.plan import make_plan
+    from ftcluster.spec import load_cluster, load_model
+    from ftcluster.successor import run_specs
+
+    members = [r for r in member_records(set_rec, RunStore()) if Path(r.run_dir, "run.json").is_file()]
+    if not members:
+        raise UserError(f"replica set {set_rec.run_id} has no member left to take its specs from", field="RUN")
+    specs = run_specs(Path(members[-1].run_dir))
+    cluster = load_cluster(set_rec.cluster_source) if set_rec.cluster_source else specs.cluster
+    if image:
+        cluster = cluster.model_copy(update={"container": cluster.container.model_copy(update={"image": image})})
+    model, plan = specs.model, specs.plan
+    if model_path:
+        model = load_model(model_path)
+        plan = make_plan(cluster, model, specs.plan.nodes, gpus_per_node=specs.plan.gpus_per_node)
+    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=specs.job.mpi_check)
+    return ReplicaSet(cluster, model, plan, opts, len(read_members(Path(set_rec.run_dir))), progress=progress,
+                      run_id=set_rec.run_id)
+
+
+def _next_generation(store: RunStore, set_id: str, k: int) -> int:
+    """The generation of member k's next run: one above any recorded."""
+    base = member_id(set_id, k)
+    gens = [0 if r.run_id == base else int(r.run_id[len(base) + 1:]) for r in store.all()
+            if r.run_id == base or (r.run_id.startswith(base + ".") and r.run_id[len(base) + 1:].isdigit())]
+    return max(gens) + 1 if gens else 0
+
+
+def start_member(rs: ReplicaSet, set_rec: RunRecord, k: int, store: RunStore) -> RunRecord:
+    """Launch member k of a serving set (its next generation), add it to the front's members
+    and wait until it is in rotation; a member that does not get there is stopped."""
+    from ftcluster.run_access import read_token
+
+    set_dir = Path(set_rec.run_dir)
+    launch = rs.member(k, _next_generation(store, rs.set_id, k), token=read_token(set_dir))
+    out = launch.run()
+    members = [m for m in read_members(set_dir) if m.get("replica") != k]
+    members.append({"replica": k, "run_id": out.record.run_id, "run_dir": out.record.run_dir})
+    write_members(set_dir, sorted(members, key=lambda m: int(m["replica"])))
+    rs.progress("submitted", 0.0, f"replica {k}: run {out.record.run_id}, job {out.record.job_id}")
+    why = wait_in_rotation(set_dir, out.record.run_dir, rs.cluster.server.ready_timeout + 120, rs.clock)
+    if why:
+        stop_records([out.record], store)
+        raise LaunchError(f"replica {k}: {why}")
+    rs.progress("serving", 0.0, f"replica {k}: run {out.record.run_id} in rotation")
+    return store.update(out.record, status="SERVING")
+
+
+def scale(set_rec: RunRecord, replicas: int, progress: Progress | None = None) -> list[str]:
+    """Add members (each in rotation before the next starts) or stop the highest ones (each
+    drained first); what was done, in words."""
+    store = RunStore()
+    have = sorted(int(m["replica"]) for m in read_members(Path(set_rec.run_dir)))
+    done: list[str] = []
+    if replicas > len(have):
+        rs = recorded_set(set_rec, progress=progress)
+        rs.problems_for(replicas)
+        free = [k for k in range(replicas + len(have)) if k not in have][: replicas - len(have)]
+        for k in free:
+            rec = start_member(rs, set_rec, k, store)
+            done.append(f"replica {k} started: run {rec.run_id} (job {rec.job_id})")
+    for k in reversed(have[replicas:]):
+        for r in stop_set(set_rec, store, k):
+            done.append(f"replica {k} stopped: run {r.run_id} (job {r.job_id})")
+    return done
+
+
+def rolling_restart(set_rec: RunRecord, model_path: str | None = None, image: str | None = None,
+                    progress: Progress | None = None) -> list[str]:
+    """One member at a time: out of rotation and stopped (its requests in flight finish), then
+    started again (a new run of the same index, with the new model or image where given) and
+    back in rotation before the next. With two or more members the endpoint never lacks one;
+    with one, requests wait at the balancer (balancer.retry_for) while it restarts."""
+    store = RunStore()
+    rs = recorded_set(set_rec, model_path, image, progress)
+    done: list[str] = []
+    for m in sorted(read_members(Path(set_rec.run_dir)), key=lambda m: int(m["replica"])):
+        k = int(m["replica"])
+        for r in stop_set(set_rec, store, k):
+            done.append(f"replica {k}: run {r.run_id} stopped")
+        rec = start_member(rs, set_rec, k, store)
+        done.append(f"replica {k}: run {rec.run_id} (job {rec.job_id}) in rotation")
+    return done

@@ -16,7 +16,7 @@ from pathlib import Path
 from ftcluster.launchers import launcher_class
 from ftcluster.layout import FILES, LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan import Plan, RankSlot, node_names
-from ftcluster.proxy import new_token
+from ftcluster.proxy import access_of, new_token
 from ftcluster.render import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
@@ -137,5 +137,6 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
         files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""),
                             scripts.shown.get(name)) for name, text in scripts.files.items()),
         argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
-        private=FILES.proxy_config in scripts.files or bool(opts.step and opts.step.token),
+        private=(access_of(cluster) == "private" and opts.servers and opts.step is None)
+        or bool(opts.step and opts.step.token),
     )

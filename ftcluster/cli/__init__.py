@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("commands_launch", "Plan, prepare, submit, wait for rank 0, run the client, report and clean up."),
     "status": ("commands_runs", "Queue state, per-rank state and endpoint of a run (default: the newest)."),
     "stop": ("commands_runs", "Cancel a run's job and stop its servers (default: the newest run)."),
+    "scale": ("commands_replicas", "Change a replica set's number of members while it serves."),
+    "restart": ("commands_replicas", "Restart a replica set one member at a time, optionally with a new model or image."),
     "token": ("commands_runs", "Print a private run's token, which its clients send (default: the newest run)."),
     "tunnel": ("commands_tunnel", "Forward a local port through the login node to a run's endpoint (default: the newest run)."),
     "list": ("commands_runs", "Runs recorded in the local store, newest last, with the job state of those still live."),

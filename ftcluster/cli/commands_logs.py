@@ -14,7 +14,7 @@ from ftcluster.launchers import launcher_for_record
 from ftcluster.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
 from ftcluster.slurm import JobState
 from ftcluster.status import paths_of
-from ftcluster.store import RunStore
+from ftcluster.store import RunRecord, RunStore
 from ftcluster.styles import STEP_STYLES
 
 
@@ -28,8 +28,10 @@ from ftcluster.styles import STEP_STYLES
 @click.option("--client", "client_only", is_flag=True, help="Only the client log.")
 @click.option("--incarnation", type=count(0), default=None,
               help="The server logs of an earlier incarnation (0: before the first restart).")
+@click.option("--replica", type=count(0, 255), default=None,
+              help="A replica set: this member's logs (default: the balancer's own).")
 def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, tail_n: int | None,
-             server_only: bool, client_only: bool, incarnation: int | None) -> None:
+             server_only: bool, client_only: bool, incarnation: int | None, replica: int | None) -> None:
     """Server logs (per rank) and the client log of a run (default: the newest run).
 
     With -f, follows until the job ends; the exit code is 0 when the job completed.
@@ -41,7 +43,10 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     """
     if rank is not None and all_ranks:
         raise UserError("give --rank or --all, not both", field="--rank")
-    rec = RunStore().get(run)
+    store = RunStore()
+    rec = store.get(run)
+    if replica is not None:
+        rec = _member(rec, store, replica)
     flags = (["-f"] if follow_ else []) + (["--rank", str(rank)] if rank is not None else []) \
         + (["--all"] if all_ranks else []) + (["--tail", str(tail_n)] if tail_n is not None else []) \
         + (["--server"] if server_only else []) + (["--client"] if client_only else []) \
@@ -92,3 +97,16 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     finally:
         watch.close()
     sys.exit(0 if final is JobState.COMPLETED else EXIT_FAILED)
+
+
+def _member(rec: RunRecord, store: RunStore, replica: int) -> RunRecord:
+    """The run serving as member `replica` of the set `rec` (its newest in a hand-over's chain)."""
+    if rec.style != "front":
+        raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
+    from ftcluster.replica_set import member_records
+
+    found = member_records(rec, store, replica)
+    if not found:
+        raise UserError(f"replica set {rec.run_id} has no replica {replica}", field="--replica",
+                        hint=f"see `ftcluster status {rec.run_id}`")
+    return found[-1]

@@ -1,12 +1,14 @@
 """The front of a replica set: Caddy on the set's endpoint, its upstreams the members in rotation.
 
 Runs as the front run's one job step (on one node; standard library only, Python 3.8:
-`python3 scripts/ftcluster_job front scripts/front.json`). Every `poll` seconds it reads each member's
-state/rotation (written by the member's own job from its liveness verdict), following a member's
-successors (its events name them), and when the set in rotation changed, loads Caddy's config
-with those upstreams through Caddy's admin API on a 0600 unix socket; then it acknowledges each
-member's rotation serial in the member's state/rotation.ack, which a member that leaves waits
-for before it stops. state/rotation.json says what is in rotation (`status` reads it).
+`python3 scripts/ftcluster_job front scripts/front.json`). Every `poll` seconds it reads each
+member's state/rotation (written by the member's own job from its liveness verdict), following
+a member's successors (its events name them). The upstreams are the members' addresses: when
+those change (a member added, stopped, restarted elsewhere or succeeded), it loads Caddy's config
+with them through Caddy's admin API on a 0600 unix socket. In and out of rotation is the
+member's own proxy opening and closing (rotation.py): no config load, which Caddy cannot do
+without giving up on the retries of requests in flight. state/rotation.json says what is in
+rotation (`status` reads it).
 
 A config load is graceful: requests in flight finish on the old upstreams; idle client
 connections are closed (clients reconnect).
@@ -24,7 +26,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .rotation import ACK, ROTATION
+from .rotation import ROTATION
 
 CADDY_RESTARTS = 5
 
@@ -43,6 +45,15 @@ def write_json(path: str, data: Dict[str, Any]) -> None:
     with open(tmp, "w") as f:
         json.dump(data, f, sort_keys=True)
     os.replace(tmp, path)
+
+
+def ended(run_dir: str) -> bool:
+    """The run's job has ended (its events' last word, `done`)."""
+    try:
+        with open(os.path.join(run_dir, "state", "events")) as f:
+            return any(line.split()[1:2] == ["done"] for line in f)
+    except OSError:
+        return False
 
 
 def successors(run_dir: str) -> List[str]:
@@ -91,7 +102,7 @@ class Front:
         self.caddy_starts = 0
         self.stopping = False
         self.applied: Optional[List[Tuple[str, int, int]]] = None
-        self.acked: Dict[str, int] = {}
+        self.said: Optional[List[str]] = None
         self.env = dict(os.environ)
         if settings.get("token_file"):
             with open(settings["token_file"]) as f:
@@ -145,28 +156,27 @@ class Front:
         finally:
             conn.close()
 
-    def wanted(self) -> Tuple[List[Tuple[str, int, int]], List[Dict[str, Any]], Dict[str, int]]:
-        """The upstreams in rotation, what each member says, the serials to acknowledge."""
+    def wanted(self) -> Tuple[List[Tuple[str, int, int]], List[Dict[str, Any]]]:
+        """The members' addresses (in rotation or not: one out refuses connections) and what
+        each member says."""
         members = (read_json(self.s["members"]) or {}).get("members", [])
         ups: List[Tuple[str, int, int]] = []
         seen: List[Dict[str, Any]] = []
-        serials: Dict[str, int] = {}
         for m in members:
             for run_dir in [m["run_dir"], *successors(m["run_dir"])]:
                 r = read_json(os.path.join(run_dir, "state", ROTATION))
-                if r is None:
+                if r is None or not r.get("host"):
                     continue
-                serials[run_dir] = int(r.get("serial", 0))
-                on = bool(r.get("in")) and not m.get("draining")
+                gone = ended(run_dir)
+                on = bool(r.get("in")) and not gone
                 seen.append({"replica": m.get("replica"), "run_dir": run_dir, "in": on,
-                             "why": r.get("why", "") if not on else "",
-                             "endpoint": f"{r.get('host')}:{r.get('http')}" if r.get("host") else ""})
-                if on:
+                             "why": r.get("why", "") if not on else "", "endpoint": f"{r['host']}:{r['http']}"})
+                if not gone:
                     ups.append((str(r["host"]), int(r["http"]), int(r["grpc"])))
-        return sorted(set(ups)), seen, serials
+        return sorted(set(ups)), seen
 
     def step(self) -> None:
-        ups, seen, serials = self.wanted()
+        ups, seen = self.wanted()
         if self.caddy is None or self.caddy.poll() is not None:
             if self.caddy is not None:
                 print(f"ftcluster: the balancer (Caddy) exited {self.caddy.returncode}; starting it again",
@@ -178,16 +188,14 @@ class Front:
         elif ups != self.applied:
             self.admin("POST", "/load", json.dumps(self.config(ups)).encode())
             self.applied = ups
-            print(f"ftcluster: in rotation: {' '.join(f'{h}:{p}' for h, p, _ in ups) or 'none'}", flush=True)
+            print(f"ftcluster: members at {' '.join(f'{h}:{p}' for h, p, _ in ups) or 'none'}", flush=True)
+        in_rotation = [m["endpoint"] for m in seen if m["in"]]
+        if in_rotation != self.said:
+            self.said = in_rotation
+            print(f"ftcluster: in rotation: {' '.join(in_rotation) or 'none'}", flush=True)
         write_json(os.path.join(self.state, "rotation.json"),
-                   {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in ups], "members": seen})
-        for run_dir, serial in serials.items():
-            if self.acked.get(run_dir) != serial:
-                try:
-                    write_json(os.path.join(run_dir, "state", ACK), {"serial": serial})
-                    self.acked[run_dir] = serial
-                except OSError:
-                    pass
+                   {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in ups], "in_rotation": in_rotation,
+                    "members": seen})
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True

@@ -1,27 +1,33 @@
-"""A replica set's member in and out of its balancer's rotation: state/rotation, read by the
-front (ftcluster/job/front.py), which acknowledges each change in state/rotation.ack once
-its balancer carries it. Standard library only: shipped with the supervisor."""
+"""A replica set's member in and out of its balancer's rotation. Standard library only: shipped
+with the supervisor.
+
+The member's own proxy is its door: in rotation, the proxy listens on the member's ports; out of
+it, the proxy is stopped, so the balancer's connections are refused and it sends every request
+to another member at once, with no change to its config. Caddy cannot retry a request that was
+in flight across a config load, so a member's fault must not cost one: a request in flight in a
+member that fails is dropped by the member's proxy (its connection closed, not a 502) and the
+balancer sends it on. state/rotation says which, and where the member serves (status, and the
+front, which follows the members' addresses: a restarted or successor member may be elsewhere).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from typing import Any, Dict
 
 ROTATION = "rotation"
-ACK = "rotation.ack"
 
 
 class Rotation:
     def __init__(self, state: str):
         self.path = os.path.join(state, ROTATION)
-        self.ack_path = os.path.join(state, ACK)
-        self.serial = 0
         self.on = False
+        self.address: Dict[str, Any] = {}
 
-    def _write(self, data: dict) -> None:
-        self.serial += 1
-        data.update(serial=self.serial, time=time.time())
+    def _write(self, data: Dict[str, Any]) -> None:
+        data.update(self.address, time=time.time())
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
             json.dump(data, f, sort_keys=True)
@@ -29,23 +35,9 @@ class Rotation:
 
     def enter(self, host: str, http: int, grpc: int) -> None:
         self.on = True
-        self._write({"in": True, "host": host, "http": http, "grpc": grpc})
+        self.address = {"host": host, "http": http, "grpc": grpc}
+        self._write({"in": True})
 
     def leave(self, why: str) -> None:
         self.on = False
         self._write({"in": False, "why": why})
-
-    def acked(self) -> bool:
-        try:
-            with open(self.ack_path) as f:
-                return int(json.load(f).get("serial", 0)) >= self.serial
-        except (OSError, ValueError, AttributeError):
-            return False
-
-    def wait_acked(self, limit: float) -> bool:
-        deadline = time.monotonic() + limit
-        while not self.acked():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True

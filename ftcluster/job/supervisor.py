@@ -29,8 +29,6 @@ from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, rank0
 from .text import last_line, read_text, squeeze
 
 
-# A member that stops waits this long for the balancer to take it out of rotation.
-ROTATION_ACK_S = 10.0
 # The longest wait between restarts (the back-off doubles from server.restart_backoff).
 MAX_BACKOFF = 300.0
 
@@ -79,6 +77,7 @@ class Job:
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
         self.rotation = Rotation(cfg.state) if cfg.rotation else None
+        self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
         self.style = style_for(self)
 
     # --- events, signals, failure -------------------------------------------------------------
@@ -257,14 +256,15 @@ class Job:
             binary = beside if os.access(beside, os.X_OK) else (shutil.which("caddy") or "caddy")
         home = os.path.join(self.cfg.state, "proxy")
         os.makedirs(home, mode=0o700, exist_ok=True)
-        self.proxy_token = self.proxy_token or read_text(p.token_file).strip()
-        if not self.proxy_token:
-            self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
+        if p.token_file:
+            self.proxy_token = self.proxy_token or read_text(p.token_file).strip()
+            if not self.proxy_token:
+                self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
         try:
             # The token reaches Caddy through its environment (its config names {env.FTC_PROXY_TOKEN}).
             self.proxy = self.start([binary, "run", "--config", p.config], out=self.log_path(FILES.proxy_log),
                                     env={"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home,
-                                         PROXY_TOKEN_ENV: self.proxy_token})
+                                         **({PROXY_TOKEN_ENV: self.proxy_token} if self.proxy_token else {})})
         except OSError as e:
             self.fail(f"the proxy (access: private) cannot start: {binary}: {e.strerror or e}")
         self.event(EV.proxy_started, self.cfg.http_port)
@@ -279,7 +279,7 @@ class Job:
             return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
                     f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {socket.gethostname()}?)")
         if http_get("127.0.0.1", self.cfg.http_port, "/v2/health/ready",
-                    headers={"Authorization": f"Bearer {self.proxy_token}"}) is None:
+                    headers={"Authorization": f"Bearer {self.proxy_token}"} if self.proxy_token else None) is None:
             return "the proxy (access: private) does not pass requests on to rank 0"
         return None
 
@@ -302,8 +302,11 @@ class Job:
 
     def _stop_proxy(self) -> None:
         if self.proxy is not None:
-            self.end_child(self.proxy, grace=5)
+            self.leaving.append(self.proxy)
             self.proxy = None
+        for p in self.leaving:
+            self.end_child(p, grace=5)
+        self.leaving = []
 
     def _check_rank0_here(self) -> None:
         """access: private: Triton listens on rank 0's loopback, so the job must run beside it."""
@@ -461,20 +464,35 @@ class Job:
     # --- rotation (a replica set's member) ----------------------------------------------------
 
     def enter_rotation(self) -> None:
-        if self.rotation is not None:
-            self.rotation.enter(self.rank0_host, self.cfg.http_port, self.cfg.grpc_port)
+        """A member opens its door: its proxy on the member's ports (rotation.py)."""
+        if self.rotation is None:
+            return
+        if self.proxy is None:
+            self.start_proxy()
+            self.wait_proxy()
+        self.rotation.enter(self.rank0_host, self.cfg.http_port, self.cfg.grpc_port)
 
-    def leave_rotation(self, why: str) -> None:
-        if self.rotation is not None and self.rotation.on:
-            self.rotation.leave(why)
+    def leave_rotation(self, why: str, drain: bool = False) -> None:
+        """A member closes its door: its proxy stops listening at once. Requests in flight go on
+        (a fault's are dropped when the world ends, and the balancer sends them to another
+        member); `drain` waits until they are done (a member that stops)."""
+        if self.rotation is None or not self.rotation.on:
+            return
+        self.rotation.leave(why)
+        if self.proxy is not None:
+            self.proxy.terminate()   # Caddy's graceful stop: the listener closes first
+            self.leaving.append(self.proxy)
+            self.proxy = None
+        if drain:
+            deadline = time.monotonic() + self.cfg.exit_grace
+            for p in self.leaving:
+                try:
+                    p.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.say(f"ftcluster: requests still in flight after {self.cfg.exit_grace} s (server.exit_grace)")
 
     def _drain(self) -> None:
-        """A member that stops leaves the balancer's rotation first, and waits (a while) until the
-        balancer says so: requests already sent finish, no new one comes."""
-        if self.rotation is not None and self.rotation.on:
-            self.rotation.leave("stopping")
-            if not self.rotation.wait_acked(ROTATION_ACK_S):
-                self.say(f"ftcluster: the balancer did not confirm this member's leave within {ROTATION_ACK_S:g} s")
+        self.leave_rotation("stopping", drain=True)
 
     def restart(self, tries: int, cause: str) -> None:
         """Every rank stopped at once, this incarnation's rank files and logs kept aside, a
@@ -552,8 +570,8 @@ class Job:
             return 0
         if not cfg.servers:
             return 0
-        if cfg.proxy is not None:
-            self.start_proxy()
+        if cfg.proxy is not None and self.rotation is None:
+            self.start_proxy()   # a member's opens when it enters rotation
         self.style.start_servers()
         self.wait_ready()
         if cfg.run_client:

@@ -1,0 +1,73 @@
+"""`scale` and `restart`: change a serving replica set one member at a time."""
+
+from __future__ import annotations
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.cli.commands_launch import _progress
+from ftcluster.cli.commands_runs import forward_record
+from ftcluster.cli.numbers import count
+from ftcluster.errors import UserError
+from ftcluster.store import RunRecord, RunStore
+
+
+def _set(run: str | None) -> RunRecord:
+    rec = RunStore().get(run)
+    if rec.scheduler != "remote" and rec.style != "front":
+        raise UserError(f"run {rec.run_id} is not a replica set", field="RUN",
+                        hint="launch one with `ftcluster launch --keep-serving --replicas R`")
+    return rec
+
+
+@cli.command("scale")
+@click.argument("run", required=False)
+@click.option("--replicas", type=count(1, 256), required=True, help="The number of members from now on.")
+def scale_cmd(run: str | None, replicas: int) -> None:
+    """Change a replica set's number of members while it serves.
+
+    New members start one at a time and join the balancer's rotation once ready; members taken
+    away are the highest-numbered, each out of rotation before it stops (requests in flight
+    finish).
+
+    \b
+    Example:
+      ftcluster scale gpt-20261121-101500-ab12 --replicas 3
+    """
+    from ftcluster.replica_set import scale
+
+    rec = _set(run)
+    if forward_record(rec, ["scale", rec.run_id, "--replicas", str(replicas)]):
+        return
+    for line in scale(rec, replicas, _progress) or [f"replica set {rec.run_id} has {replicas} members already"]:
+        click.echo(line)
+
+
+@cli.command("restart")
+@click.argument("run", required=False)
+@click.option("--model", "model_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Serve this model spec from now on (the same node count).")
+@click.option("--image", default=None, help="Run this container image from now on (container.image).")
+def restart_cmd(run: str | None, model_path: str | None, image: str | None) -> None:
+    """Restart a replica set one member at a time, optionally with a new model or image.
+
+    Each member leaves the balancer's rotation, finishes its requests in flight, stops, starts
+    again and rejoins the rotation before the next one goes: with two or more members the
+    endpoint serves throughout.
+
+    \b
+    Examples:
+      ftcluster restart gpt-20261121-101500-ab12
+      ftcluster restart gpt-20261121-101500-ab12 --image registry/ft-triton:23.04
+    """
+    from ftcluster.replica_set import rolling_restart
+
+    rec = _set(run)
+    args = ["restart", rec.run_id] + (["--image", image] if image else [])
+    if model_path and rec.scheduler == "remote":
+        raise UserError("a new model spec cannot be passed on to a login node yet", field="--model",
+                        hint="run `ftcluster restart` on the login node")
+    if forward_record(rec, args):
+        return
+    for line in rolling_restart(rec, model_path, image, _progress):
+        click.echo(line)

@@ -1,0 +1,129 @@
+"""Replicas behind one endpoint, for real: a real Caddy in front of real tritonservers. Under load
+from `ftcluster client bench` through the one endpoint, a member killed and another frozen
+(SIGSTOP: alive and silent) cost no failed request; each is restarted by its own job and comes
+back into rotation; `scale` and a rolling `restart` under load cost none either; `stop` leaves
+nothing (the balancer included). The local style, 2 replicas x 1 node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ftcluster.spec import default_model_path
+from tests.launch_helpers import ftcluster, free_port_base, launch_json, processes_matching, wait_for, write_cluster
+
+LIVENESS = {"interval": 1, "deadline": 1, "failures": 2}
+
+
+def _status(run_id: str) -> dict[str, Any]:
+    out = ftcluster("status", run_id, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def _in_rotation(run_id: str) -> list[int]:
+    return [m["replica"] for m in _status(run_id)["replicas"] if m["in_rotation"]]
+
+
+def _tritonserver_of(run_id: str) -> int:
+    """The pid of a member's rank 0 tritonserver (its --id names the run)."""
+    found = [int(line.split()[0]) for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
+                                                             text=True).stdout.splitlines()
+             if "bin/tritonserver" in line and f"--id=ftc-{run_id}-rank0" in line]
+    assert len(found) == 1, found
+    return found[0]
+
+
+class Load:
+    """`ftcluster client bench` through the set's endpoint, in the background."""
+
+    def __init__(self, run_id: str, seconds: float):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ftcluster", "client", "bench", "--run", run_id, "--concurrency", "4",
+             "--duration", str(seconds), "--warmup", "0.5", "--timeout", "60", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> dict[str, Any]:
+        out, err = self.proc.communicate(timeout=240)
+        assert out.strip(), err
+        step = json.loads(out)["steps"][0]
+        return {"requests": step["requests"], "errors": step["errors"], "rc": self.proc.returncode, "err": err[-2000:]}
+
+
+@pytest.mark.triton
+def test_two_replicas_lose_no_request(tmp_path: Path) -> None:
+    base = free_port_base(ranks=7)   # the balancer's ports, and each member's 20 and 40 above
+    cluster = write_cluster(tmp_path, ports={"http": base, "grpc": base + 1, "metrics": base + 2},
+                            server={"liveness": LIVENESS, "restarts": 5, "restart_backoff": 1},
+                            balancer={"port_step": 20})
+    rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client", "--replicas", "2")
+    assert rc == 0 and out["ok"], err
+    set_id = out["run_id"]
+    try:
+        assert out["endpoint"] == f"127.0.0.1:{base}"
+        st = _status(set_id)
+        assert st["kind"] == "status" and st["schema_version"] == 2 and st["style"] == "front"
+        assert [(m["replica"], m["endpoint"], m["in_rotation"]) for m in st["replicas"]] == [
+            (0, f"127.0.0.1:{base + 20}", True), (1, f"127.0.0.1:{base + 40}", True)]
+        members = [m["run_id"] for m in st["replicas"]]
+
+        # A member killed, then another frozen, under load: no request fails.
+        load = Load(set_id, 25)
+        assert wait_for(lambda: load.proc.poll() is not None or _status(members[0])["health"], 10)
+        os.kill(_tritonserver_of(members[0]), signal.SIGKILL)
+        assert wait_for(lambda: _status(members[0])["restarts"] and 0 in _in_rotation(set_id), 60)
+        frozen = _tritonserver_of(members[1])
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            assert wait_for(lambda: len(_status(members[1])["restarts"]) == 1 and 1 in _in_rotation(set_id), 60)
+        finally:
+            try:
+                os.kill(frozen, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        got = load.result()
+        assert got["errors"] == 0 and got["requests"] > 100 and got["rc"] == 0, got
+        assert "the MPI world is hung" in _status(members[1])["restarts"][0]["cause"]
+
+        # scale 2 -> 1 -> 2 and a rolling restart, each under load: no request fails.
+        for command in (["scale", set_id, "--replicas", "1"], ["scale", set_id, "--replicas", "2"],
+                        ["restart", set_id]):
+            load = Load(set_id, 8)
+            done = ftcluster(*command, timeout=240)
+            assert done.returncode == 0, done.stderr
+            got = load.result()
+            assert got["errors"] == 0 and got["requests"] > 20 and got["rc"] == 0, (command, got)
+        st = _status(set_id)
+        assert sorted(m["replica"] for m in st["replicas"]) == [0, 1]
+        assert all(m["in_rotation"] for m in st["replicas"])
+        # The restarted members are new runs of the same index.
+        assert all(m["run_id"].split("-r")[-1] in ("0.1", "1.2", "1.1", "0.2") for m in st["replicas"]), st
+        logs = ftcluster("logs", set_id, "--replica", "1", "--tail", "5")
+        assert logs.returncode == 0, logs.stderr
+    finally:
+        stopped = ftcluster("stop", set_id, timeout=240)
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_for(lambda: not processes_matching(set_id), 30), processes_matching(set_id)
+    assert not (Path(out["run_dir"]) / "state" / "admin.sock").exists()
+
+
+@pytest.mark.triton
+def test_replicas_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    base = free_port_base()
+    # port_step 1: member 0's HTTP port is the balancer's gRPC port.
+    cluster = write_cluster(tmp_path, ports={"http": base, "grpc": base + 1, "metrics": base + 2},
+                            balancer={"port_step": 1})
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(default_model_path()), "--nodes", "1",
+                     "--keep-serving", "--replicas", "2")
+    assert proc.returncode == 3 and "balancer.port_step" in proc.stderr and "Traceback" not in proc.stderr
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(default_model_path()), "--nodes", "1",
+                     "--replicas", "2")
+    assert proc.returncode == 3 and "--replicas" in proc.stderr and "--keep-serving" in proc.stderr
+    assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").iterdir())
