@@ -23,7 +23,7 @@ from typing import Any
 
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan import Plan
-from ftcluster.proxy import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, access_of, guarded_routes, loopback_ports
+from ftcluster.proxy import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, access_of, guarded_routes
 from ftcluster.spec import ClusterSpec, Ports
 
 # A member's run id: the set's, then -r<K>; a member started again (restart, scale) adds .<N>.
@@ -54,16 +54,17 @@ def member_cluster(cluster: ClusterSpec, k: int) -> ClusterSpec:
 def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stride: int) -> list[tuple[str, int]]:
     """Every port the set takes, named: the front's, each member's (and Triton's loopback ones
     behind a member's proxy; on one machine, every rank's)."""
-    taken = [(f"the balancer's {n}", getattr(cluster.ports, n)) for n in ("http", "grpc")]
-    private = access_of(cluster) == "private"
+    names = ("http", "grpc", "metrics")
+    taken = [(f"the balancer's {n}", getattr(cluster.ports, n)) for n in names[:2]]
+    # Plain numbers: one past 65535 is a problem to name, not a Ports to build.
     for k in range(replicas):
-        mc = member_cluster(cluster, k)
-        sets = [("", mc.ports)] + ([(" (loopback)", loopback_ports(mc.ports, mc.proxy))] if private else [])
-        for what, ports in sets:
+        off = cluster.balancer.port_step * (k + 1)
+        # A member's Triton listens on the loopback, proxy.loopback_offset above, behind its proxy.
+        for what, extra in (("", 0), (" (loopback)", cluster.proxy.loopback_offset)):
             for r in range(ranks_per_host):
-                for n in ("http", "grpc", "metrics"):
+                for n in names:
                     who = f"replica {k}" + (f" rank {r}" if ranks_per_host > 1 else "")
-                    taken.append((f"{who}'s {n}{what}", getattr(ports, n) + r * rank_stride))
+                    taken.append((f"{who}'s {n}{what}", getattr(cluster.ports, n) + off + extra + r * rank_stride))
     return taken
 
 

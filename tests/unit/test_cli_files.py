@@ -55,7 +55,7 @@ def test_examples_written_refused_and_forced(tmp_path: Path) -> None:
 def test_plan_json_shape() -> None:
     p = ftc("plan", "--nodes", "2", "--json")
     doc = json.loads(p.stdout)
-    assert doc["schema_version"] == 1 and doc["kind"] == "plan"
+    assert doc["schema_version"] == 2 and doc["kind"] == "plan"
     assert doc["num_nodes"] == 2 and doc["pipeline_para_size"] == 2
     assert isinstance(doc["nodes"], list) and len(doc["nodes"]) == 2 and all(isinstance(n, str) for n in doc["nodes"])
 

@@ -87,7 +87,7 @@ def test_exit_130_on_ctrl_c(live_run: tuple[Path, RunRecord]) -> None:
 def test_status_json_shape(live_run: tuple[Path, RunRecord]) -> None:
     state, rec = live_run
     st = json.loads(ftc("status", "--json", state=state).stdout)
-    assert st["schema_version"] == 1 and st["kind"] == "status" and st["run_id"] == rec.run_id
+    assert st["schema_version"] == 2 and st["kind"] == "status" and st["run_id"] == rec.run_id
     assert st["phase"] == "ready" and st["phase_label"] == "rank 0 ready"
     assert st["state"] == "RUNNING" and st["endpoint"] == "host0:8000"
     assert st["num_nodes"] == 2 and isinstance(st["nodes"], list)
@@ -97,7 +97,7 @@ def test_status_json_shape(live_run: tuple[Path, RunRecord]) -> None:
 def test_list_json_shape_matches_status_nodes(live_run: tuple[Path, RunRecord]) -> None:
     state, rec = live_run
     (run,) = json.loads(ftc("list", "--json", state=state).stdout)
-    assert run["schema_version"] == 1 and run["kind"] == "run"
+    assert run["schema_version"] == 2 and run["kind"] == "run"
     assert run["num_nodes"] == 2 and run["nodes"] == ["host0", "host1"]   # same type as in status
     assert run["run_dir"] == rec.run_dir and run["job_id"] == rec.job_id
 

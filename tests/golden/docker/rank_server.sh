@@ -119,8 +119,8 @@ if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
     || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
 fi
 
-# access: private -- every port on this node's loopback alone; the run's proxy serves the spec's
-# ports with its token. --metrics-address is newer than FT's images (Triton 23.05, server
+# access: private (or a replica set's member) -- every port on this node's loopback alone; the
+# run's proxy serves the spec's ports (with its token where private). --metrics-address is newer than FT's images (Triton 23.05, server
 # #5737); without it the metrics listen on the HTTP address, the loopback too.
 ADDRESS_ARGS=(--http-address=127.0.0.1 --grpc-address=127.0.0.1)
 if "$TRITON" --help 2>&1 | grep -q -- '--metrics-address'; then

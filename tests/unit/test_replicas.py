@@ -1,0 +1,129 @@
+"""Replica sets, the pure parts: member ids and ports, the plan's refusals, the front's Caddy
+config and the member's proxy config, and what the front reads from the members' folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ftcluster.job.front import Front, ended, successors
+from ftcluster.plan import Plan, RankSlot
+from ftcluster.proxy import caddy_config, loopback_ports
+from ftcluster.replicas import GRPC_UNARY_RETRIED, front_config, member_cluster, member_id, replica_problems
+from tests.helpers_specs import cluster
+
+
+def _plan(nodes: int) -> Plan:
+    return Plan(nodes=nodes, gpus_per_node=1, tensor_para_size=1, pipeline_para_size=nodes, world_size=nodes,
+                mpi_ranks=nodes, ranks=tuple(RankSlot(r, r, None, 1) for r in range(nodes)), ft_model="gpt",
+                checkpoint_dir="/c", model_type="GPT")
+
+
+def test_member_ids_and_ports() -> None:
+    c = cluster(ports={"http": 9000, "grpc": 9001, "metrics": 9002}, balancer={"port_step": 20})
+    assert member_id("set", 0) == "set-r0" and member_id("set", 1, 2) == "set-r1.2"
+    m1 = member_cluster(c, 1)
+    assert (m1.ports.http, m1.ports.grpc, m1.ports.metrics) == (9040, 9041, 9042) and m1.replicas == 1
+    assert c.ports.http == 9000   # the front keeps the spec's
+
+
+def test_problems_name_every_field() -> None:
+    slurm = cluster(scheduler="slurm", max_nodes=4, ports={"http": 65500, "grpc": 65501, "metrics": 65502})
+    problems = replica_problems(slurm, _plan(2), 3, one_host=False, rank_stride=0, nodes_known=5)
+    text = "; ".join(problems)
+    assert "3 x 2 node(s) + 1 for the balancer = 7 nodes, but the cluster has 5" in text
+    assert "above max_nodes (4)" in text
+    assert "balancer.port_step" in text and "65535" in text
+    assert replica_problems(slurm, _plan(2), 1, False, 0, 1) == []   # one replica: nothing to check
+    ok = cluster(scheduler="slurm", access="cluster")
+    assert replica_problems(ok, _plan(2), 2, False, 0, 5) == []
+    ssh = cluster(scheduler="ssh", hosts=["a", "b"], access="cluster", container={"runtime": "docker", "image": "i"})
+    assert any("ssh + Docker" in p for p in replica_problems(ssh, _plan(1), 2, False, 0, None))
+
+
+def test_ports_that_meet_are_refused() -> None:
+    # port_step 1: member 0's HTTP port is the balancer's gRPC port.
+    c = cluster(balancer={"port_step": 1})
+    problems = replica_problems(c, _plan(1), 2, one_host=True, rank_stride=10, nodes_known=None)
+    assert len(problems) == 1 and "replica 0's http port 8001 is the balancer's grpc's too" in problems[0]
+    # Private members: Triton's loopback ports (proxy.loopback_offset above) count too.
+    c = cluster(access="private", balancer={"port_step": 50}, proxy={"loopback_offset": 100})
+    problems = replica_problems(c, _plan(1), 3, one_host=True, rank_stride=10, nodes_known=None)
+    assert problems and "(loopback)" in problems[0]
+
+
+def _servers(cfg: dict) -> dict:  # type: ignore[type-arg]
+    return cfg["apps"]["http"]["servers"]  # type: ignore[no-any-return]
+
+
+def test_front_config() -> None:
+    private = front_config(cluster(access="private", balancer={"retry_for": 90, "buffer_mb": 4}), "")
+    assert private["admin"] == {"listen": "unix/admin.sock|0600", "config": {"persist": False}}
+    http = _servers(private)["http"]
+    assert http["listen"] == [":8000"]
+    first = http["routes"][0]
+    assert first["handle"][0]["status_code"] == 401   # the token first
+    proxies = [h for r in http["routes"] for h in r["handle"] if h["handler"] == "reverse_proxy"]
+    assert len(proxies) == 1
+    p = proxies[0]
+    assert p["upstreams"] == [] and p["request_buffers"] == 4 << 20
+    assert p["load_balancing"]["selection_policy"] == {"policy": "least_conn"}
+    assert p["load_balancing"]["try_duration"] == "90s"
+    assert p["load_balancing"]["retry_match"] == [{"method": ["GET", "HEAD", "POST"]}]
+    grpc = _servers(private)["grpc"]["routes"]
+    unary = [r for r in grpc if r.get("match") == [{"path": [GRPC_UNARY_RETRIED]}]]
+    assert len(unary) == 1 and "request_buffers" in unary[0]["handle"][0]
+    streams = grpc[-1]["handle"][0]
+    assert "request_buffers" not in streams and streams["flush_interval"] == -1   # a stream is never buffered
+    assert "FTC_PROXY_TOKEN" in json.dumps(private) and "Bearer {env.FTC_PROXY_TOKEN}" in json.dumps(private)
+    open_ = front_config(cluster(access="cluster"), "127.0.0.1")
+    assert "FTC_PROXY_TOKEN" not in json.dumps(open_)
+    assert _servers(open_)["http"]["listen"] == ["127.0.0.1:8000"]
+
+
+def test_member_proxy_drops_a_failed_request_and_keeps_access() -> None:
+    c = cluster(access="cluster")
+    lo = loopback_ports(c.ports, c.proxy)
+    member = caddy_config(c.ports, lo, c.proxy, token=False, member=True)
+    for s in _servers(member).values():
+        assert s["errors"] == {"routes": [{"handle": [{"handler": "static_response", "abort": True}]}]}
+    text = json.dumps(member)
+    assert "FTC_PROXY_TOKEN" not in text and "403" not in text   # access: cluster hides nothing
+    assert "metrics" in _servers(member)
+    alone = caddy_config(c.ports, lo, c.proxy)
+    assert all("errors" not in s for s in _servers(alone).values())
+
+
+def _member_dir(root: Path, name: str, rotation: dict | None, events: str = "") -> Path:  # type: ignore[type-arg]
+    d = root / name
+    (d / "state").mkdir(parents=True)
+    (d / "state" / "events").write_text(events)
+    if rotation is not None:
+        (d / "state" / "rotation").write_text(json.dumps(rotation))
+    return d
+
+
+def test_the_front_follows_members_and_successors(tmp_path: Path) -> None:
+    a = _member_dir(tmp_path, "s-r0", {"in": True, "host": "n1", "http": 8020, "grpc": 8021},
+                    events=f"1.0 successor_submitted s2 77 {tmp_path / 's2'} n1\n")
+    b = _member_dir(tmp_path, "s-r1", {"in": False, "why": "a probe missed", "host": "n3", "http": 8040, "grpc": 8041})
+    _member_dir(tmp_path, "s2", {"in": True, "host": "n5", "http": 8020, "grpc": 8021})
+    gone = _member_dir(tmp_path, "s-r2", {"in": True, "host": "n6", "http": 8060, "grpc": 8061}, events="1.0 done 0\n")
+    _member_dir(tmp_path, "s-r3", None)   # not started yet
+    members = tmp_path / "replicas.json"
+    members.write_text(json.dumps({"members": [{"replica": k, "run_dir": str(d)} for k, d in
+                                               enumerate([a, b, gone, tmp_path / "s-r3"])]}))
+    state = tmp_path / "front"
+    state.mkdir()
+    (state / "cfg.json").write_text(json.dumps(front_config(cluster(), "")))
+    front = Front({"members": str(members), "state": str(state), "config": str(state / "cfg.json"), "token_file": ""})
+    ups, seen = front.wanted()
+    # Every live member's address (one out of rotation refuses connections), a successor's too.
+    assert ups == [("n1", 8020, 8021), ("n3", 8040, 8041), ("n5", 8020, 8021)]
+    assert [(m["endpoint"], m["in"]) for m in seen] == [("n1:8020", True), ("n5:8020", True), ("n3:8040", False),
+                                                       ("n6:8060", False)]
+    assert successors(str(a)) == [str(tmp_path / "s2")] and ended(str(gone)) and not ended(str(a))
+    cfg = front.config(ups)
+    dials = [u["dial"] for r in _servers(cfg)["grpc"]["routes"] for h in r["handle"] if h["handler"] == "reverse_proxy"
+             for u in h["upstreams"]]
+    assert dials == ["n1:8021", "n3:8041", "n5:8021"] * 2
