@@ -79,7 +79,8 @@ def replica_problems(cluster: ClusterSpec, plan: Plan, replicas: int, one_host: 
                         "use a Slurm or the local style for replicas")
     if plan.mpi_ranks != plan.nodes:
         problems.append("replicas: one rank per node is needed (a member's world is its own nodes)")
-    if not one_host:
+    if not one_host and cluster.exclusive:
+        # Whole nodes each (exclusive): no member shares one, nor the balancer's small job.
         need = replicas * plan.nodes + 1
         if nodes_known is not None and need > nodes_known:
             problems.append(f"replicas: {replicas} x {plan.nodes} node(s) + 1 for the balancer = {need} nodes, "

@@ -28,6 +28,19 @@ def _status(run_id: str) -> dict[str, Any]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
+def _story(run_id: str) -> str:
+    """A run's events and rotation, and its set's balancer log, for an assertion's message."""
+    st = _status(run_id)
+    d = Path(st["run_dir"])
+    text = [f"{run_id}: {st['state']} {st['phase']} restarts={st['restarts']} health={st['health']}"]
+    for name in ("state/events", "state/rotation", "logs/job.out", "logs/proxy.log"):
+        try:
+            text.append(f"--- {name}:\n" + (d / name).read_text()[-3000:])
+        except OSError:
+            pass
+    return "\n".join(text)
+
+
 def _in_rotation(run_id: str) -> list[int]:
     return [m["replica"] for m in _status(run_id)["replicas"] if m["in_rotation"]]
 
@@ -127,3 +140,85 @@ def test_replicas_are_refused_before_anything_runs(tmp_path: Path) -> None:
                      "--replicas", "2")
     assert proc.returncode == 3 and "--replicas" in proc.stderr and "--keep-serving" in proc.stderr
     assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").iterdir())
+
+
+def _tritonserver_rank(run_id: str, rank: int) -> int:
+    found = [int(line.split()[0]) for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
+                                                             text=True).stdout.splitlines()
+             if "bin/tritonserver" in line and f"--id=ftc-{run_id}-rank{rank}" in line]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _rank_processes(run_id: str, rank: int) -> list[int]:
+    """A rank's tritonserver and its python backend stub (which holds the rank's part of the
+    world: its shared memory prefix names the run and rank)."""
+    found = [int(line.split()[0]) for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
+                                                             text=True).stdout.splitlines()
+             if f"--id=ftc-{run_id}-rank{rank}" in line or f"ftc+{run_id}+r{rank}+" in line]
+    assert len(found) == 2, found
+    return found
+
+
+@pytest.mark.cluster
+def test_two_replicas_of_two_nodes_on_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """Bare Slurm, 2 replicas x 2 nodes (the CPU bed's nodes are shared), private: a member's
+    rank 1 frozen and the other's rank 0 killed under load, then a rolling restart under load:
+    no request fails; stop ends every job."""
+    from tests.integration.test_launch_slurm import _job_gone, _write_spec
+
+    cluster = _write_spec(shared_tmp, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
+                                              "liveness": LIVENESS, "restarts": 5, "restart_backoff": 1},
+                          balancer={"port_step": 20})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", "--replicas", "2",
+                               timeout=300)
+    assert rc == 0 and out["ok"], err
+    set_id = out["run_id"]
+    jobs: list[str] = []
+    try:
+        st = _status(set_id)
+        assert st["access"] == "private" and len(st["replicas"]) == 2
+        assert all(m["num_nodes"] == 2 and len(m["nodes"]) == 2 for m in st["replicas"]), st["replicas"]
+        members = [m["run_id"] for m in st["replicas"]]
+        jobs = [st["job_id"], *(m["job_id"] for m in st["replicas"])]
+        # The balancer wants the set's token, as each member's own proxy does.
+        bare = ftcluster("client", "identity", "--url", st["endpoint"])
+        assert bare.returncode != 0 and "a private run's endpoint" in bare.stderr
+
+        load = Load(set_id, 30)
+        frozen = _rank_processes(members[1], 1)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)   # rank != 0, alive and silent: rank 0 waits for it in every request
+        try:
+            assert wait_for(lambda: len(_status(members[1])["restarts"]) == 1 and 1 in _in_rotation(set_id), 90), \
+                _story(members[1]) + _story(set_id)
+        finally:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        os.kill(_tritonserver_rank(members[0], 0), signal.SIGKILL)
+        assert wait_for(lambda: len(_status(members[0])["restarts"]) == 1 and 0 in _in_rotation(set_id), 90)
+        got = load.result()
+        assert got["errors"] == 0 and got["requests"] > 50 and got["rc"] == 0, got
+
+        load = Load(set_id, 10)
+        done = ftcluster("restart", set_id, timeout=400)
+        assert done.returncode == 0, done.stderr
+        got = load.result()
+        assert got["errors"] == 0 and got["requests"] > 20 and got["rc"] == 0, got
+        st = _status(set_id)
+        assert all(m["in_rotation"] for m in st["replicas"]) and len(st["replicas"]) == 2
+        jobs += [m["job_id"] for m in st["replicas"]]
+    finally:
+        stopped = ftcluster("stop", set_id, timeout=300)
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_for(lambda: all(_job_gone(j) for j in jobs), 60), jobs
+    assert wait_for(lambda: not processes_matching(set_id), 30), processes_matching(set_id)
+
+
+def _binary() -> str:
+    from ftcluster.triton_local import find_tritonserver
+
+    return str(find_tritonserver())

@@ -35,6 +35,8 @@ def test_problems_name_every_field() -> None:
     assert "above max_nodes (4)" in text
     assert "balancer.port_step" in text and "65535" in text
     assert replica_problems(slurm, _plan(2), 1, False, 0, 1) == []   # one replica: nothing to check
+    shared = cluster(scheduler="slurm", exclusive=False)   # jobs may share nodes: no count to meet
+    assert replica_problems(shared, _plan(2), 3, False, 0, 3) == []
     ok = cluster(scheduler="slurm", access="cluster")
     assert replica_problems(ok, _plan(2), 2, False, 0, 5) == []
     ssh = cluster(scheduler="ssh", hosts=["a", "b"], access="cluster", container={"runtime": "docker", "image": "i"})
