@@ -222,3 +222,43 @@ def _binary() -> str:
     from ftcluster.triton_local import find_tritonserver
 
     return str(find_tritonserver())
+
+
+@pytest.mark.cluster
+def test_a_members_hand_over_before_its_time_limit_loses_no_request(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """Slurm's notice of a member's time limit (USR1 to its batch shell, as --signal=B:USR1@lead
+    sends it): the member's successor starts on another node, joins the rotation, and the old
+    member leaves it and ends, under load: no request fails, the endpoint stays."""
+    from tests.integration.test_launch_slurm import _job_gone, _write_spec
+
+    cluster = _write_spec(shared_tmp, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
+                                              "liveness": LIVENESS}, balancer={"port_step": 20})
+    rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client", "--replicas", "2",
+                               timeout=300)
+    assert rc == 0 and out["ok"], err
+    set_id = out["run_id"]
+    jobs: list[str] = []
+    try:
+        st = _status(set_id)
+        first = st["replicas"][0]
+        jobs = [st["job_id"], *(m["job_id"] for m in st["replicas"])]
+        load = Load(set_id, 25)
+        subprocess.run(["scancel", "--signal=USR1", "--batch", first["job_id"]], check=True)
+
+        def handed_over() -> bool:
+            old = _status(first["run_id"])
+            return bool((old["successor"] or {}).get("handed_over")) and _job_gone(first["job_id"])
+        assert wait_for(handed_over, 120), _story(first["run_id"])
+        successor = _status(first["run_id"])["successor"]
+        jobs.append(successor["job_id"])
+        now = _status(set_id)
+        assert now["endpoint"] == st["endpoint"]
+        assert [m["run_id"] for m in now["replicas"]][0] == successor["run_id"] and now["replicas"][0]["in_rotation"]
+        assert now["replicas"][0]["nodes"] != first["nodes"]
+        got = load.result()
+        assert got["errors"] == 0 and got["requests"] > 50 and got["rc"] == 0, got
+    finally:
+        stopped = ftcluster("stop", set_id, timeout=300)
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_for(lambda: all(_job_gone(j) for j in jobs), 60), jobs
+    assert wait_for(lambda: not processes_matching(set_id), 30), processes_matching(set_id)
