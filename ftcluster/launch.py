@@ -96,6 +96,14 @@ def workspace_dir(cluster: ClusterSpec) -> Path:
     return Path(cluster.workspace).resolve()
 
 
+def run_paths(cluster: ClusterSpec, run_id: str) -> RunPaths:
+    """A run's folder in the workspace; a run id that cannot name one is the user's to fix."""
+    try:
+        return RunPaths(run_id, workspace_dir(cluster) / run_id)
+    except ValueError as exc:
+        raise UserError(str(exc), field="--run-id", hint="letters, digits, '_', '.' and '-', at most 100") from None
+
+
 def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
     if cluster.server.binary != "auto":
         return cluster.server.binary
@@ -162,11 +170,7 @@ class Launch:
             name = model.name
         else:
             name = opts.step.what + (f"-{model.name}" if model else "")
-        run_id = run_id or new_run_id(name)
-        try:
-            self.paths = RunPaths(run_id, workspace_dir(cluster) / run_id)
-        except ValueError as exc:
-            raise UserError(str(exc), field="--run-id", hint="letters, digits, '_', '.' and '-', at most 100") from None
+        self.paths = run_paths(cluster, run_id or new_run_id(name))
 
     @property
     def store(self) -> RunStore:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import EV, parse_events
 from ftcluster.job.poll import CLOCK, Clock
-from ftcluster.launch import Launch, LaunchOptions, Progress, workspace_dir
+from ftcluster.launch import Launch, LaunchOptions, Progress, run_paths, workspace_dir
 from ftcluster.launchers import launcher_for
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.plan import Plan
@@ -136,14 +136,11 @@ class ReplicaSet:
         self.clock = clock
         self.set_id = run_id or new_run_id(model.name)
         self.front_spec = front_cluster(cluster)
-        try:
-            self.paths = RunPaths(self.set_id, workspace_dir(cluster) / self.set_id)
-        except ValueError as exc:
-            raise UserError(str(exc), field="--run-id", hint="letters, digits, '_', '.' and '-', at most 100") from None
+        self.paths = run_paths(cluster, self.set_id)
 
     @property
     def store(self) -> RunStore:
-        if self._store is None:
+        if self._store is None:   # opened on first use, as Launch does
             self._store = RunStore()
         return self._store
 
@@ -336,7 +333,7 @@ def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str |
     """The ReplicaSet a recorded set was launched as (specs re-read from their files, as a
     hand-over does), with a new model spec or container image where given."""
     from ftcluster.plan import make_plan
-    from ftcluster.spec import load_cluster, load_model
+    from ftcluster.spec import load_cluster, load_model, with_image
     from ftcluster.successor import run_specs
 
     members = [r for r in member_records(set_rec, RunStore()) if Path(r.run_dir, "run.json").is_file()]
@@ -345,7 +342,7 @@ def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str |
     specs = run_specs(Path(members[-1].run_dir))
     cluster = load_cluster(set_rec.cluster_source) if set_rec.cluster_source else specs.cluster
     if image:
-        cluster = cluster.model_copy(update={"container": cluster.container.model_copy(update={"image": image})})
+        cluster = with_image(cluster, image)
     model, plan = specs.model, specs.plan
     if model_path:
         model = load_model(model_path)

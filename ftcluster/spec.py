@@ -806,6 +806,14 @@ def load_cluster(path: str | Path) -> ClusterSpec:
     return spec.model_copy(update={"source": str(p.resolve())})
 
 
+def with_image(cluster: ClusterSpec, image: str) -> ClusterSpec:
+    """The spec with another container.image, checked as the spec's own value is."""
+    path = Path(cluster.source or "cluster.yaml")
+    data = cluster.model_dump()
+    data["container"]["image"] = image
+    return _validate(ClusterSpec, path, data).model_copy(update={"source": cluster.source})
+
+
 def load_model(path: str | Path) -> ModelSpec:
     p = Path(path).expanduser()
     data = _read_yaml(p)

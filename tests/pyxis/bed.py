@@ -12,7 +12,6 @@ Enroot's paths are per node ($(hostname) in /etc/enroot/enroot.conf.d/ftc-testbe
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path

@@ -125,3 +125,15 @@ def test_status_and_logs_load_no_specs_or_templates(live_run: tuple[Path, RunRec
         rc, mods, _ = _modules_after(args, env={"FTCLUSTER_STATE_DIR": str(state)})
         assert rc == 0
         assert not {"pydantic", "jinja2", "ftcluster.spec", "ftcluster.render", "numpy"} & mods, args
+
+
+def test_replica_commands_refuse_a_run_that_is_no_set(tmp_path: Path) -> None:
+    run_dir = tmp_path / "plain"
+    (run_dir / "state").mkdir(parents=True)
+    rec = record(tmp_path, run_dir, None)
+    for args in (("stop", rec.run_id, "--replica", "0"), ("logs", rec.run_id, "--replica", "1"),
+                 ("scale", rec.run_id, "--replicas", "2"), ("restart", rec.run_id)):
+        out = ftc(*args, state=tmp_path)
+        assert out.returncode == 3 and "is not a replica set" in out.stderr and "Traceback" not in out.stderr, args
+    bad = ftc("scale", rec.run_id, "--replicas", "0", state=tmp_path)
+    assert bad.returncode == 2 and "--replicas" in bad.stderr
