@@ -58,7 +58,8 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "front.py", "handover.py", "liveness.py", "names.py", "poll.py", "ranks.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "front.py", "handover.py", "liveness.py", "metrics.py",
+                      "names.py", "poll.py", "ranks.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -239,6 +240,7 @@ class RenderContext:
     private: bool                  # access: private (Triton on the loopback, the proxy in front)
     rotation: bool                 # a replica set's member (state/rotation for the balancer)
     proxied: bool                  # Triton on rank 0's loopback, the proxy beside it (private, or a member)
+    expose_metrics: bool           # proxy.expose_metrics
     proxy_binary: str
     port_stride: int               # between ranks' ports: only where ranks share one host
     ssh_port: int
@@ -327,6 +329,7 @@ def context(
         private=private,
         rotation=rotation,
         proxied=private or rotation,
+        expose_metrics=cluster.proxy.expose_metrics,
         proxy_binary=cluster.proxy.binary,
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
@@ -409,10 +412,28 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
         handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,
+        metrics_interval=ctx.server.metrics_interval if ctx.keep_serving else 0.0,
+        metrics_port=ctx.triton_ports.metrics, metrics_max_bytes=int(ctx.server.metrics_max_mb * (1 << 20)),
+        targets_file=targets_file(ctx), public_metrics_port=ctx.ports.metrics,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
                           http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc) if ctx.proxied else None,
     )
+
+
+# Prometheus file_sd files of serving runs: <workspace>/prometheus/<run id>.json, beside the run
+# folders, readable by others (host, port and run id only; no secret).
+TARGETS_DIR = "prometheus"
+
+
+def targets_file(ctx: RenderContext) -> str:
+    """Where a serving run publishes its metrics target; "" where nobody may scrape it: a private
+    run's metrics stay behind its proxy unless proxy.expose_metrics (then with the token)."""
+    if not ctx.keep_serving or not ctx.servers or ctx.step is not None:
+        return ""
+    if ctx.private and not ctx.expose_metrics:
+        return ""
+    return os.path.join(os.path.dirname(ctx.run_dir), TARGETS_DIR, f"{ctx.run_id}.json")
 
 
 def serving_restarts(server: Server, keep_serving: bool) -> int:

@@ -371,6 +371,11 @@ class Server(_Strict):
     # before its job's time limit, and hands over once the successor serves: more than the
     # successor's wait in the queue plus its start-up. 0: no hand-over (the run ends at the limit).
     handover_lead: int = Field(900, ge=0, le=7 * 24 * 3600)
+    # While serving: rank 0's Triton metrics (state/metrics.jsonl) and every node's GPUs
+    # (state/gpu-rank<R>.csv, nvidia-smi from the image) every this many seconds; 0: none. Each
+    # file moves to <file>.1 past metrics_max_mb, so it takes at most twice that.
+    metrics_interval: float = Field(10.0, ge=0, le=DAY)
+    metrics_max_mb: float = Field(64.0, gt=0, le=1024 * 1024)
 
 
 class ImageSpec(_Strict):

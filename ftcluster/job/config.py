@@ -95,6 +95,13 @@ class JobConfig:
     grpc_port: int = 0                     # the endpoint's gRPC port (clients: `--run RUN --protocol grpc`)
     # A replica set's member: state/rotation says whether the set's balancer may send it requests.
     rotation: bool = False
+    metrics_interval: float = 0.0          # seconds between samples of rank 0's metrics; 0: none
+    metrics_port: int = 0                  # rank 0's Triton metrics port (on the loopback where private)
+    metrics_max_bytes: int = 64 << 20      # state/metrics.jsonl moves to .1 past this
+    # Prometheus file_sd targets of a serving run whose metrics are served on the cluster
+    # network (written while it serves, removed at its end); "": none.
+    targets_file: str = ""
+    public_metrics_port: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

@@ -54,6 +54,8 @@ class RunFiles:
 
     events: str = "events"                 # state/: one line per milestone
     health: str = "health.json"            # state/: the liveness probes while serving
+    metrics: str = "metrics.jsonl"         # state/: rank 0's Triton metrics while serving (job/metrics.py)
+    gpu_samples: str = "gpu-rank{r}.csv"   # state/: a rank's node's GPUs while serving (nvidia-smi)
     python_envs: str = "python_envs"       # state/: the python backend's /tmp folders the ranks made
     job_out: str = "job.out"               # logs/: the job's output (styles run here)
     client_log: str = "client.log"         # logs/

@@ -10,6 +10,7 @@ signals the batch shell and its steps, often twice) cannot cut the teardown shor
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Uni
 from .config import PROXY_TOKEN_ENV, JobConfig
 from .handover import HandOver
 from .liveness import Liveness
+from .metrics import Sampler
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
@@ -432,10 +434,15 @@ class Job:
         live = None
         if self.cfg.liveness is not None:
             live = Liveness(self.cfg.liveness, *self.triton_at(), os.path.join(self.cfg.state, FILES.health))
+        sampler = Sampler(self.triton_at()[0], self.cfg.metrics_port, os.path.join(self.cfg.state, FILES.metrics),
+                          self.cfg.metrics_interval, self.cfg.metrics_max_bytes,
+                          int(self.child_env.get("FTC_INCARNATION", "0")))
         next_cut = time.monotonic() + LOG_CUT_S
+        self.publish_targets()
         self.enter_rotation()
         while self.style.servers_alive():
             fault = live.check() if live is not None else None
+            sampler.tick()
             self.mend_proxy()
             if fault:
                 self.leave_rotation(fault)
@@ -460,6 +467,34 @@ class Job:
             self.nap(0.1)
         self.leave_rotation(self.style.ended_while_serving)
         return self.cause_of(self.style.ended_while_serving)
+
+    # --- Prometheus targets ------------------------------------------------------------------
+
+    def publish_targets(self) -> None:
+        """The serving run's metrics target, for a user's Prometheus (file_sd): rank 0's metrics
+        port where it serves them on the cluster network."""
+        path = self.cfg.targets_file
+        if not path:
+            return
+        target = [{"targets": [f"{self.rank0_host}:{self.cfg.public_metrics_port}"],
+                   "labels": {"job": "ftcluster", "ftcluster_run": self.cfg.run_id,
+                              "ftcluster_model": self.cfg.served_model}}]
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(target, f)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)   # Prometheus rereads the file: never half of it
+        except OSError as e:
+            self.say(f"ftcluster: cannot publish the Prometheus target {path}: {e}")
+
+    def _withdraw_targets(self) -> None:
+        if self.cfg.targets_file:
+            try:
+                os.unlink(self.cfg.targets_file)
+            except FileNotFoundError:
+                pass
 
     # --- rotation (a replica set's member) ----------------------------------------------------
 
@@ -600,8 +635,8 @@ class Job:
         ok = True
         # The proxy before the servers: it ends gracefully (its requests in flight finish) and lets
         # go of its connections to rank 0, which would hold rank 0's own graceful exit up.
-        for stage in (self._stop_client, self._end_foreground, self._drain, self._stop_proxy, self._stop_servers,
-                      self.style.down, self._abandon_successor):
+        for stage in (self._stop_client, self._end_foreground, self._withdraw_targets, self._drain, self._stop_proxy,
+                      self._stop_servers, self.style.down, self._abandon_successor):
             try:
                 ok = stage() is not False and ok
             except Exception as e:  # noqa: BLE001  (what is left must still be removed)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.request
 import signal
 import subprocess
 import sys
@@ -75,7 +77,8 @@ class Load:
 def test_two_replicas_lose_no_request(tmp_path: Path) -> None:
     base = free_port_base(ranks=7)   # the balancer's ports, and each member's 20 and 40 above
     cluster = write_cluster(tmp_path, ports={"http": base, "grpc": base + 1, "metrics": base + 2},
-                            server={"liveness": LIVENESS, "restarts": 5, "restart_backoff": 1},
+                            server={"liveness": LIVENESS, "restarts": 5, "restart_backoff": 1,
+                                    "metrics_interval": 0.5},
                             balancer={"port_step": 20})
     rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client", "--replicas", "2")
     assert rc == 0 and out["ok"], err
@@ -105,6 +108,7 @@ def test_two_replicas_lose_no_request(tmp_path: Path) -> None:
         got = load.result()
         assert got["errors"] == 0 and got["requests"] > 100 and got["rc"] == 0, got
         assert "the MPI world is hung" in _status(members[1])["restarts"][0]["cause"]
+        _metrics_seen(set_id, members, tmp_path / "ws")
 
         # scale 2 -> 1 -> 2 and a rolling restart, each under load: no request fails.
         for command in (["scale", set_id, "--replicas", "1"], ["scale", set_id, "--replicas", "2"],
@@ -128,6 +132,28 @@ def test_two_replicas_lose_no_request(tmp_path: Path) -> None:
     assert stopped.returncode == 0, stopped.stderr
     assert wait_for(lambda: not processes_matching(set_id), 30), processes_matching(set_id)
     assert not (Path(out["run_dir"]) / "state" / "admin.sock").exists()
+    assert not list((tmp_path / "ws" / "prometheus").glob("*.json"))   # each run withdrew its target
+
+
+def _metrics_seen(set_id: str, members: list[str], workspace: Path) -> None:
+    """Each member's job sampled rank 0's metrics (`top` shows its rates) and published its
+    Prometheus target (file_sd: a list of {targets, labels})."""
+    def sampled() -> bool:
+        out = ftcluster("top", set_id, "--json")
+        assert out.returncode == 0, out.stderr
+        runs = json.loads(out.stdout)["runs"]
+        return len(runs) == 2 and all(r["models"] and r["models"][0]["model"] == "fastertransformer" for r in runs)
+    assert wait_for(sampled, 20, interval=0.5)
+    shown = ftcluster("top", set_id, "--once")
+    assert shown.returncode == 0 and "fastertransformer" in shown.stdout and "#1" in shown.stdout, shown.stderr
+    for m in members:
+        targets = json.loads((workspace / "prometheus" / f"{m}.json").read_text())
+        assert isinstance(targets, list) and len(targets) == 1 and set(targets[0]) == {"targets", "labels"}
+        (target,) = targets[0]["targets"]
+        assert target.startswith("127.0.0.1:") and targets[0]["labels"]["ftcluster_run"] == m
+        assert all(re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", k) for k in targets[0]["labels"])
+        # The target serves Triton's metrics there (a member's own proxy passes them on).
+        assert b"nv_inference_request_success" in urllib.request.urlopen(f"http://{target}/metrics", timeout=5).read()
 
 
 @pytest.mark.triton

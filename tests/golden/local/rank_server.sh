@@ -130,6 +130,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
   "${ADDRESS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
+sampler=
 stopping=0
 trap 'stopping=1; kill -TERM "$child" 2>/dev/null' TERM INT
 rc=0
@@ -138,6 +139,7 @@ while kill -0 "$child" 2>/dev/null; do
   wait "$child"
   rc=$?
 done
+[ -z "$sampler" ] || kill "$sampler" 2>/dev/null
 kill_server_leftovers
 if (( stopping )); then
   record_exit "$rc" stopped

@@ -1,0 +1,103 @@
+"""`top`: a serving run's figures now, from the samples its job writes (a replica set: each member)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.cli.commands_runs import forward_record
+from ftcluster.cli.numbers import seconds
+from ftcluster.cli.output import echo_json
+from ftcluster.store import RunRecord, RunStore
+
+
+def top_view(rec: RunRecord) -> dict[str, Any]:
+    """The `top` object: per serving run (each member of a set), its state, health, restarts,
+    models' rates and GPUs."""
+    from ftcluster.documents import document
+    from ftcluster.observe import run_view
+    from ftcluster.status import run_status
+
+    st = run_status(rec)
+    runs = []
+    members = st["replicas"] if st.get("replicas") is not None else [
+        {"replica": None, "run_id": rec.run_id, "in_rotation": None}]
+    store = RunStore()
+    for m in members:
+        mrec = store.exact(str(m["run_id"])) or rec
+        ms = run_status(mrec) if mrec is not rec else st
+        view = run_view(Path(mrec.run_dir), mrec.nodes)
+        runs.append({"run_id": mrec.run_id, "replica": m.get("replica"), "state": ms["state"], "phase": ms["phase"],
+                     "in_rotation": m.get("in_rotation"), "nodes": ms["nodes"], "restarts": len(ms["restarts"]),
+                     "health": ms["health"], **view})
+    return document("top", {"run_id": rec.run_id, "endpoint": st["endpoint"], "time": time.time(), "runs": runs})
+
+
+def render(view: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"run {view['run_id']} at {view['endpoint'] or '-'}  ({time.strftime('%H:%M:%S')})")
+    for col in ("member", "state", "model", "req/s", "inf/s", "fail/s", "mean ms", "queue ms", "pending",
+                "GPUs (util %, mem MiB)", "health", "restarts"):
+        t.add_column(col, overflow="fold")
+    for r in view["runs"]:
+        who = r["run_id"] if r["replica"] is None else f"#{r['replica']} {r['run_id']}"
+        state = r["phase"] + ("" if r["in_rotation"] in (None, True) else " (out of rotation)")
+        gpu = "; ".join(f"{node}: " + ", ".join(f"{g['util'] if g['util'] is not None else '?':.0f}%/"
+                                                  f"{g['mem_used_mib'] or 0:.0f}" for g in gs)
+                        for node, gs in r["gpus"].items() if gs) or "-"
+        h = r["health"] or {}
+        health = f"{h.get('consecutive_misses', 0)} missed" if h else "-"
+        models = r["models"] or [None]
+        for m in models:
+            def f(key: str, fmt: str = ".1f") -> str:
+                v = None if m is None else m.get(key)
+                return "-" if v is None else format(v, fmt)
+            t.add_row(who, state, m["model"] if m else "(no samples yet)", f("requests_s"), f("inferences_s"),
+                      f("failures_s"), f("latency_ms", ".2f"), f("queue_ms", ".2f"), f("pending", ".0f"), gpu, health,
+                      str(r["restarts"]))
+            who, state, gpu, health = "", "", "", ""
+    return t
+
+
+@cli.command("top")
+@click.argument("run", required=False)
+@click.option("--once", is_flag=True, help="Print the figures once and exit.")
+@click.option("--every", "every", type=seconds(), default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the `top` object once as JSON.")
+def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
+    """A serving run's requests/s, latency, queue, GPUs, health and restarts, refreshed (default: the newest run).
+
+    The figures come from the samples the run's job writes every server.metrics_interval
+    seconds (rank 0's Triton metrics; every node's GPUs where nvidia-smi is), so `top` asks no
+    server and works for a detached run. A replica set shows each member.
+
+    \b
+    Examples:
+      ftcluster top
+      ftcluster top gpt-20261121-101500-ab12 --once
+    """
+    rec = RunStore().get(run)
+    if forward_record(rec, ["top", rec.run_id] + (["--once"] if once or as_json else []) + (["--json"] if as_json else [])):
+        return
+    if as_json:
+        echo_json(top_view(rec))
+        return
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if once:
+        console.print(render(top_view(rec)))
+        return
+    with Live(render(top_view(rec)), console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(every)
+                live.update(render(top_view(rec)), refresh=True)
+        except KeyboardInterrupt:
+            pass

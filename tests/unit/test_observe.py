@@ -1,0 +1,117 @@
+"""A serving run's samples: Triton's metrics page as the job keeps it (a page recorded from the
+real tritonserver 2.51), rates between two samples, a node's GPUs from nvidia-smi's CSV (recorded
+on a real H200), the Prometheus target a serving run publishes, and `top` reading them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ftcluster.job.metrics import Sampler, parse_metrics
+from ftcluster.observe import gpus, last_lines, rates, run_view
+from ftcluster.store import RunRecord, RunStore
+from tests.helpers_specs import DATA
+
+
+def test_the_metrics_page_of_a_real_tritonserver() -> None:
+    got = parse_metrics((DATA / "triton_metrics_2.51.txt").read_text())
+    ft = got["models"]["fastertransformer"]
+    # Three requests of one sequence each; the failure reasons summed; durations in us.
+    assert ft["ok"] == 3 and ft["inf"] == 3 and ft["exec"] == 3 and ft["fail"] == 0 and ft["pending"] == 0
+    assert ft["req_us"] == 33311 and ft["queue_us"] == 414 and ft["infer_us"] == 32194
+    assert got["gpus"] == {}   # a CPU server has none
+    gpu = parse_metrics('nv_gpu_utilization{gpu_uuid="GPU-1"} 0.75\nnv_gpu_memory_used_bytes{gpu_uuid="GPU-1"} 1e9\n'
+                        'nv_inference_request_success{model="a",version="1"} NaN\n')
+    assert gpu == {"models": {}, "gpus": {"GPU-1": {"util": 0.75, "mem": 1e9}}}
+
+
+def test_rates_between_two_samples() -> None:
+    a = {"t": 100.0, "i": 0, "models": {"m": {"ok": 10, "inf": 20, "fail": 0, "req_us": 10_000, "queue_us": 1000}}}
+    b = {"t": 102.0, "i": 0, "models": {"m": {"ok": 30, "inf": 60, "fail": 2, "req_us": 50_000, "queue_us": 3000,
+                                             "pending": 4}}}
+    (r,) = rates(a, b)
+    assert (r.requests_s, r.inferences_s, r.failures_s, r.latency_ms, r.queue_ms, r.pending) == (10, 20, 1, 2.0, 0.1, 4)
+    assert rates(a, {**b, "i": 1}) == []   # a restart's counters start again
+    assert rates(b, a) == []
+
+
+def test_gpus_from_nvidia_smi(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "gpu-rank1.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text())
+    (g,) = gpus(tmp_path, 1)
+    assert g["uuid"] == "GPU-fe8f4655-7c50-fbcd-f714-03d7e2ba7b15" and g["timestamp"].endswith("18.311")
+    assert g["util"] == 0 and g["mem_total_mib"] == 143771 and g["power_w"] == 77.60 and g["sm_mhz"] == 345
+    assert gpus(tmp_path, 0) == []
+
+
+def test_last_lines_reads_from_the_end(tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    p.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    assert last_lines(p, 2, block=64) == ["line 99998", "line 99999"]
+    assert last_lines(tmp_path / "none", 2) == []
+
+
+def test_the_sampler_appends_and_rolls(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    page = (DATA / "triton_metrics_2.51.txt").read_bytes()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "state" / "metrics.jsonl"
+        out.parent.mkdir()
+        s = Sampler("127.0.0.1", srv.server_address[1], str(out), 1.0, max_bytes=150, incarnation=2)
+        for _ in range(3):
+            s.sample()
+        lines = [json.loads(ln) for ln in out.read_text().splitlines()]
+        kept = [json.loads(ln) for ln in (tmp_path / "state" / "metrics.jsonl.1").read_text().splitlines()]
+        # Past 150 bytes (each line is more) the file moves aside: the newest line and the one
+        # before are kept, the oldest dropped; at most twice the limit.
+        assert len(lines) == 1 and len(kept) == 1 and kept[0]["t"] <= lines[0]["t"]
+        assert lines[-1]["i"] == 2 and lines[-1]["models"]["fastertransformer"]["ok"] == 3
+        view = run_view(tmp_path, 1)
+        assert view["sampled"] == lines[-1]["t"]
+    finally:
+        srv.shutdown()
+
+
+def test_top_once_and_json(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "state").mkdir(parents=True)
+    now = time.time()
+    samples = [{"t": now - 10, "i": 0, "models": {"fastertransformer": {"ok": 100, "req_us": 1_000_000}}},
+               {"t": now, "i": 0, "models": {"fastertransformer": {"ok": 300, "req_us": 3_000_000}}}]
+    (run_dir / "state" / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    (run_dir / "state" / "events").write_text(f"{now} serving 127.0.0.1:8000\n")
+    (run_dir / "state" / "gpu-rank0.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text())
+    state = tmp_path / "store"
+    RunStore(state / "runs.sqlite").add(RunRecord(run_id="r1", created=now, cluster_name="c", cluster_source="",
+                                                  scheduler="local", style="local", run_dir=str(run_dir), nodes=1,
+                                                  model="m", status="SERVING"))
+    env = {**os.environ, "FTCLUSTER_STATE_DIR": str(state), "COLUMNS": "250"}
+    got = subprocess.run([sys.executable, "-m", "ftcluster", "top", "r1", "--json"], capture_output=True, text=True,
+                         env=env, check=False)
+    assert got.returncode == 0, got.stderr
+    doc = json.loads(got.stdout)
+    assert doc["kind"] == "top" and doc["runs"][0]["models"][0]["requests_s"] == 20.0
+    assert doc["runs"][0]["models"][0]["latency_ms"] == 10.0 and doc["runs"][0]["gpus"]["0"][0]["util"] == 0
+    shown = subprocess.run([sys.executable, "-m", "ftcluster", "top", "r1", "--once"], capture_output=True, text=True,
+                           env=env, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "fastertransformer" in shown.stdout and "20.0" in shown.stdout and "10.00" in shown.stdout
