@@ -115,3 +115,31 @@ def test_top_once_and_json(tmp_path: Path) -> None:
                            env=env, check=False)
     assert shown.returncode == 0, shown.stderr
     assert "fastertransformer" in shown.stdout and "20.0" in shown.stdout and "10.00" in shown.stdout
+
+
+def test_report_plots_a_history(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("matplotlib", reason="the plot extra")   # tests/run.sh installs it
+    from matplotlib.image import imread
+
+    from ftcluster.report import history, plot
+
+    (tmp_path / "state").mkdir()
+    t0 = 1795659016.0   # the recorded GPU samples' hour
+    lines = [{"t": t0 + k, "i": 0 if k < 3 else 1, "models": {"m": {"ok": 10 * k * k, "req_us": 5000 * k * k,
+                                                                     "queue_us": 100 * k}}} for k in range(6)]
+    (tmp_path / "state" / "metrics.jsonl.1").write_text(json.dumps(lines[0]) + "\n")
+    (tmp_path / "state" / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[1:]))
+    (tmp_path / "state" / "events").write_text(f"{t0 + 3} restarting 1 rank 0 died\n")
+    (tmp_path / "state" / "gpu-rank0.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text())
+    hist = history(tmp_path, 1)
+    # 6 samples; rates between 0-1, 1-2, 3-4, 4-5 (not across the restart's new counters).
+    assert hist["samples"] == 6 and len(hist["models"]["m"]["t"]) == 4
+    assert hist["models"]["m"]["requests_s"][:2] == [10.0, 30.0] and hist["models"]["m"]["latency_ms"][0] == 0.5
+    assert hist["gpus"]["rank0 gpu0"]["mem_used_mib"] == [0.0, 0.0, 0.0]
+    assert [r["cause"] for r in hist["restarts"]] == ["rank 0 died"]
+    out = tmp_path / "run.png"
+    plot(hist, "run r", str(out))
+    img = imread(str(out))
+    assert img.shape[0] > 200 and img.shape[1] > 200 and float(img.std()) > 0.01   # an image, not blank
