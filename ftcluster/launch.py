@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, Backoff, Clock
+from ftcluster.job.ranks import load_progress
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
@@ -88,6 +89,8 @@ class _Watch:
     next_log: float = 0.0                           # when to read rank 0's log next
     last_detail: str = ""                           # the pending reason shown last
     unreachable_since: float | None = None
+    next_load_shown: float = 0.0                    # when to show the ranks' load progress next
+    load_said: str = ""
 
 
 def workspace_dir(cluster: ClusterSpec) -> Path:
@@ -289,13 +292,32 @@ class Launch:
         return any(self._on_event(ev, w.outcome, w.t0) for ev in events)
 
     def _on_log_due(self, w: _Watch, now: float) -> bool:
-        """Rank 0's new log lines, the ones worth it shown; True when there were any."""
+        """Rank 0's new log lines, the ones worth it shown, and the ranks' load progress (at most
+        every LOAD_SHOWN_S); True when there were new lines."""
         w.next_log = now + LOGS.slow
         lines = w.rank0_log.poll()
         for _, line in lines:
             if _WORTH_SHOWING.search(line):
                 self.progress("log", time.time() - w.t0, line.strip())
+        if now >= w.next_load_shown:
+            w.next_load_shown = now + LOAD_SHOWN_S
+            said = self._load_progress()
+            if said and said != w.load_said:
+                w.load_said = said
+                self.progress("loading", time.time() - w.t0, said)
         return bool(lines)
+
+    def _load_progress(self) -> str:
+        """Each loading rank's figures in words (state/rank<R>.progress, from its node)."""
+        words = []
+        for r in range(self.plan.mpi_ranks):
+            try:
+                p = load_progress(self.paths.rank_file(r, "progress").read_text())
+            except OSError:
+                continue
+            if p is not None and not self.paths.rank_file(r, "loaded").exists():
+                words.append(f"rank {r}: {p.words()}")
+        return "; ".join(words)
 
     def _on_info(self, w: _Watch, info: JobInfo, now: float) -> bool:
         """The scheduler's answer; True when it ends the launch."""
@@ -462,6 +484,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# The ranks' load progress is shown at most this often while they load.
+LOAD_SHOWN_S = 5.0
 # Seconds the launch goes on without an answer from the scheduler before giving up.
 SCHEDULER_UNREACHABLE_LIMIT = 300.0
 

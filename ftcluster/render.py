@@ -413,6 +413,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
         handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,
         metrics_interval=ctx.server.metrics_interval if ctx.keep_serving else 0.0,
+        stall_timeout=ctx.server.stall_timeout,
         metrics_port=ctx.triton_ports.metrics, metrics_max_bytes=int(ctx.server.metrics_max_mb * (1 << 20)),
         targets_file=targets_file(ctx), public_metrics_port=ctx.ports.metrics,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),

@@ -375,6 +375,10 @@ class Server(_Strict):
     # (state/gpu-rank<R>.csv, nvidia-smi from the image) every this many seconds; 0: none. Each
     # file moves to <file>.1 past metrics_max_mb, so it takes at most twice that.
     metrics_interval: float = Field(10.0, ge=0, le=DAY)
+    # A rank whose model load shows no progress this long (nothing more read from the
+    # checkpoint, no new log line, no more GPU memory) fails the launch, named; ready_timeout
+    # stays the cap of the whole start-up. 0: only ready_timeout.
+    stall_timeout: float = Field(600.0, ge=0, le=7 * DAY)
     metrics_max_mb: float = Field(64.0, gt=0, le=1024 * 1024)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import EV, parse_events
+from ftcluster.job.ranks import LoadProgress, load_progress
 from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
@@ -63,8 +64,22 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
         else:
             state = "not_started"
         label = RANK_STATES[state] + (f" (exit {code})" if code is not None else "")
-        ranks.append({"rank": r, "node": node, "state": state, "exit_code": code, "state_label": label})
+        # A loading rank's figures from its node (no HTTP then under FT): what it read, its log.
+        progress = _progress(paths, r) if state == "loading" else None
+        if progress is not None:
+            label += f" ({progress.words()}; last moved {progress.still_for:.0f} s ago)"
+        ranks.append({"rank": r, "node": node, "state": state, "exit_code": code, "state_label": label,
+                      "progress": None if progress is None else {
+                          "read_bytes": progress.read, "log_bytes": progress.log, "gpu_mib": progress.gpu_mib,
+                          "still_s": progress.still_for}})
     return ranks
+
+
+def _progress(paths: RunPaths, rank: int) -> LoadProgress | None:
+    try:
+        return load_progress(paths.rank_file(rank, "progress").read_text())
+    except OSError:
+        return None
 
 
 def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:

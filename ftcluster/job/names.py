@@ -77,7 +77,7 @@ class RunFiles:
 
     # Per-rank files: state/rank<R>.{pid,host,exit,loaded,problem} (written by rank_server.sh),
     # logs/rank<R>.stdout (the wrapper's own output).
-    RANK_FILES = ("pid", "host", "exit", "loaded", "problem", "stdout")
+    RANK_FILES = ("pid", "host", "exit", "loaded", "problem", "progress", "stdout")
 
     def rank(self, rank: Union[int, str], what: str) -> str:
         if what not in self.RANK_FILES:

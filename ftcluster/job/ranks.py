@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .names import FILES
 from .text import last_line
@@ -183,3 +183,37 @@ def keep_incarnation(logs: str, state: str, nodes: int, n: int) -> str:
     if n >= KEEP_INCARNATIONS and os.path.isdir(old):
         shutil.rmtree(old, ignore_errors=True)
     return dest
+
+
+class LoadProgress(NamedTuple):
+    """A loading rank's figures (state/rank<R>.progress, written by its wrapper on its node)."""
+
+    moved: float      # when a figure last changed (the node's clock)
+    now: float        # when the wrapper last looked (the node's clock)
+    read: int         # bytes its server and the server's children have read
+    log: int          # bytes of its server log
+    gpu_mib: int      # its node's GPU memory in use
+
+    @property
+    def still_for(self) -> float:
+        return max(0.0, self.now - self.moved)
+
+    def words(self) -> str:
+        return f"read {size_words(self.read)}, log {size_words(self.log)}" + (
+            f", GPU memory {self.gpu_mib} MiB" if self.gpu_mib else "")
+
+
+def load_progress(text: Optional[str]) -> Optional[LoadProgress]:
+    parts = (text or "").split()
+    if len(parts) != 5 or not all(p.isdigit() for p in parts):
+        return None
+    moved, now, read, log, gpu = (int(p) for p in parts)
+    return LoadProgress(float(moved), float(now), read, log, gpu)
+
+
+def size_words(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

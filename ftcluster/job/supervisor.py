@@ -27,7 +27,7 @@ from .metrics import Sampler
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
-from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, rank0_ready
+from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
 from .text import last_line, read_text, squeeze
 
 
@@ -79,6 +79,7 @@ class Job:
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
         self.rotation = Rotation(cfg.state) if cfg.rotation else None
+        self.next_stall_check = 0.0
         self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
         self.style = style_for(self)
 
@@ -234,6 +235,24 @@ class Job:
             self.fail("the server step ended")
         if time.monotonic() >= deadline:
             self.fail(f"not ready after {self.cfg.ready_timeout}s (server.ready_timeout): {self.not_ready_why()}")
+        self.check_stalls()
+
+    def check_stalls(self) -> None:
+        """A rank whose load has not moved for server.stall_timeout fails the start, named: the
+        wrapper's figures on its node (what its server read, its log, its GPU memory)."""
+        limit = self.cfg.stall_timeout
+        if not limit or time.monotonic() < self.next_stall_check:
+            return
+        self.next_stall_check = time.monotonic() + 1.0
+        for r in range(self.cfg.nodes):
+            if self.ranks.exists(r, "loaded"):
+                continue
+            p = load_progress(self.ranks.read(r, "progress"))
+            if p is not None and p.still_for > limit:
+                last = squeeze(last_line(read_text(self.log_path(FILES.server_log(r))))) or "nothing"
+                self.fail(f"rank {r} on {self.ranks.node(r)} made no progress loading for {p.still_for:.0f} s "
+                          f"(server.stall_timeout {limit:g} s): it had {p.words()}; its last log line: {last[:300]}",
+                          named=True)
 
     def triton_at(self) -> Tuple[str, int]:
         """Where the job asks rank 0's tritonserver itself: its node's HTTP port, or with

@@ -136,6 +136,47 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
   "${ADDRESS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
+
+# While this rank loads (FT's ranks have no HTTP then): what its server and the server's children
+# (the python backend's stubs) have read (/proc/PID/io rchar: the checkpoint), its log's size and
+# its node's GPU memory, with when any of them last moved, as "MOVED NOW READ LOG GPU_MIB" (this
+# node's clock) in state/rank<R>.progress every 2 s until FT's load line. The job fails a rank
+# whose load stops moving for server.stall_timeout.
+children_of() {
+  local f line rest
+  for f in /proc/[0-9]*/stat; do
+    read -r line <"$f" 2>/dev/null || continue
+    rest=${line##*) }
+    rest=${rest#* }
+    if [ "${rest%% *}" = "$1" ]; then f=${f#/proc/}; printf '%s\n' "${f%/stat}"; fi
+  done
+}
+load_progress() {
+  local out="$STATE/rank$RANK.progress" log="$LOGS/server-rank$RANK.log"
+  local figures="" moved now got logsize gpu p k v nap=
+  trap '[ -z "$nap" ] || kill "$nap" 2>/dev/null; exit 0' TERM
+  while kill -0 "$child" 2>/dev/null && [ ! -e "$STATE/rank$RANK.loaded" ]; do
+    got=0
+    for p in "$child" $(children_of "$child"); do
+      while read -r k v; do
+        [ "$k" = "rchar:" ] && [[ $v =~ ^[0-9]+$ ]] && got=$((got + v))
+      done <"/proc/$p/io" 2>/dev/null
+    done
+    logsize=$(stat -c %s "$log" 2>/dev/null || echo 0)
+    gpu=0
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      while read -r v; do [[ $v =~ ^[0-9]+$ ]] && gpu=$((gpu + v)); done \
+        < <(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null)
+    fi
+    now=$(date +%s)
+    if [ "$got $logsize $gpu" != "$figures" ]; then figures="$got $logsize $gpu"; moved=$now; fi
+    printf '%s %s %s\n' "$moved" "$now" "$figures" >"$out.tmp" && mv -f "$out.tmp" "$out"
+    sleep 2 & nap=$!
+    wait "$nap"
+  done
+}
+load_progress &
+progress=$!
 sampler=
 stopping=0
 trap 'stopping=1; kill -TERM "$child" 2>/dev/null' TERM INT
@@ -146,6 +187,7 @@ while kill -0 "$child" 2>/dev/null; do
   rc=$?
 done
 [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
+kill "$progress" 2>/dev/null
 kill_server_leftovers
 if (( stopping )); then
   record_exit "$rc" stopped

@@ -46,7 +46,10 @@ several separated by commas:
 - FTCLUSTER_TEST_HANG_NODE: the rank hangs before joining the world (the others wait in it);
 - FTCLUSTER_TEST_BREAK_NODE: initialize raises after joining, so that server exits; with
   `@<N>` (rank1@1) in the N-th restart of the world only (FTC_INCARNATION N);
-- FTCLUSTER_TEST_LOAD_DELAY=<seconds>: a slow weight load, on every rank;
+- FTCLUSTER_TEST_LOAD_DELAY=<seconds>: a slow weight load that shows no progress (it sleeps), on
+  every rank;
+- FTCLUSTER_TEST_LOAD_PROGRESS=<seconds>: a slow weight load that moves, on every rank: every
+  0.5 s it reads a file and logs a line, as FT reading its shards does;
 - FTCLUSTER_TEST_DIE_NODE: the rank's tritonserver is killed (SIGKILL) when it serves its first
   request; with `@<seconds>` (rank1@2) that long after loading instead;
 - FTCLUSTER_TEST_FREEZE_NODE: the rank freezes while serving, alive and silent (it stops adding
@@ -197,6 +200,14 @@ class TritonPythonModel:
         delay = os.environ.get("FTCLUSTER_TEST_LOAD_DELAY")
         if delay:
             time.sleep(float(delay))
+        progress = os.environ.get("FTCLUSTER_TEST_LOAD_PROGRESS")
+        if progress:
+            steps = max(1, int(float(progress) / 0.5))
+            for k in range(steps):
+                time.sleep(0.5)
+                with open(__file__, "rb") as f:
+                    f.read()
+                print(f"test model: loading weights {k + 1}/{steps} on rank {rank}", file=sys.stderr, flush=True)
 
         cfg = json.loads(args["model_config"])
         self.cuda = _cuda_module()
