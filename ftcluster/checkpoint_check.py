@@ -315,13 +315,23 @@ def checkpoint_problems(root: Path, model_type: str, tp: int) -> list[str]:
 
 
 def verify_checkpoint(root: Path, model_type: str, tp: int) -> None:
-    """Raise PlanError naming the first problem (and how many more) when weights are present."""
+    """Raise PlanError naming every problem (the first PROBLEMS_SHOWN of them, and how many more)
+    when weights are present."""
     gpu_dir = root / f"{tp}-gpu"
     if not has_weights(gpu_dir):
         return
     problems = checkpoint_problems(root, model_type, tp)
     if problems:
-        more = f" [+{len(problems) - 1} more problem(s)]" if len(problems) > 1 else ""
-        raise PlanError(f"{gpu_dir}: {problems[0]}{more}", field="checkpoint_root",
+        raise PlanError(f"{gpu_dir}: {every_problem(problems)}", field="checkpoint_root",
                         hint=f"re-run `ftcluster convert` for {tp} GPU(s) "
                              "or `ftcluster check-checkpoint` for the full list")
+
+
+# A one-line error lists this many problems; past them, how many more (a thousand missing
+# shards would make a line nobody reads; `check-checkpoint` lists them all).
+PROBLEMS_SHOWN = 8
+
+
+def every_problem(problems: list[str]) -> str:
+    more = f"; and {len(problems) - PROBLEMS_SHOWN} more" if len(problems) > PROBLEMS_SHOWN else ""
+    return "; ".join(problems[:PROBLEMS_SHOWN]) + more

@@ -120,7 +120,8 @@ def finish(launch: Launch, outcome: LaunchOutcome) -> RunRecord:
                                    int(rec.plan["tensor_para_size"]))
     if problems:
         launch.store.update(rec, status="FAILED")
-        raise LaunchError(f"the converted checkpoint is incomplete: {problems[0]}"
-                          + (f" [+{len(problems) - 1} more]" if len(problems) > 1 else ""),
+        from ftcluster.checkpoint_check import every_problem
+
+        raise LaunchError(f"the converted checkpoint is incomplete: {every_problem(problems)}",
                           hint=f"see `ftcluster logs {rec.run_id}`")
     return launch.store.update(rec, status="COMPLETED")

@@ -37,6 +37,11 @@ _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UN
 DAY = 24 * 3600.0
 
 
+# One sbatch option: --long[=VALUE], -X, -XVALUE or -X VALUE; VALUE without blanks, quotes,
+# backslashes or control characters (an #SBATCH line has no other quoting).
+_SBATCH_ARG = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\s'\"`\\\x00-\x1f\x7f]+)?|-[A-Za-z]( ?[^\s'\"`\\\x00-\x1f\x7f-][^\s'\"`\\\x00-\x1f\x7f]*)?")
+
+
 def slurm_time_seconds(text: str) -> int | None:
     """A Slurm time limit in seconds (sbatch --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S);
     None for UNLIMITED/INFINITE."""
@@ -533,10 +538,13 @@ class ClusterSpec(_Strict):
     @field_validator("sbatch_args")
     @classmethod
     def _sbatch_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        # They become `#SBATCH` lines, which sbatch parses without shell quoting.
+        # They become `#SBATCH` lines, which sbatch splits at blanks and unquotes itself (no
+        # shell): any value Slurm takes passes (hostlists node[01-03], constraints a100&ib or
+        # [a100|h100], short options), but no blank, quote or backslash inside a value.
         for arg in v:
-            if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_.,:/%@+=-]*)?", arg):
-                raise ValueError(f"{arg!r} is not a plain --option[=value] (no spaces or quotes)")
+            if not _SBATCH_ARG.fullmatch(arg):
+                raise ValueError(f"{arg!r} is not one sbatch option as an #SBATCH line takes it: --option, "
+                                 "--option=VALUE, -X or -X VALUE, with no blank, quote or backslash in VALUE")
         return v
 
     @field_validator("time_limit")
@@ -717,7 +725,7 @@ def _format_error(path: Path, exc: ValidationError) -> str:
             msg += f" (got {err['input']!r})"
         # A check across fields names its field in the message itself ("workspace: ...").
         problems.append(_cut(f"{loc}: {msg}" if loc else msg))
-    more = f"; [+{len(errors) - PROBLEMS_SHOWN} more problem(s)]" if len(errors) > PROBLEMS_SHOWN else ""
+    more = f"; and {len(errors) - PROBLEMS_SHOWN} more" if len(errors) > PROBLEMS_SHOWN else ""
     return f"{path}: " + "; ".join(problems) + more
 
 

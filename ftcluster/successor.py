@@ -22,12 +22,29 @@ from ftcluster.run_access import read_token
 from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
 
 
+def hostlist_items(text: str) -> list[str]:
+    """A Slurm hostlist's comma-separated items, a bracket's own commas kept: "a[1,3-4],b" ->
+    ["a[1,3-4]", "b"]."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [i for i in [*items, cur] if i]
+
+
 def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, ...]:
     """The spec's sbatch_args with `nodes` added to its --exclude (one option, merged)."""
     kept, excluded = [], list(nodes)
     for arg in sbatch_args:
-        if arg.startswith("--exclude="):
-            excluded = [n for n in arg[len("--exclude="):].split(",") if n] + excluded
+        # --exclude=NODES, -x NODES or -xNODES (a hostlist such as node[01-03] stays one entry)
+        for prefix in ("--exclude=", "-x ", "-x"):
+            if arg.startswith(prefix) and len(arg) > len(prefix):
+                excluded = hostlist_items(arg[len(prefix):].strip()) + excluded
+                break
         else:
             kept.append(arg)
     return (*kept, "--exclude=" + ",".join(dict.fromkeys(excluded))) if excluded else tuple(kept)

@@ -201,8 +201,9 @@ def preflight_gate(kw: dict[str, Any]) -> int | None:
     report = run_preflight(cluster, int(kw.get("nodes") or 1))
     errors = report_errors(cluster, report, require_gpus=True)
     if errors:
-        raise UserError(errors[0] + (f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""),
-                        field="preflight", hint="see `ftcluster preflight` for the full report")
+        from ftcluster.checkpoint_check import every_problem
+
+        raise UserError(every_problem(errors), field="preflight", hint="see `ftcluster preflight` for the full report")
     try:
         detected = detect_gpus_per_node([RankReport.from_dict(d) for d in report["ranks"]])
     except InventoryError as exc:

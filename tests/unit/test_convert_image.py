@@ -260,3 +260,11 @@ def test_convert_local_job_logs_and_check(tmp_path: Path) -> None:
     assert "Traceback" not in p.stderr
     failed = p.stderr.split("ftcluster logs ")[1].split("`")[0]
     assert "No such file or directory" in ftc("logs", failed).stdout
+
+
+def test_every_problem_is_named_on_one_line() -> None:
+    from ftcluster.checkpoint_check import PROBLEMS_SHOWN, every_problem
+
+    assert every_problem(["a missing", "b short"]) == "a missing; b short"
+    many = [f"shard {i} missing" for i in range(PROBLEMS_SHOWN + 3)]
+    assert every_problem(many) == "; ".join(many[:PROBLEMS_SHOWN]) + "; and 3 more"

@@ -49,6 +49,10 @@ def test_excluded_nodes_merge_into_one_exclude_option() -> None:
     assert with_excluded((), ["n2"]) == ("--exclude=n2",)
     assert with_excluded(("--qos=hi", "--exclude=n1,n2"), ["n2", "n3"]) == ("--qos=hi", "--exclude=n1,n2,n3")
     assert with_excluded(("--qos=hi",), []) == ("--qos=hi",)
+    # Slurm's own forms: a hostlist with its brackets, the short option.
+    assert with_excluded(("--exclude=node[01-03,05],n9",), ["n2"]) == ("--exclude=node[01-03,05],n9,n2",)
+    assert with_excluded(("-x gpu[1-2]", "-C a100&ib"), ["n2"]) == ("-C a100&ib", "--exclude=gpu[1-2],n2")
+    assert with_excluded(("-xn1",), ["n2"]) == ("--exclude=n1,n2",)
 
 
 def test_sbatch_inside_a_job_gets_none_of_the_jobs_slurm_values() -> None:
@@ -67,3 +71,17 @@ def test_the_notice_comes_at_most_half_way_through_the_limit(limit: str, lead: i
     scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR), RenderOptions(python=PYTHON, keep_serving=True))
     assert json.loads(scripts.files["job.json"])["handover_lead"] == expect
     assert (f"#SBATCH --signal=B:USR1@{expect}\n" in scripts.files["job.sbatch"]) == bool(expect)
+
+
+def test_sbatch_args_take_slurm_values_as_slurm_takes_them() -> None:
+    from pydantic import ValidationError
+
+    good = ["--exclude=node[01-03]", "--nodelist=gpu[01-02]", "--constraint=a100&ib", "--constraint=[a100|h100]",
+            "-C a100", "-Ca100", "--gres=gpu:8", "-O"]
+    c = cluster(**{**SPECS["none"], "sbatch_args": good})
+    scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR), RenderOptions(python=PYTHON))
+    sbatch = scripts.files["job.sbatch"]
+    assert all(f"#SBATCH {arg}\n" in sbatch for arg in good)
+    for bad in ("--constraint=a b", "-C  a100", "--comment='q'", "--x=a\\b", "-C a100 -x n1"):
+        with pytest.raises(ValidationError, match="one sbatch option as an #SBATCH line takes it"):
+            cluster(**{**SPECS["none"], "sbatch_args": [bad]})
