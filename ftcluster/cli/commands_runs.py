@@ -94,8 +94,9 @@ def token_cmd(run: str | None) -> None:
 @click.argument("run", required=False)
 @click.option("--replica", type=count(0, 255), default=None,
               help="A replica set: stop this member alone (it leaves the balancer's rotation first).")
-def stop_cmd(run: str | None, replica: int | None) -> None:
-    """Cancel a run's job and stop its servers (default: the newest run).
+@click.option("--yes", "-y", is_flag=True, help="Stop the newest run without asking (when RUN is left out).")
+def stop_cmd(run: str | None, replica: int | None, yes: bool) -> None:
+    """Cancel a run's job and stop its servers (RUN left out: the newest run, once confirmed).
 
     A replica set stops each member (out of the balancer's rotation first: requests in flight
     finish), then its balancer.
@@ -109,8 +110,25 @@ def stop_cmd(run: str | None, replica: int | None) -> None:
 
     store = RunStore()
     rec = store.get(run)
-    if forward_record(rec, ["stop", rec.run_id] + (["--replica", str(replica)] if replica is not None else [])):
+    if run is None and not yes:
+        # A guessed run is never stopped unasked: another terminal may have launched a newer one.
+        from ftcluster.errors import UserError
+
+        if not sys.stdin.isatty():
+            raise UserError(f"no RUN given: the newest is {rec.run_id}", field="RUN",
+                            hint=f"name it (ftcluster stop {rec.run_id}) or add --yes")
+        click.confirm(f"stop run {rec.run_id} (job {rec.job_id}, {rec.status})?", abort=True, err=True)
+    if forward_record(rec, ["stop", rec.run_id, "--yes"] + (["--replica", str(replica)] if replica is not None else [])):
         return
+    if rec.style != "front" and rec.job_id and replica is None:
+        from ftcluster.launchers import launcher_for_record
+        from ftcluster.status import paths_of
+
+        info = launcher_for_record(rec).info(rec.job_id, paths_of(rec))
+        if info.gone and not [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]:
+            click.echo(f"run {rec.run_id} has already ended (job {rec.job_id}: {info.raw_state or info.state.value}); "
+                       "nothing was stopped")
+            return
     if rec.style == "front":
         from ftcluster.replica_set import stop_set
 

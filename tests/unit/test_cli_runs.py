@@ -112,9 +112,19 @@ def test_piped_tables_keep_whole_values(live_run: tuple[Path, RunRecord]) -> Non
 
 def test_stop_stops_the_job(live_run: tuple[Path, RunRecord]) -> None:
     state, rec = live_run
-    p = ftc("stop", state=state)
+    # The newest run is not stopped on a guess: RUN or --yes (no terminal to ask on here).
+    guessed = ftc("stop", state=state)
+    assert guessed.returncode == 3 and "--yes" in guessed.stderr and rec.run_id in guessed.stderr
+    assert json.loads(ftc("status", "--json", state=state).stdout)["state"] == "RUNNING"
+    p = ftc("stop", "--yes", state=state)
     assert p.returncode == 0 and f"stopped run {rec.run_id}" in p.stdout
     assert json.loads(ftc("status", "--json", state=state).stdout)["state"] != "RUNNING"
+    # An ended run: said so, its record left as it was (here: as if it had completed).
+    store = RunStore(state / "runs.sqlite")
+    store.update(store.get(rec.run_id), status="COMPLETED")
+    again = ftc("stop", rec.run_id, state=state)
+    assert again.returncode == 0 and "has already ended" in again.stdout and "nothing was stopped" in again.stdout
+    assert json.loads(ftc("list", "--json", state=state).stdout)[-1]["status"] == "COMPLETED"
 
 
 def test_status_and_logs_load_no_specs_or_templates(live_run: tuple[Path, RunRecord]) -> None:
