@@ -231,6 +231,8 @@ class RenderContext:
     qos: str | None
     time_limit: str
     sbatch_args: list[str]
+    srun_args: list[str]
+    setup: list[str]
     gpus_per_node_gres: bool
     exclusive: bool
     mpi: str
@@ -260,6 +262,8 @@ class RenderContext:
     # lost; it hands over before its limit.
     serving_on_slurm: bool
     handover_lead: int             # seconds before the time limit; 0: no hand-over
+    stop_lead: int                 # seconds before the time limit Slurm asks the job to stop (TERM)
+    sbatch_dir: str                # the run folder as #SBATCH --chdir takes it; "": it cannot
     mpi_check: bool
     mpi_check_timeout: float
     servers: bool
@@ -320,6 +324,8 @@ def context(
         qos=cluster.qos,
         time_limit=cluster.time_limit,
         sbatch_args=list(cluster.sbatch_args),
+        srun_args=list(cluster.srun_args),
+        setup=list(cluster.setup),
         # A GPU count not known yet (gpus_per_node: auto before the preflight) asks for none.
         gpus_per_node_gres=cluster.request_gpus and plan.gpus_per_node > 0,
         exclusive=cluster.exclusive,
@@ -348,6 +354,8 @@ def context(
         serving_on_slurm=serving_on_slurm,
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
         handover_lead=handover_lead(cluster) if serving_on_slurm else 0,
+        stop_lead=stop_lead(cluster),
+        sbatch_dir=str(paths.run_dir) if _SBATCH_SAFE.fullmatch(str(paths.run_dir)) else "",
         # A world on this machine alone is its own mpirun's; there is nothing to check.
         mpi_check=opts.mpi_check and not style.one_host,
         mpi_check_timeout=opts.mpi_check_timeout,
@@ -367,6 +375,21 @@ def context(
         ev=EV,
         files=FILES,
     )
+
+
+# A path an #SBATCH line carries as it is: no blank or quote (sbatch splits and unquotes those),
+# no % (a filename pattern) and no #.
+_SBATCH_SAFE = re.compile(r"/[^\s'\"`\\%#]*")
+
+
+def stop_lead(cluster: ClusterSpec) -> int:
+    """Seconds before the time limit Slurm sends the job TERM: its teardown (rank 0's graceful
+    stop within server.exit_grace, the containers) ends before Slurm kills it; at most half the
+    limit; 0 without a limit."""
+    limit = slurm_time_seconds(cluster.time_limit)
+    if limit is None:
+        return 0
+    return min(int(cluster.server.exit_grace) + 60, limit // 2)
 
 
 def handover_lead(cluster: ClusterSpec) -> int:
@@ -405,7 +428,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         step=None if step is None else StepConfig(what=step.what, label=step.label, argv=list(step.argv),
                                                   per_node=step.per_node,
                                                   timeout=None if step.timeout is None else int(step.timeout)),
-        mpi=ctx.mpi, container_flags=container_flags, container_name=ctx.container_name,
+        mpi=ctx.mpi, srun_args=[w for arg in ctx.srun_args for w in arg.split(" ", 1)], container_flags=container_flags, container_name=ctx.container_name,
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
         mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
         restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),

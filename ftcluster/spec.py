@@ -498,6 +498,12 @@ class ClusterSpec(_Strict):
     # Declared after login_host: a spec that only forwards to the login node is expanded there.
     workspace: str = Field("~/ftcluster-runs", validate_default=True)
     sbatch_args: tuple[str, ...] = ()
+    # Options every srun of the job takes (the servers, the MPI check, a job step), as srun
+    # takes them: --option[=VALUE], -X [VALUE].
+    srun_args: tuple[str, ...] = ()
+    # Shell lines the job script runs before anything else, on the batch host (`module load
+    # ...`, a site's environment): srun passes their environment on to every rank.
+    setup: tuple[str, ...] = ()
     # Ask Slurm for GPUs (--gpus-per-node) and whole nodes (--exclusive); clusters without
     # GPU GRES (or the CPU test cluster) turn these off.
     request_gpus: bool = True
@@ -535,7 +541,7 @@ class ClusterSpec(_Strict):
             raise ValueError("a Slurm name uses letters, digits, '_', '.', ',' and '-' only")
         return v
 
-    @field_validator("sbatch_args")
+    @field_validator("sbatch_args", "srun_args")
     @classmethod
     def _sbatch_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # They become `#SBATCH` lines, which sbatch splits at blanks and unquotes itself (no

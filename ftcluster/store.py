@@ -128,7 +128,32 @@ class RunStore:
             return prefix[0]
         if prefix:
             raise UserError(f"run {key!r} is ambiguous ({len(prefix)} runs match)", hint="give more of the id")
-        raise UserError(f"no run {key!r}", hint="see `ftcluster list`")
+        adopted = self._adopt(key)
+        if adopted is not None:
+            return adopted
+        raise UserError(f"no run {key!r}", hint="see `ftcluster list`, or give a run folder's path")
+
+    def _adopt(self, key: str) -> RunRecord | None:
+        """A run folder's path (a run submitted by hand): its record, kept from now on."""
+        folder = Path(key).expanduser()
+        if not folder.is_dir():
+            return None
+        from ftcluster.run_folder import record_of_folder
+
+        rec = record_of_folder(folder)
+        if rec is None:
+            raise UserError(f"{folder} is no run folder (no scripts/job.json)", field="RUN",
+                            hint="give a run id, or the folder `render --out` wrote")
+        known = self.exact(rec.run_id)
+        if known is None:
+            self.add(rec)
+            return rec
+        if Path(known.run_dir).resolve() != folder.resolve():
+            raise UserError(f"run id {rec.run_id} is recorded already, for {known.run_dir}", field="RUN",
+                            hint="render the folder again with another --run-id")
+        if rec.job_id and rec.job_id != known.job_id:   # submitted (again) since it was recorded
+            return self.update(known, job_id=rec.job_id, status=rec.status)
+        return known
 
 
 # The run id names the run folder, Slurm jobs, containers and server ids; a long model name is

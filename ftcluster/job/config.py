@@ -75,6 +75,7 @@ class JobConfig:
     env: Dict[str, str]             # the spec's env: for the job's children only
     step: Optional[StepConfig] = None
     mpi: str = "pmix"               # srun --mpi (Slurm styles)
+    srun_args: List[str] = field(default_factory=list)   # the spec's srun_args, one argv word each
     container_flags: List[str] = field(default_factory=list)   # srun's Pyxis flags
     container_name: str = ""
     docker_label: str = ""

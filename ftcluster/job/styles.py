@@ -94,7 +94,7 @@ class JobStyle:
         """One task per node (one MPI world unless mpi=False), in the container where there is one."""
         n = self.cfg.nodes
         return ["srun", *([f"--mpi={self.cfg.mpi}"] if mpi else []), f"--nodes={n}", f"--ntasks={n}",
-                "--ntasks-per-node=1", "--kill-on-bad-exit=1", *self.container_flags()]
+                "--ntasks-per-node=1", "--kill-on-bad-exit=1", *self.cfg.srun_args, *self.container_flags()]
 
     def job_nodes(self) -> List[str]:
         """The job's nodes, as Slurm names them."""
@@ -169,7 +169,7 @@ class JobStyle:
     def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
         if step.per_node:
             return self.mpi_world(*step.argv), {}
-        return ["srun", "--nodes=1", "--ntasks=1", *self.container_flags(), *step.argv], {}
+        return ["srun", "--nodes=1", "--ntasks=1", *self.cfg.srun_args, *self.container_flags(), *step.argv], {}
 
     def server_flags(self) -> List[str]:
         return [f"--job-name={SERVER_STEP}"]   # named, so that it can be ended alone

@@ -34,10 +34,12 @@ def test_a_serving_slurm_job_may_be_requeued_and_is_warned_of_its_time_limit(sty
 
 
 def test_no_hand_over_with_a_lead_of_0_and_nothing_for_a_run_that_does_not_serve() -> None:
+    # No USR1 (no hand-over): Slurm's TERM ahead of the limit instead, for a graceful end.
     job, cfg = _rendered("none", keep_serving=True, handover_lead=0)
-    assert "--signal" not in job and "#SBATCH --requeue\n" in job and cfg["successor"]
+    assert "B:USR1" not in job and "#SBATCH --signal=B:TERM@" in job and "#SBATCH --requeue\n" in job
+    assert cfg["successor"]
     job, cfg = _rendered("none", keep_serving=False)
-    assert "--requeue" not in job and "--signal" not in job and cfg["successor"] == []
+    assert "--requeue" not in job and "B:USR1" not in job and cfg["successor"] == []
 
 
 def test_local_runs_have_no_successor() -> None:
@@ -85,3 +87,25 @@ def test_sbatch_args_take_slurm_values_as_slurm_takes_them() -> None:
     for bad in ("--constraint=a b", "-C  a100", "--comment='q'", "--x=a\\b", "-C a100 -x n1"):
         with pytest.raises(ValidationError, match="one sbatch option as an #SBATCH line takes it"):
             cluster(**{**SPECS["none"], "sbatch_args": [bad]})
+
+
+def test_srun_args_and_setup_lines_reach_the_job() -> None:
+    c = cluster(**{**SPECS["none"], "srun_args": ["--cpu-bind=none", "-C a100"],
+                   "setup": ["module load cuda/12.2", "source /etc/site-env.sh"]})
+    scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR), RenderOptions(python=PYTHON))
+    sbatch = scripts.files["job.sbatch"]
+    assert "\nmodule load cuda/12.2\nsource /etc/site-env.sh\n" in sbatch
+    assert sbatch.index("source /etc/site-env.sh") < sbatch.index("exec ")
+    assert json.loads(scripts.files["job.json"])["srun_args"] == ["--cpu-bind=none", "-C", "a100"]
+    # A standalone script: its own folder and log path, TERM before the time limit.
+    assert f"#SBATCH --chdir={RUN_DIR}\n" in sbatch and f"#SBATCH --output={RUN_DIR}/logs/slurm-%j.out\n" in sbatch
+    assert "#SBATCH --signal=B:TERM@" in sbatch
+
+
+def test_a_run_folder_with_blanks_keeps_relative_paths() -> None:
+    from pathlib import Path
+
+    c = cluster(**SPECS["none"])
+    odd = Path("/shared/my runs/gpt")
+    sbatch = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", odd), RenderOptions(python=PYTHON)).files["job.sbatch"]
+    assert "--chdir" not in sbatch and "#SBATCH --output=logs/slurm-%j.out\n" in sbatch
