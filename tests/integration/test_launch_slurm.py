@@ -348,3 +348,38 @@ def test_weird_workspace_path(weird_tmp_path: Path, slurm_cluster: Any) -> None:
     assert out["run_dir"].startswith(str(weird_tmp_path))
     assert not list(weird_tmp_path.parent.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
     _assert_clean(out)
+
+
+def test_a_rendered_folder_submitted_by_hand_is_followed(spec_dir: Path, tmp_path: Path) -> None:
+    """`render --out DIR`, then plain `sbatch DIR/scripts/job.sbatch` from another directory (a
+    Slurm user's way): the job runs in its folder, and `status`, `logs` and `stop DIR` follow it."""
+    from ftcluster.spec import default_model_path
+
+    cluster = _write_spec(spec_dir, setup=["export FTC_SITE_SETUP=ran"])
+    out = spec_dir / "by-hand"
+    rendered = ftcluster("render", "--cluster", str(cluster), "--model", str(default_model_path()), "--nodes", "2",
+                         "--keep-serving", "--no-client", "--out", str(out))
+    assert rendered.returncode == 0, rendered.stderr
+    sub = subprocess.run(["sbatch", "--parsable", str(out / "scripts" / "job.sbatch")], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    job = sub.stdout.strip().split(";")[0]
+    try:
+        def serving() -> bool:
+            st = ftcluster("status", str(out), "--json")
+            return st.returncode == 0 and json.loads(st.stdout)["phase"] == "serving"
+        assert wait_for(serving, 90, interval=1), ftcluster("status", str(out)).stdout
+        st = json.loads(ftcluster("status", str(out), "--json").stdout)
+        assert st["job_id"] == job and st["state"] == "RUNNING" and st["run_dir"] == str(out.resolve())
+        assert list((out / "logs").glob(f"slurm-{job}.out"))   # its log in its own folder
+        logs = ftcluster("logs", str(out), "--server", "--tail", "3")
+        assert logs.returncode == 0 and "[rank0 " in logs.stdout, logs.stderr
+        # The setup lines ran in the job; srun passed their environment on to the ranks.
+        env0 = subprocess.run(["bash", "-c", f"cat /proc/$(cut -d' ' -f1 {out}/state/rank0.pid)/environ"],
+                              capture_output=True, check=False).stdout
+        assert b"FTC_SITE_SETUP=ran" in env0
+        stopped = ftcluster("stop", str(out))
+        assert stopped.returncode == 0 and "stopped run" in stopped.stdout, stopped.stderr
+        assert wait_for(lambda: _job_gone(job), 30)
+    finally:
+        subprocess.run(["scancel", job], check=False)
+    assert wait_for(lambda: not processes_matching(str(out)), 20), processes_matching(str(out))
