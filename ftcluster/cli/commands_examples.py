@@ -14,7 +14,7 @@ from ftcluster.errors import UserError
 from ftcluster.resources import package_path
 
 # Spec keys whose relative values are paths relative to the spec file.
-_PATH_KEY = re.compile(r"^(?P<key>\s*(?:repository|checkpoint_root|checkpoint_mount_src):\s*)"
+_PATH_KEY = re.compile(r"^(?P<key>\s*(?:- )?(?:repository|checkpoint_root|checkpoint_mount_src|src|dst):\s*)"
                        r"(?P<path>\.{1,2}/\S+)\s*$")
 
 

@@ -75,7 +75,8 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     """Check and print the parallel plan for a cluster, a model and a node count.
 
     \b
-    Example:
+    Examples (after `ftcluster examples`; demo.yaml is the shipped test model, gpt.yaml points at yours):
+      ftcluster plan --cluster configs/clusters/pyxis.yaml --model configs/models/demo.yaml --nodes 2
       ftcluster plan --cluster configs/clusters/pyxis.yaml --model configs/models/gpt.yaml --nodes 2
     """
     planned = load_and_plan(**kw)
@@ -115,9 +116,10 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None
     and, for Docker, the run's ssh keys.
 
     \b
-    Example:
-      ftcluster render --cluster configs/clusters/slurm-bare.yaml --model configs/models/gpt.yaml \\
-          --nodes 2 --out /shared/runs/gpt-2n && cd /shared/runs/gpt-2n && sbatch scripts/job.sbatch
+    Example (demo.yaml: the shipped test model; gpt.yaml points at yours):
+      ftcluster render --cluster configs/clusters/slurm-bare.yaml --model configs/models/demo.yaml \\
+          --nodes 2 --out /shared/runs/demo-2n && sbatch /shared/runs/demo-2n/scripts/job.sbatch
+      ftcluster status /shared/runs/demo-2n
     """
     from ftcluster.launch import LaunchOptions, job_request, write_run
 

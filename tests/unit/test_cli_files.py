@@ -52,6 +52,23 @@ def test_examples_written_refused_and_forced(tmp_path: Path) -> None:
     assert "scheduler: local" in target.read_text()
 
 
+def test_every_example_cluster_plans_and_renders_the_shipped_demo(tmp_path: Path) -> None:
+    """As shipped: each example cluster (Pyxis 8 GPUs, Slurm + Docker, ssh + Docker, bare Slurm,
+    local) plans and renders with the demo model (its checkpoint has 1-, 2-, 4- and 8-gpu
+    layouts, and the container examples mount it at its own path)."""
+    assert ftc("examples", cwd=tmp_path).returncode == 0
+    clusters = sorted((tmp_path / "configs" / "clusters").glob("*.yaml"))
+    assert len(clusters) == 5
+    for c in clusters:
+        args = ("--cluster", str(c), "--model", "configs/models/demo.yaml", "--nodes", "2")
+        plan = ftc("plan", *args, "--json", cwd=tmp_path)
+        assert plan.returncode == 0, (c.name, plan.stderr)
+        out = tmp_path / f"run-{c.stem}"
+        render = ftc("render", *args, "--out", str(out), cwd=tmp_path)
+        assert render.returncode == 0, (c.name, render.stderr)
+        assert (out / "scripts" / "job.json").is_file() and (out / "model_repository").is_dir()
+
+
 def test_plan_json_shape() -> None:
     p = ftc("plan", "--nodes", "2", "--json")
     doc = json.loads(p.stdout)
