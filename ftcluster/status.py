@@ -68,11 +68,17 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
         progress = _progress(paths, r) if state == "loading" else None
         if progress is not None:
             label += f" ({progress.words()}; last moved {progress.still_for:.0f} s ago)"
-        ranks.append({"rank": r, "node": node, "state": state, "exit_code": code, "state_label": label,
+        ranks.append({"rank": r, "node": node, "state": state, "exit_code": exit_number(code), "state_label": label,
                       "progress": None if progress is None else {
                           "read_bytes": progress.read, "log_bytes": progress.log, "gpu_mib": progress.gpu_mib,
                           "still_s": progress.still_for}})
     return ranks
+
+
+def exit_number(code: str | None) -> int | None:
+    """An exit code as a number: sacct's CODE:SIGNAL gives its code; none or "?" gives null."""
+    head = (code or "").split(":", 1)[0].strip()
+    return int(head) if head.lstrip("-").isdigit() else None
 
 
 def _progress(paths: RunPaths, rank: int) -> LoadProgress | None:
@@ -136,7 +142,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     if rec.job_id:
         info = launcher_for_record(rec).info(rec.job_id, paths)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
-                  source=info.source, exit_code=info.exit_code or None)
+                  source=info.source, exit_code=exit_number(info.exit_code))
         # The scheduler's node list where it has one (Slurm), else the ranks' own records.
         hosts = list(dict.fromkeys(info.nodes)) or hosts
         running = info.state.value == "RUNNING"

@@ -76,7 +76,7 @@ def test_a_rank_dying_while_serving_ends_the_run(tmp_path: Path) -> None:
     assert wait_for(lambda: json.loads(ftcluster("status", out["run_id"], "--json").stdout)["state"] != "RUNNING", 10)
     status = json.loads(ftcluster("status", out["run_id"], "--json").stdout)
     assert status["failure"] == "rank 1 on 127.0.0.1 exited (code 137) while serving", status
-    assert (status["ranks"][1]["state"], status["ranks"][1]["exit_code"]) == ("died", "137")
+    assert (status["ranks"][1]["state"], status["ranks"][1]["exit_code"]) == ("died", 137)
     _nothing_left(out["run_id"])
 
 
