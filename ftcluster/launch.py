@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, Backoff, Clock
-from ftcluster.job.ranks import load_progress
+from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
@@ -297,7 +297,8 @@ class Launch:
         w.next_log = now + LOGS.slow
         lines = w.rank0_log.poll()
         for _, line in lines:
-            if _WORTH_SHOWING.search(line):
+            # Triton's errors about a GPU a CPU server does not have are no news.
+            if _WORTH_SHOWING.search(line) and not HARMLESS_ERRORS.search(line):
                 self.progress("log", time.time() - w.t0, line.strip())
         if now >= w.next_load_shown:
             w.next_load_shown = now + LOAD_SHOWN_S
@@ -359,7 +360,7 @@ class Launch:
         t = max(0.0, ev.time - t0)
         if ev.kind in PHASES:
             outcome.phases.setdefault(ev.kind, round(t, 3))
-            self.progress(ev.kind, t, " ".join(ev.args))
+            self.progress(ev.kind, t, _detail(ev))
         if ev.kind == EV.ready:
             outcome.endpoint = ev.args[0] if ev.args else None
         elif ev.kind == EV.rank_failed and len(ev.args) >= 2:
@@ -492,6 +493,13 @@ SCHEDULER_UNREACHABLE_LIMIT = 300.0
 # Rank 0's log lines shown while waiting: the model status table and errors.
 _WORTH_SHOWING = re.compile(r"^\| \S+ +\| \d+ +\| (READY|UNAVAILABLE)|^E\d{4} |failed to")
 _ERROR_LINE = re.compile(r"^E\d{4} |error|failed|traceback|exception|unable to", re.IGNORECASE)
+
+
+def _detail(ev: Event) -> str:
+    """A milestone's arguments in words where bare words would puzzle ("vm 27594")."""
+    if ev.kind == EV.job_started and len(ev.args) >= 2:
+        return f"on {ev.args[0]}, job {ev.args[1]}"
+    return " ".join(ev.args)
 
 
 def rank_log_tail(paths: RunPaths, rank: str, n: int = 12) -> list[str]:

@@ -88,7 +88,9 @@ class LocalLauncher(Launcher):
         return job.alive(script)
 
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:
-        return ("localhost",)
+        # None from the "scheduler": the ranks' own host files name this machine, running or
+        # ended alike (127.0.0.1, where they listen).
+        return ()
 
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         # The ranks serve on this machine: a port in use is refused before anything starts.
