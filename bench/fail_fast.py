@@ -30,7 +30,7 @@ from ftcluster.launch import Launch, LaunchOptions
 from ftcluster.launchers import launcher_for
 from ftcluster.plan import make_plan
 from ftcluster.render import RunPaths
-from ftcluster.spec import default_model_path, load_cluster, load_model
+from ftcluster.spec import embedded_model_path, load_cluster, load_model
 from ftcluster.triton_local import find_tritonserver
 from tests.launch_helpers import processes_matching
 
@@ -51,7 +51,7 @@ def _server_of(wrapper_pid: int) -> int:
 
 
 def once(cluster_path: Path, nodes: int) -> dict[str, float]:
-    cluster, model = load_cluster(cluster_path), load_model(default_model_path())
+    cluster, model = load_cluster(cluster_path), load_model(embedded_model_path())
     t0 = time.time()
     outcome = Launch(cluster, model, make_plan(cluster, model, nodes),
                      LaunchOptions(keep_serving=True, client=False)).run()

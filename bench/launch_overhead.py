@@ -35,7 +35,7 @@ import yaml  # noqa: E402
 from ftcluster.events import parse_events  # noqa: E402
 from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
 from ftcluster.plan import make_plan  # noqa: E402
-from ftcluster.spec import default_model_path, load_cluster, load_model  # noqa: E402
+from ftcluster.spec import embedded_model_path, load_cluster, load_model  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
 from ftcluster.triton_probe import ours_ready
 
@@ -81,7 +81,7 @@ class Poller(threading.Thread):
 
 def ftcluster_once(cluster_path: Path, ws: Path, nodes: int, mpi_check: bool) -> dict[str, float]:
     cluster = load_cluster(cluster_path)
-    model = load_model(default_model_path())
+    model = load_model(embedded_model_path())
     seen: dict[str, float] = {}
 
     def progress(phase: str, t: float, detail: str) -> None:
@@ -156,7 +156,7 @@ def main() -> None:
                 "server": {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}}
         cluster_path = tmp / "cluster.yaml"
         cluster_path.write_text(yaml.safe_dump(spec))
-        model = load_model(default_model_path())
+        model = load_model(embedded_model_path())
         results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "ftcluster+mpicheck": [], "hand": []}
         for i in range(args.repeats):
             results["ftcluster"].append(ftcluster_once(cluster_path, tmp / "ws", args.nodes, mpi_check=False))

@@ -35,7 +35,7 @@ import report
 import yaml  # noqa: E402
 from launch_overhead import COLUMNS, ftcluster_once  # noqa: E402
 
-from ftcluster.spec import default_model_path, load_model  # noqa: E402
+from ftcluster.spec import embedded_model_path, load_model  # noqa: E402
 from tests.pyxis import bed, image  # noqa: E402
 
 TRITON = "/opt/tritonserver/bin/tritonserver"
@@ -97,7 +97,7 @@ def main() -> None:
                 "server": {"binary": TRITON, "ready_timeout": 120, "exit_grace": 10}}
         cluster_path = tmp / "cluster.yaml"
         cluster_path.write_text(yaml.safe_dump(spec))
-        model = load_model(default_model_path())
+        model = load_model(embedded_model_path())
         results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "ftcluster+mpicheck": [], "hand": []}
         try:
             for i in range(args.repeats):

@@ -829,12 +829,17 @@ def load_cluster(path: str | Path) -> ClusterSpec:
     return spec.model_copy(update={"source": str(p.resolve())})
 
 
+def with_values(cluster: ClusterSpec, values: dict[str, Any]) -> ClusterSpec:
+    """The spec with top-level values replaced (command-line overrides), each checked as the
+    spec's own would be; an error names the field."""
+    path = Path(cluster.source or "cluster.yaml")
+    data = {**cluster.model_dump(), **values}
+    return _validate(ClusterSpec, path, data).model_copy(update={"source": cluster.source})
+
+
 def with_image(cluster: ClusterSpec, image: str) -> ClusterSpec:
     """The spec with another container.image, checked as the spec's own value is."""
-    path = Path(cluster.source or "cluster.yaml")
-    data = cluster.model_dump()
-    data["container"]["image"] = image
-    return _validate(ClusterSpec, path, data).model_copy(update={"source": cluster.source})
+    return with_values(cluster, {"container": {**cluster.container.model_dump(), "image": image}})
 
 
 def load_model(path: str | Path) -> ModelSpec:
@@ -856,10 +861,26 @@ def load_model(path: str | Path) -> ModelSpec:
 
 
 def default_cluster_path() -> Path:
-    """The embedded default cluster: local processes on this machine."""
-    return package_path("demo", "local-cluster.yaml")
+    """The cluster spec used when none is named: $FTCLUSTER_CLUSTER, the user's config file, else
+    the embedded local cluster (ftcluster.defaults)."""
+    from ftcluster.defaults import default_path
+
+    return default_path("cluster")
 
 
 def default_model_path() -> Path:
-    """The embedded default model: the FT-shaped test model shipped with the package."""
+    """The model spec used when none is named: $FTCLUSTER_MODEL, the user's config file, else the
+    embedded FT-shaped test model."""
+    from ftcluster.defaults import default_path
+
+    return default_path("model")
+
+
+def embedded_cluster_path() -> Path:
+    """The embedded local cluster: ranks as local processes on this machine."""
+    return package_path("demo", "local-cluster.yaml")
+
+
+def embedded_model_path() -> Path:
+    """The embedded FT-shaped test model shipped with the package."""
     return package_path("demo", "model.yaml")

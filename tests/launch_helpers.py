@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ftcluster.launchers.local import port_free
-from ftcluster.spec import default_model_path
+from ftcluster.spec import embedded_model_path
 from ftcluster.status import rank_exit as state_rank_exit
 
 
@@ -60,7 +60,7 @@ def ftcluster(*args: str, env: dict[str, str] | None = None, timeout: float = 18
 
 def launch_json(cluster: Path, *extra: str, env: dict[str, str] | None = None,
                 model: Path | None = None, timeout: float = 180) -> tuple[int, dict[str, Any], str]:
-    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(model or default_model_path()),
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(model or embedded_model_path()),
                      "--json", *extra, env=env, timeout=timeout)
     try:
         data = json.loads(proc.stdout) if proc.stdout.strip() else {}

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("commands_plan", "Write launch scripts a person can read, edit and submit by hand."),
     "launch": ("commands_launch", "Plan, prepare, submit, wait for rank 0, run the client, report and clean up."),
     "status": ("commands_runs", "Queue state, per-rank state and endpoint of a run (default: the newest)."),
-    "stop": ("commands_runs", "Cancel a run's job and stop its servers (default: the newest run)."),
+    "stop": ("commands_runs", "Cancel a run's job and stop its servers (RUN left out: the newest run, once confirmed)."),
     "scale": ("commands_replicas", "Change a replica set's number of members while it serves."),
     "restart": ("commands_replicas", "Restart a replica set one member at a time, optionally with a new model or image."),
     "top": ("commands_top", "A serving run's requests/s, latency, queue, GPUs, health and restarts, refreshed (default: the newest run)."),
@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "Convert weights with FT's converter for the model type, for tensor_para_size GPUs."),
     "check-checkpoint": ("commands_convert",
                          "Check <checkpoint_root>/<gpus>-gpu/: config.ini fields, every shard, every file size."),
+    "config": ("commands_config", "Show or set the cluster and model spec used when --cluster/--model are left out."),
     "examples": ("commands_examples", "Write the example cluster and model specs into a folder (default: ./configs)."),
 }
 

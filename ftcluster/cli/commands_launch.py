@@ -166,9 +166,13 @@ def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: 
 
 def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
     """With a login_host in the cluster spec, run this very command on the login node."""
-    if not kw.get("cluster_path"):
+    from ftcluster.defaults import user_default
+
+    path = kw.get("cluster_path") or user_default("cluster")
+    if not path:
         return False
-    cluster = load_cluster(kw["cluster_path"])
+    cluster_path = str(path)
+    cluster = load_cluster(cluster_path)
     if not needs_forwarding(cluster):
         return False
     ctx = click.get_current_context()
@@ -184,7 +188,7 @@ def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
                                  cluster_source=cluster.source or "", scheduler="remote", style="remote",
                                  run_dir="", nodes=int(kw.get("nodes") or 1), model=model_name,
                                  job_id=None, status="REMOTE"))
-    rc = forward(cluster, args, {"--cluster": kw["cluster_path"], "--model": kw.get("model_path")})
+    rc = forward(cluster, args, {"--cluster": cluster_path, "--model": kw.get("model_path")})
     if rc:
         sys.exit(rc)
     return True

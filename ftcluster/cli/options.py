@@ -19,6 +19,7 @@ from ftcluster.spec import (
     default_model_path,
     load_cluster,
     load_model,
+    with_values,
 )
 
 
@@ -39,6 +40,11 @@ def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--gpus-per-node", type=count(None, MAX_GPUS_PER_NODE), default=None, help="Override the spec's gpus_per_node."),
         click.option("--tp", type=count(None), default=None, help="tensor_para_size (default: GPUs per node)."),
         click.option("--pp", type=count(None), default=None, help="pipeline_para_size (default: nodes)."),
+        click.option("--partition", "-p", default=None, help="Slurm partition (overrides the cluster spec's)."),
+        click.option("--account", "-A", default=None, help="Slurm account (overrides the cluster spec's)."),
+        click.option("--qos", "-q", default=None, help="Slurm QOS (overrides the cluster spec's)."),
+        click.option("--time", "-t", "time_limit", default=None,
+                     help="Time limit as Slurm takes it, e.g. 2:00:00 or 1-00 (overrides the spec's time_limit)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -47,9 +53,14 @@ def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def load_and_plan(
     cluster_path: str | None, model_path: str | None, nodes: int,
-    gpus_per_node: int | None, tp: int | None, pp: int | None, **_: Any,
+    gpus_per_node: int | None, tp: int | None, pp: int | None, partition: str | None = None,
+    account: str | None = None, qos: str | None = None, time_limit: str | None = None, **_: Any,
 ) -> Planned:
     cluster = load_cluster(cluster_path or default_cluster_path())
+    given = {k: v for k, v in (("partition", partition), ("account", account), ("qos", qos),
+                               ("time_limit", time_limit)) if v is not None}
+    if given:
+        cluster = with_values(cluster, given)
     model = load_model(model_path or default_model_path())
     plan = make_plan(cluster, model, nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp)
     return Planned(cluster, model, plan)

@@ -353,11 +353,11 @@ def test_weird_workspace_path(weird_tmp_path: Path, slurm_cluster: Any) -> None:
 def test_a_rendered_folder_submitted_by_hand_is_followed(spec_dir: Path, tmp_path: Path) -> None:
     """`render --out DIR`, then plain `sbatch DIR/scripts/job.sbatch` from another directory (a
     Slurm user's way): the job runs in its folder, and `status`, `logs` and `stop DIR` follow it."""
-    from ftcluster.spec import default_model_path
+    from ftcluster.spec import embedded_model_path
 
     cluster = _write_spec(spec_dir, setup=["export FTC_SITE_SETUP=ran"])
     out = spec_dir / "by-hand"
-    rendered = ftcluster("render", "--cluster", str(cluster), "--model", str(default_model_path()), "--nodes", "2",
+    rendered = ftcluster("render", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "2",
                          "--keep-serving", "--no-client", "--out", str(out))
     assert rendered.returncode == 0, rendered.stderr
     sub = subprocess.run(["sbatch", "--parsable", str(out / "scripts" / "job.sbatch")], cwd=tmp_path,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ftcluster.spec import default_model_path
+from ftcluster.spec import embedded_model_path
 from tests.launch_helpers import ftcluster, free_port_base, launch_json, processes_matching, wait_for, write_cluster
 
 LIVENESS = {"interval": 1, "deadline": 1, "failures": 2}
@@ -162,10 +162,10 @@ def test_replicas_are_refused_before_anything_runs(tmp_path: Path) -> None:
     # port_step 1: member 0's HTTP port is the balancer's gRPC port.
     cluster = write_cluster(tmp_path, ports={"http": base, "grpc": base + 1, "metrics": base + 2},
                             balancer={"port_step": 1})
-    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(default_model_path()), "--nodes", "1",
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "1",
                      "--keep-serving", "--replicas", "2")
     assert proc.returncode == 3 and "balancer.port_step" in proc.stderr and "Traceback" not in proc.stderr
-    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(default_model_path()), "--nodes", "1",
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "1",
                      "--replicas", "2")
     assert proc.returncode == 3 and "--replicas" in proc.stderr and "--keep-serving" in proc.stderr
     assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").iterdir())

@@ -17,7 +17,7 @@ from ftcluster.layout import RunPaths
 from ftcluster.plan import Plan, make_plan
 from ftcluster.runner import LocalRunner
 from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
-from ftcluster.spec import ClusterSpec, default_model_path, load_model
+from ftcluster.spec import ClusterSpec, embedded_model_path, load_model
 from ftcluster.store import RunStore
 from tests.fake_clock import START, FakeClock, World, most_in_a_minute
 from tests.helpers_specs import cluster
@@ -71,7 +71,7 @@ def _launch(tmp_path: Path, launcher: Scripted, clock: FakeClock | None = None,
             **opts: object) -> tuple[LaunchOutcome, list[tuple[str, str]]]:
     c = cluster(name="s", scheduler="slurm", partition="gpu", gpus_per_node=1, workspace=str(tmp_path / "ws"),
                 server={"binary": "/opt/tritonserver/bin/tritonserver"})
-    m = load_model(default_model_path())
+    m = load_model(embedded_model_path())
     shown: list[tuple[str, str]] = []
     launch = Launch(c, m, make_plan(c, m, 1), LaunchOptions(**opts),  # type: ignore[arg-type]
                     progress=lambda phase, t, detail: shown.append((phase, detail)),

@@ -12,7 +12,7 @@ import pytest
 from ftcluster.errors import UserError
 from ftcluster.plan import make_plan
 from ftcluster.probe import PROBE_SEQUENCE_ID, liveness_config
-from ftcluster.spec import ClientDefaults, Liveness, ModelSpec, default_model_path, load_model
+from ftcluster.spec import ClientDefaults, Liveness, ModelSpec, embedded_model_path, load_model
 from tests.helpers_specs import cluster
 from tests.unit.test_zoo import IDS, REPOS, make_checkpoint, spec_for
 
@@ -49,7 +49,7 @@ def test_one_token_in_one_token_out_for_every_type(repo: Path, model_type: str, 
 
 
 def test_an_ensemble_is_probed_through_the_ensemble() -> None:
-    demo = load_model(default_model_path())
+    demo = load_model(embedded_model_path())
     ensemble = demo.model_copy(update={"name": "ensemble", "repository": demo.repository.parent / "ensemble_repository"})
     header = _header(ensemble)
     assert header["what"].endswith("through ensemble")
@@ -57,7 +57,7 @@ def test_an_ensemble_is_probed_through_the_ensemble() -> None:
 
 
 def test_no_probe_when_turned_off_and_a_clear_refusal_when_none_can_be_made(tmp_path: Path) -> None:
-    demo = load_model(default_model_path())
+    demo = load_model(embedded_model_path())
     plan = make_plan(cluster(gpus_per_node=1), demo, 1)
     assert liveness_config(demo, plan, demo.client, Liveness(interval=0), 8002) is None
     broken = tmp_path / "repo" / demo.name

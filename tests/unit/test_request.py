@@ -22,7 +22,7 @@ from ftcluster.render import RenderOptions
 from ftcluster.request import JobRequest, build_request
 from ftcluster.runner import LocalRunner
 from ftcluster.slurm import JobInfo, JobState
-from ftcluster.spec import default_model_path, load_model
+from ftcluster.spec import embedded_model_path, load_model
 from ftcluster.store import RunRecord, RunStore
 from ftcluster.styles import LAUNCHERS, STYLES
 from tests.helpers_specs import cluster
@@ -33,7 +33,7 @@ SLURM = {"name": "s", "scheduler": "slurm", "partition": "gpu", "gpus_per_node":
 
 def _request(tmp_path: Path, **spec: object) -> JobRequest:
     c = cluster(**{**SLURM, "workspace": str(tmp_path / "ws"), **spec})
-    m = load_model(default_model_path())
+    m = load_model(embedded_model_path())
     paths = RunPaths("r1", tmp_path / "ws" / "r1")
     return build_request(c, m, make_plan(c, m, 1), paths, RenderOptions(tritonserver="/opt/t"))
 
@@ -88,7 +88,7 @@ def test_the_docker_launchers_make_and_remove_the_runs_keys(tmp_path: Path) -> N
     for spec, keys in (({"container": {"runtime": "docker", "image": "i:1"}}, True), ({}, False)):
         req = _request(tmp_path / str(keys), **spec)
         c = cluster(**{**SLURM, **spec})
-        write_run(req, c, None, make_plan(c, load_model(default_model_path()), 1))   # as `render --out` does
+        write_run(req, c, None, make_plan(c, load_model(embedded_model_path()), 1))   # as `render --out` does
         ssh = req.paths.state / "ssh"
         assert (ssh / "id_ed25519").is_file() == (ssh / "host_ed25519").is_file() == keys
         launcher_named(req.launcher).release_resources(req.paths)
@@ -117,7 +117,7 @@ class Recording(Launcher):
 
 def test_launch_submits_the_request_the_dry_run_printed(tmp_path: Path) -> None:
     c = cluster(**{**SLURM, "workspace": str(tmp_path / "ws")})
-    m = load_model(default_model_path())
+    m = load_model(embedded_model_path())
     plan = make_plan(c, m, 1)
     store = RunStore(tmp_path / "runs.sqlite")
     launch = Launch(c, m, plan, LaunchOptions(), store=store, launcher=Recording(LocalRunner()), run_id="r1")

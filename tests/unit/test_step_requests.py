@@ -31,7 +31,7 @@ from ftcluster.preflight import PreflightOptions, preflight_launch, report_from_
 from ftcluster.rank.preflight import GpuInfo, RankReport, build_report
 from ftcluster.render import RenderOptions
 from ftcluster.request import JobRequest, build_request
-from ftcluster.spec import default_model_path, load_model
+from ftcluster.spec import embedded_model_path, load_model
 from tests.helpers_specs import cluster
 from tests.unit.test_render import KNOWN_TEMPLATE_ISSUES
 
@@ -105,7 +105,7 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     assert next(f.text for f in req.files if f.path == "scripts/preflight.py") == \
         (REPO / "ftcluster" / "rank" / "preflight.py").read_text()
     # The container flags are the servers' own: the same flags a launch of this run id renders.
-    m = load_model(default_model_path())
+    m = load_model(embedded_model_path())
     c = _spec(tmp_path, container=PYXIS, server={"binary": "/opt/t"})
     serve = build_request(c, m, make_plan(c, m, 2), RunPaths("r1", req.paths.run_dir), RenderOptions(tritonserver="/opt/t"))
     flags = _job(req).cfg.container_flags
@@ -162,7 +162,7 @@ def test_local_preflight_under_mpirun_with_gpu_slices(tmp_path: Path) -> None:
 
 def _convert_req(tmp_path: Path, input_dir: str, **kw: Any) -> ConvertRequest:
     c = _spec(tmp_path, **kw)
-    m = load_model(default_model_path()).model_copy(update={"checkpoint_root": tmp_path / "ckpt"})
+    m = load_model(embedded_model_path()).model_copy(update={"checkpoint_root": tmp_path / "ckpt"})
     return ConvertRequest(c, m, 2, TEST_CONVERTER, input_dir, "python3")
 
 

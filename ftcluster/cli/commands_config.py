@@ -1,0 +1,56 @@
+"""`config`: the cluster and model spec commands use when none is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ftcluster.cli import cli
+from ftcluster.cli.output import echo_json
+
+
+@cli.command("config")
+@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Use this cluster spec when --cluster is left out.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Use this model spec when --model is left out.")
+@click.option("--unset", type=click.Choice(["cluster", "model"]), multiple=True,
+              help="Forget a default (the embedded one applies again).")
+@click.option("--json", "as_json", is_flag=True, help="Print the defaults as JSON.")
+def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[str, ...], as_json: bool) -> None:
+    """Show or set the cluster and model spec used when --cluster/--model are left out.
+
+    Order: the option, then $FTCLUSTER_CLUSTER / $FTCLUSTER_MODEL, then the config file
+    ($XDG_CONFIG_HOME/ftcluster/config.yaml, default ~/.config/ftcluster/config.yaml), then the
+    embedded local cluster and test model.
+
+    \b
+    Examples:
+      ftcluster config --cluster ~/specs/selene.yaml     # every command's cluster from now on
+      ftcluster config                                   # what applies, and from where
+      ftcluster config --unset cluster
+    """
+    from ftcluster.defaults import KEYS, config_path, default_with_source, write_config
+    from ftcluster.spec import load_cluster, load_model
+
+    changes: dict[str, str | None] = {key: None for key in unset}
+    if cluster_path:
+        load_cluster(cluster_path)   # a spec that loads, or the error now rather than at launch
+        changes["cluster"] = str(Path(cluster_path).resolve())
+    if model_path:
+        load_model(model_path)
+        changes["model"] = str(Path(model_path).resolve())
+    if changes:
+        write_config(changes)
+    shown = {}
+    for key in KEYS:
+        path, source = default_with_source(key)
+        shown[key] = {"path": str(path), "from": source}
+    if as_json:
+        from ftcluster.documents import document
+
+        echo_json(document("config", {"file": str(config_path()), **shown}))
+        return
+    for key, v in shown.items():
+        click.echo(f"{key}: {v['path']}  ({v['from']})")
