@@ -6,11 +6,12 @@ Light imports only (store, layout, the launcher of the run's kind): these start 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from ftcluster.cli import cli
-from ftcluster.cli.numbers import count
+from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import run_json
 from ftcluster.store import RunRecord, RunStore
@@ -151,18 +152,26 @@ def stop_cmd(run: str | None, replica: int | None, yes: bool) -> None:
 @cli.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see the README).")
 @click.option("--limit", type=count(), default=20, show_default=True)
-def list_cmd(as_json: bool, limit: int) -> None:
+@click.option("--status", "statuses", multiple=True, help="Only runs recorded with this status (SERVING, FAILED, ...).")
+@click.option("--cluster", "cluster_name", default=None, help="Only runs on this cluster (its spec's name).")
+@click.option("--model", "model_name", default=None, help="Only runs of this model.")
+def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name: str | None,
+             model_name: str | None) -> None:
     """Runs recorded in the local store, newest last, with the job state of those still live.
 
     The job states cost one scheduler query for all the runs listed.
 
     \b
-    Example:
+    Examples:
       ftcluster list --limit 5
+      ftcluster list --status SERVING --cluster selene
     """
     from ftcluster.status import live_states
 
-    runs = list(RunStore().all())[-limit:]
+    wanted = {s.upper() for s in statuses}
+    runs = [r for r in RunStore().all() if (not wanted or r.status in wanted)
+            and (cluster_name is None or r.cluster_name == cluster_name)
+            and (model_name is None or r.model == model_name)][-limit:]
     live = {run_id: info.state.value for run_id, info in live_states(runs).items()}
     if as_json:
         echo_json([run_json(r, live.get(r.run_id)) for r in runs])
@@ -175,3 +184,60 @@ def list_cmd(as_json: bool, limit: int) -> None:
         t.add_row(*(cell(v) for v in (r.run_id, r.cluster_name, r.nodes, r.job_id, r.status, live.get(r.run_id),
                                       r.run_dir)))
     console().print(t)
+
+
+@cli.command("prune")
+@click.option("--older-than", "days", type=seconds(high=100 * 365, zero_ok=True), default=30.0, show_default=True,
+              help="Days since the run was created.")
+@click.option("--yes", "-y", is_flag=True, help="Remove without asking.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+def prune_cmd(days: float, yes: bool, dry_run: bool) -> None:
+    """Remove ended runs older than N days: their run folders and records.
+
+    A run whose job may still live (recorded SUBMITTED or SERVING, and the scheduler does not
+    say it is gone) is kept, and so is a folder that is not the run's own (no scripts/ of
+    that run in it).
+
+    \b
+    Example:
+      ftcluster prune --older-than 14 --dry-run
+    """
+    import shutil
+    import time as _time
+
+    from ftcluster.status import LIVE_STATUSES, live_states
+
+    store = RunStore()
+    old = [r for r in store.all() if r.created < _time.time() - days * 86400 and r.scheduler != "remote"]
+    live = live_states([r for r in old if r.status in LIVE_STATUSES])
+    ended = [r for r in old if r.status not in LIVE_STATUSES or (r.run_id in live and live[r.run_id].gone)]
+    if not ended:
+        click.echo(f"no ended run older than {days:g} days")
+        return
+    for r in ended:
+        click.echo(f"{r.run_id}  {r.status}  {r.run_dir}")
+    if dry_run:
+        click.echo(f"{len(ended)} run(s) would be removed (--dry-run: nothing was)")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            from ftcluster.errors import UserError
+
+            raise UserError(f"{len(ended)} run(s) to remove", field="--yes", hint="add --yes (or --dry-run to look)")
+        click.confirm(f"remove these {len(ended)} run(s), folders and records?", abort=True, err=True)
+    for r in ended:
+        if r.run_dir and _names_run(Path(r.run_dir), r.run_id):
+            shutil.rmtree(r.run_dir, ignore_errors=True)
+        store.remove(r.run_id)
+    click.echo(f"removed {len(ended)} run(s)")
+
+
+def _names_run(folder: Path, run_id: str) -> bool:
+    """The folder is that run's own: its scripts/job.json names it (a record may point at a
+    path reused since)."""
+    import json
+
+    try:
+        return bool(json.loads((folder / "scripts" / "job.json").read_text()).get("run_id") == run_id)
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -147,3 +147,32 @@ def test_replica_commands_refuse_a_run_that_is_no_set(tmp_path: Path) -> None:
         assert out.returncode == 3 and "is not a replica set" in out.stderr and "Traceback" not in out.stderr, args
     bad = ftc("scale", rec.run_id, "--replicas", "0", state=tmp_path)
     assert bad.returncode == 2 and "--replicas" in bad.stderr
+
+
+def test_list_filters_and_prune(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = RunStore(state / "runs.sqlite")
+    runs = []
+    for i, status in enumerate(("COMPLETED", "FAILED", "SERVING", "COMPLETED")):
+        d = tmp_path / f"run{i}"
+        (d / "scripts").mkdir(parents=True)
+        rec = RunRecord(run_id=f"r{i}", created=time.time() - (40 if i < 3 else 1) * 86400, cluster_name="c" if i else "d",
+                        cluster_source="", scheduler="local", style="local", run_dir=str(d), nodes=1, model="m",
+                        job_id=None, status=status)
+        (d / "scripts" / "job.json").write_text(json.dumps({"run_id": rec.run_id}))
+        store.add(rec)
+        runs.append(rec)
+    listed = json.loads(ftc("list", "--json", "--status", "completed", "--cluster", "c", state=state).stdout)
+    assert [r["run_id"] for r in listed] == ["r3"]
+    # r2 may still serve (SERVING, no job to ask: kept); r3 is too young; r0 and r1 go.
+    dry = ftc("prune", "--older-than", "30", "--dry-run", state=state)
+    assert dry.returncode == 0 and "r0" in dry.stdout and "r1" in dry.stdout and "r2" not in dry.stdout
+    assert (tmp_path / "run0").is_dir()
+    refused = ftc("prune", "--older-than", "30", state=state)
+    assert refused.returncode == 3 and "--yes" in refused.stderr and (tmp_path / "run0").is_dir()
+    # A record whose folder is another run's now: the record goes, the folder stays.
+    (tmp_path / "run1" / "scripts" / "job.json").write_text(json.dumps({"run_id": "someone-else"}))
+    done = ftc("prune", "--older-than", "30", "--yes", state=state)
+    assert done.returncode == 0 and "removed 2 run(s)" in done.stdout
+    assert not (tmp_path / "run0").exists() and (tmp_path / "run1").is_dir() and (tmp_path / "run2").is_dir()
+    assert [r["run_id"] for r in json.loads(ftc("list", "--json", state=state).stdout)] == ["r2", "r3"]
