@@ -77,7 +77,8 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
 @cli.command("check-checkpoint")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec YAML.")
 @click.option("--gpus", type=count(), required=True, help="tensor_para_size the checkpoint must be for.")
-def check_checkpoint_cmd(model_path: str | None, gpus: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {folder, ok, problems} as JSON (exit 1 when not ok).")
+def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> None:
     """Check <checkpoint_root>/<gpus>-gpu/: config.ini fields, every shard, every file size.
 
     \b
@@ -86,6 +87,17 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int) -> None:
     """
     model = load_model(model_path or default_model_path())
     problems = checkpoint_problems(model.checkpoint_root, model.model_type, gpus)
+    if as_json:
+        import sys
+
+        from ftcluster.cli.output import echo_json
+        from ftcluster.documents import document
+
+        echo_json(document("checkpoint", {"folder": str(model.checkpoint_root / f"{gpus}-gpu"), "gpus": gpus,
+                                          "ok": not problems, "problems": problems}))
+        if problems:
+            sys.exit(1)
+        return
     for p in problems:
         click.echo(p)
     if problems:

@@ -109,7 +109,8 @@ def prepare_cmd(out: str, **kw: Any) -> None:
               help="Run folder to write (scripts/, model_repository/, logs/).")
 @click.option("--keep-serving", is_flag=True, help="Scripts keep serving after the client step.")
 @click.option("--no-client", is_flag=True, help="Scripts run no client step.")
-def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the run folder, its files and how to submit it as JSON.")
+def render_cmd(out: str, keep_serving: bool, no_client: bool, as_json: bool, **kw: Any) -> None:
     """Write launch scripts a person can read, edit and submit by hand.
 
     The run folder is the one `launch` would write: scripts, model repository, logs/, run.json
@@ -135,5 +136,11 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, **kw: Any) -> None
                           LaunchOptions(keep_serving=keep_serving, client=not no_client))
     with new_folder(run_dir):
         written = write_run(request, planned.cluster, planned.model, planned.plan)
+    if as_json:
+        from ftcluster.documents import document
+
+        echo_json(document("render", {"run_id": paths.run_id, "run_dir": str(run_dir),
+                                      "files": [str(p) for p in written], "submit": request.command()}))
+        return
     for path in written:
         click.echo(str(path))

@@ -96,7 +96,8 @@ def token_cmd(run: str | None) -> None:
 @click.option("--replica", type=count(0, 255), default=None,
               help="A replica set: stop this member alone (it leaves the balancer's rotation first).")
 @click.option("--yes", "-y", is_flag=True, help="Stop the newest run without asking (when RUN is left out).")
-def stop_cmd(run: str | None, replica: int | None, yes: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {stopped: [run objects], already_ended} as JSON.")
+def stop_cmd(run: str | None, replica: int | None, yes: bool, as_json: bool) -> None:
     """Cancel a run's job and stop its servers (RUN left out: the newest run, once confirmed).
 
     A replica set stops each member (out of the balancer's rotation first: requests in flight
@@ -107,8 +108,6 @@ def stop_cmd(run: str | None, replica: int | None, yes: bool) -> None:
       ftcluster stop gpt-20261121-101500-ab12
       ftcluster stop gpt-20261121-101500-ab12 --replica 1
     """
-    from ftcluster.status import LIVE_STATUSES, stop_run, successors
-
     store = RunStore()
     rec = store.get(run)
     if run is None and not yes:
@@ -119,34 +118,43 @@ def stop_cmd(run: str | None, replica: int | None, yes: bool) -> None:
             raise UserError(f"no RUN given: the newest is {rec.run_id}", field="RUN",
                             hint=f"name it (ftcluster stop {rec.run_id}) or add --yes")
         click.confirm(f"stop run {rec.run_id} (job {rec.job_id}, {rec.status})?", abort=True, err=True)
-    if forward_record(rec, ["stop", rec.run_id, "--yes"] + (["--replica", str(replica)] if replica is not None else [])):
+    if forward_record(rec, ["stop", rec.run_id, "--yes"] + (["--replica", str(replica)] if replica is not None else [])
+                      + (["--json"] if as_json else [])):
         return
-    if rec.style != "front" and rec.job_id and replica is None:
-        from ftcluster.launchers import launcher_for_record
-        from ftcluster.status import paths_of
+    stopped, ended = _stop(rec, store, replica)
+    if as_json:
+        echo_json({"schema_version": 2, "kind": "stop", "stopped": [run_json(r) for r in stopped],
+                   "already_ended": ended})
+        return
+    if ended:
+        click.echo(f"run {rec.run_id} has already ended ({ended}); nothing was stopped")
+    for r in stopped:
+        click.echo(f"stopped run {r.run_id} (job {r.job_id})")
 
-        info = launcher_for_record(rec).info(rec.job_id, paths_of(rec))
-        if info.gone and not [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]:
-            click.echo(f"run {rec.run_id} has already ended (job {rec.job_id}: {info.raw_state or info.state.value}); "
-                       "nothing was stopped")
-            return
+
+def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[RunRecord], str | None]:
+    """Stop a run (a replica set: its members, or one), its successors too; the runs stopped, and
+    for a run that had ended already, its job's end in words."""
+    from ftcluster.status import LIVE_STATUSES, stop_run, successors
+
     if rec.style == "front":
         from ftcluster.replica_set import stop_set
 
-        for r in stop_set(rec, store, replica):
-            click.echo(f"stopped run {r.run_id} (job {r.job_id})")
-        return
+        return stop_set(rec, store, replica), None
     if replica is not None:
         from ftcluster.errors import UserError
 
         raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
     # Its successors too (a hand-over before the time limit): the one serving now, or pending.
     later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
-    rec = stop_run(rec, store)
-    click.echo(f"stopped run {rec.run_id} (job {rec.job_id})")
-    for r in later:
-        r = stop_run(r, store)
-        click.echo(f"stopped its successor run {r.run_id} (job {r.job_id})")
+    if rec.job_id and not later:
+        from ftcluster.launchers import launcher_for_record
+        from ftcluster.status import paths_of
+
+        info = launcher_for_record(rec).info(rec.job_id, paths_of(rec))
+        if info.gone:
+            return [], f"job {rec.job_id}: {info.raw_state or info.state.value}"
+    return [stop_run(r, store) for r in (rec, *later)], None
 
 
 @cli.command("list")

@@ -176,3 +176,19 @@ def test_list_filters_and_prune(tmp_path: Path) -> None:
     assert done.returncode == 0 and "removed 2 run(s)" in done.stdout
     assert not (tmp_path / "run0").exists() and (tmp_path / "run1").is_dir() and (tmp_path / "run2").is_dir()
     assert [r["run_id"] for r in json.loads(ftc("list", "--json", state=state).stdout)] == ["r2", "r3"]
+
+
+def test_json_of_stop_render_and_check_checkpoint(live_run: tuple[Path, RunRecord], tmp_path: Path) -> None:
+    state, rec = live_run
+    stopped = json.loads(ftc("stop", rec.run_id, "--json", state=state).stdout)
+    assert stopped["kind"] == "stop" and [r["run_id"] for r in stopped["stopped"]] == [rec.run_id]
+    again = json.loads(ftc("stop", rec.run_id, "--json", state=state).stdout)
+    assert again["stopped"] == [] and again["already_ended"]
+    out = tmp_path / "rendered"
+    rendered = json.loads(ftc("render", "--nodes", "2", "--out", str(out), "--json", state=state).stdout)
+    assert rendered["kind"] == "render" and rendered["run_dir"] == str(out) and rendered["submit"].startswith("cd ")
+    assert str(out / "scripts" / "job.json") in rendered["files"]
+    ck = ftc("check-checkpoint", "--gpus", "2", "--json", state=state)
+    doc = json.loads(ck.stdout)
+    assert doc["kind"] == "checkpoint" and doc["gpus"] == 2 and doc["folder"].endswith("2-gpu")
+    assert ck.returncode == (0 if doc["ok"] else 1)
