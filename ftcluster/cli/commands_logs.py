@@ -7,6 +7,7 @@ import sys
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.output import complete_run
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
 from ftcluster.errors import EXIT_FAILED, UserError
@@ -19,7 +20,7 @@ from ftcluster.styles import STEP_STYLES
 
 
 @cli.command("logs")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Follow new lines until the job ends.")
 @click.option("--rank", type=count(0), default=None, help="Only this rank's server log.")
 @click.option("--all", "all_ranks", is_flag=True, help="Every rank's server log (the default).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.output import complete_run
 from ftcluster.cli.commands_launch import _progress
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
@@ -21,7 +22,7 @@ def _set(run: str | None) -> RunRecord:
 
 
 @cli.command("scale")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--replicas", type=count(1, 256), required=True, help="The number of members from now on.")
 def scale_cmd(run: str | None, replicas: int) -> None:
     """Change a replica set's number of members while it serves.
@@ -44,7 +45,7 @@ def scale_cmd(run: str | None, replicas: int) -> None:
 
 
 @cli.command("restart")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--model", "model_path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Serve this model spec from now on (the same node count).")
 @click.option("--image", default=None, help="Run this container image from now on (container.image).")

@@ -8,12 +8,12 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
-from ftcluster.cli.output import echo_json
+from ftcluster.cli.output import complete_run, echo_json
 from ftcluster.store import RunStore
 
 
 @cli.command("report")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write throughput, latency and GPU use over time (restarts marked) to a .png/.svg/.pdf "
                    "(the `plot` extra: matplotlib).")

@@ -12,7 +12,7 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
-from ftcluster.cli.output import cell, console, echo_json, table
+from ftcluster.cli.output import cell, complete_run, console, echo_json, table
 from ftcluster.documents import run_json
 from ftcluster.store import RunRecord, RunStore
 
@@ -31,7 +31,7 @@ def forward_record(rec: RunRecord, args: list[str]) -> bool:
 
 
 @cli.command("status")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--json", "as_json", is_flag=True, help="Print the status object as JSON (see the README).")
 def status_cmd(run: str | None, as_json: bool) -> None:
     """Queue state, per-rank state and endpoint of a run (default: the newest).
@@ -66,7 +66,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
 
 
 @cli.command("token")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 def token_cmd(run: str | None) -> None:
     """Print a private run's token, which its clients send (default: the newest run).
 
@@ -92,7 +92,7 @@ def token_cmd(run: str | None) -> None:
 
 
 @cli.command("stop")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--replica", type=count(0, 255), default=None,
               help="A replica set: stop this member alone (it leaves the balancer's rotation first).")
 @click.option("--yes", "-y", is_flag=True, help="Stop the newest run without asking (when RUN is left out).")

@@ -11,7 +11,7 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import seconds
-from ftcluster.cli.output import echo_json
+from ftcluster.cli.output import complete_run, echo_json
 from ftcluster.store import RunRecord, RunStore
 
 
@@ -65,7 +65,7 @@ def render(view: dict[str, Any]) -> Any:
 
 
 @cli.command("top")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--once", is_flag=True, help="Print the figures once and exit.")
 @click.option("--every", "every", type=seconds(), default=2.0, show_default=True, help="Seconds between refreshes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the `top` object once as JSON.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.output import complete_run
 from ftcluster.cli.numbers import DAY, seconds, tcp_port
 from ftcluster.errors import UserError
 
@@ -12,7 +13,7 @@ CHECK_S = 30.0   # one `status` on the login node every half minute; the tunnel 
 
 
 @cli.command("tunnel")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--local-port", type=tcp_port(), default=None,
               help="The port on this machine (default: the endpoint's own port).")
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)

@@ -45,3 +45,17 @@ def cell(value: Any) -> Any:
     from rich.text import Text
 
     return Text("" if value is None else str(value))
+
+
+def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a RUN argument: the recorded run ids, newest first (the store only;
+    no scheduler is asked at a TAB)."""
+    from click.shell_completion import CompletionItem
+
+    from ftcluster.store import RunStore
+
+    try:
+        runs = list(RunStore().all())
+    except Exception:  # noqa: BLE001  (a TAB never shows a traceback)
+        return []
+    return [CompletionItem(r.run_id, help=r.status) for r in reversed(runs) if r.run_id.startswith(incomplete)]

@@ -192,3 +192,13 @@ def test_json_of_stop_render_and_check_checkpoint(live_run: tuple[Path, RunRecor
     doc = json.loads(ck.stdout)
     assert doc["kind"] == "checkpoint" and doc["gpus"] == 2 and doc["folder"].endswith("2-gpu")
     assert ck.returncode == (0 if doc["ok"] else 1)
+
+
+def test_run_ids_complete(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    for name in ("gpt-a", "gpt-b", "bert-c"):
+        record(state, tmp_path / name, None)
+    env = {**os.environ, "FTCLUSTER_STATE_DIR": str(state), "_FTCLUSTER_COMPLETE": "bash_complete",
+           "COMP_WORDS": "ftcluster logs gpt", "COMP_CWORD": "2"}
+    out = subprocess.run([sys.executable, "-m", "ftcluster"], capture_output=True, text=True, env=env, check=False)
+    assert out.stdout.split() == ["plain,gpt-b", "plain,gpt-a"], out
