@@ -6,6 +6,7 @@ Light on purpose (no rich at import): `list`, `status` and `logs` import it at s
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,11 @@ def table(title: str | None = None, columns: tuple[str, ...] = (), show_header: 
     """A table whose cells are never wrapped or cut where the console is wide enough."""
     from rich.table import Table
 
+    # NO_COLOR (no-color.org) asks for no styling at all: rich drops colours but keeps a title's italics.
+    plain = bool(os.environ.get("NO_COLOR"))
     t = Table(title=title, show_header=show_header and bool(columns))
+    if plain:
+        t.title_style = t.header_style = "none"
     for col in columns or ("key", "value"):
         t.add_column(col, overflow="fold")
     return t

@@ -202,3 +202,12 @@ def test_run_ids_complete(tmp_path: Path) -> None:
            "COMP_WORDS": "ftcluster logs gpt", "COMP_CWORD": "2"}
     out = subprocess.run([sys.executable, "-m", "ftcluster"], capture_output=True, text=True, env=env, check=False)
     assert out.stdout.split() == ["plain,gpt-b", "plain,gpt-a"], out
+
+
+def test_no_color_means_no_styling(live_run: tuple[Path, RunRecord]) -> None:
+    """NO_COLOR (no-color.org): no escape sequence at all, italics included, even on a terminal."""
+    state, rec = live_run
+    cmd = f"{sys.executable} -m ftcluster status {rec.run_id}"
+    env = {**os.environ, "FTCLUSTER_STATE_DIR": str(state), "NO_COLOR": "1", "TERM": "xterm"}
+    out = subprocess.run(["script", "-qc", cmd, "/dev/null"], capture_output=True, text=True, env=env, check=False)
+    assert f"run {rec.run_id}" in out.stdout and "\x1b[" not in out.stdout, repr(out.stdout[:300])
