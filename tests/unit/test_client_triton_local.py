@@ -61,6 +61,12 @@ def test_racing_builders_get_one_complete_bundle(tmp_path: Path) -> None:
     assert (bundle / "backends" / "python" / "libtriton_python.so").is_file()
     # No temp folders left behind by the losers.
     assert [p.name for p in bundle.parent.iterdir()] == [bundle.name]
+    # The wheel's files are hard-linked where the cache shares its filesystem: no 22 MB per venv.
+    pytriton = triton_local._pytriton_dir()
+    assert pytriton is not None
+    real, linked = (pytriton / "tritonserver" / "bin" / "tritonserver").stat(), (bundle / "bin" / "tritonserver").stat()
+    if real.st_dev == linked.st_dev:
+        assert real.st_ino == linked.st_ino
 
 
 def test_perf_analyzer_env_finds_its_libs() -> None:
