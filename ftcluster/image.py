@@ -127,7 +127,9 @@ def check_backend(ft_backend: Path) -> Path:
 
 def docker_client() -> Any:
     """A Docker SDK client for DOCKER_HOST (or the default socket), with a clear error."""
-    import docker
+    from ftcluster.extras import need
+
+    docker = need("docker", "the Docker SDK (image build, serve, down)")
     from docker.errors import DockerException
 
     try:

@@ -47,8 +47,10 @@ class SshTarget:
 
 
 def connect(target: SshTarget, field: str = "login_host", timeout: float = 20) -> Any:
-    import fabric
-    import paramiko
+    from ftcluster.extras import need
+
+    fabric = need("fabric", "SSH (login_host, the ssh scheduler, tunnel)")
+    paramiko = need("paramiko", "SSH (login_host, the ssh scheduler, tunnel)")
 
     kwargs: dict[str, Any] = {}
     if target.identity_file:

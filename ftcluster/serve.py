@@ -49,7 +49,9 @@ def sdk_kwargs(svc: ServiceSpec) -> dict[str, Any]:
 
 
 def docker_client(docker_host: str | None) -> Any:
-    import docker
+    from ftcluster.extras import need
+
+    docker = need("docker", "the Docker SDK (serve, down)")
 
     try:
         client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()

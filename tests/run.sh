@@ -14,5 +14,5 @@ if [ "$(id -u)" = 0 ]; then
 fi
 # A fresh environment's pip (23.x) may not resolve the extras' pins: bring pip up to date first.
 python3 -m pip install -q --disable-pip-version-check --upgrade pip
-python3 -m pip install -q --disable-pip-version-check -e '.[cpu-triton,mpi,gateway,text,plot,dev]'
+python3 -m pip install -q --disable-pip-version-check -e '.[cpu-triton,client,ssh,docker,gateway,text,plot,dev]'
 exec python3 -m pytest "$@"

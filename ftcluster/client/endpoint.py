@@ -79,15 +79,17 @@ class AsyncTriton:
     def __init__(self, endpoint: Endpoint, max_connections: int = 100):
         self.endpoint = endpoint
         self.protocol = endpoint.protocol
+        from ftcluster.extras import need
+
         if self.protocol == "http":
-            import tritonclient.http as mod
+            mod = need("tritonclient.http", "the Triton client over HTTP")
             from tritonclient.http import aio
 
             self._mod: Any = mod
             self._client: Any = aio.InferenceServerClient(
                 endpoint.url, conn_limit=max_connections, conn_timeout=endpoint.timeout_s)
         else:
-            import tritonclient.grpc as gmod
+            gmod = need("tritonclient.grpc", "the Triton client over gRPC")
             import tritonclient.grpc.aio as gaio
 
             self._mod = gmod
