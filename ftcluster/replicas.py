@@ -127,8 +127,10 @@ def front_config(cluster: ClusterSpec, listen_host: str) -> dict[str, Any]:
     HTTP addresses, of "grpc" their gRPC ones). Admin on a 0600 unix socket, nothing persisted."""
     private = access_of(cluster) == "private"
     b = cluster.balancer
+    # A short try_interval: a request whose member refused it (a closed door) is sent on within
+    # 50 ms, and few requests wait in a retry at any moment (a config load would end them).
     lb = {"selection_policy": {"policy": "least_conn"}, "try_duration": f"{b.retry_for:g}s",
-          "try_interval": "250ms",
+          "try_interval": "50ms",
           # A request whose member failed mid-way (a killed world) is sent again to another.
           "retry_match": [{"method": ["GET", "HEAD", "POST"]}]}
     # A member that refused a connection is passed over for a while (its job takes it out of

@@ -3,9 +3,9 @@
 Runs as the front run's one job step (on one node; standard library only, Python 3.8:
 `python3 scripts/ftcluster_job front scripts/front.json`). Every `poll` seconds it reads each
 member's state/rotation (written by the member's own job from its liveness verdict), following
-a member's successors (its events name them). The upstreams are the members' addresses: when
-those change (a member added, stopped, restarted elsewhere or succeeded), it loads Caddy's config
-with them through Caddy's admin API on a 0600 unix socket. In and out of rotation is the
+a member's successors (its events name them). The upstreams are the members' addresses: when one
+is added (a member started, restarted elsewhere or succeeded), it loads Caddy's config with them
+through Caddy's admin API on a 0600 unix socket (a gone address goes with the next load). In and out of rotation is the
 member's own proxy opening and closing (rotation.py): no config load, which Caddy cannot do
 without giving up on the retries of requests in flight. state/rotation.json says what is in
 rotation (`status` reads it).
@@ -76,6 +76,14 @@ def successors(run_dir: str) -> List[str]:
         chain.append(nxt)
         seen.add(nxt)
         here = nxt
+
+
+def needs_load(applied: List[Tuple[str, int, int]], wanted: List[Tuple[str, int, int]]) -> bool:
+    """Only an address to add loads a config. One that went (a member stopped, ended or moved)
+    refuses connections, is passed over, and goes with the next load: a load gives up the
+    retries of requests in flight, and a request that a gone member refused waits try_interval
+    before its retry."""
+    return bool(set(wanted) - set(applied))
 
 
 class CaddyAdmin(http.client.HTTPConnection):
@@ -185,7 +193,7 @@ class Front:
                     raise SystemExit("ftcluster: the balancer (Caddy) kept exiting; see logs/front_caddy.log")
             self.applied = ups
             self.start_caddy()
-        elif ups != self.applied:
+        elif needs_load(self.applied or [], ups):
             self.admin("POST", "/load", json.dumps(self.config(ups)).encode())
             self.applied = ups
             print(f"ftcluster: members at {' '.join(f'{h}:{p}' for h, p, _ in ups) or 'none'}", flush=True)
@@ -194,8 +202,8 @@ class Front:
             self.said = in_rotation
             print(f"ftcluster: in rotation: {' '.join(in_rotation) or 'none'}", flush=True)
         write_json(os.path.join(self.state, "rotation.json"),
-                   {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in ups], "in_rotation": in_rotation,
-                    "members": seen})
+                   {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in self.applied or []],
+                    "in_rotation": in_rotation, "members": seen})
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ftcluster.job.front import Front, ended, successors
+from ftcluster.job.front import Front, ended, needs_load, successors
 from ftcluster.plan import Plan, RankSlot
 from ftcluster.proxy import caddy_config, loopback_ports
 from ftcluster.replicas import GRPC_UNARY_RETRIED, front_config, member_cluster, member_id, replica_problems
@@ -129,3 +129,11 @@ def test_the_front_follows_members_and_successors(tmp_path: Path) -> None:
     dials = [u["dial"] for r in _servers(cfg)["grpc"]["routes"] for h in r["handle"] if h["handler"] == "reverse_proxy"
              for u in h["upstreams"]]
     assert dials == ["n1:8021", "n3:8041", "n5:8021"] * 2
+
+
+def test_only_an_added_address_loads_a_config() -> None:
+    a, b, c = ("n1", 8020, 8021), ("n2", 8040, 8041), ("n3", 8020, 8021)
+    assert needs_load([a], [a, b])              # a member started
+    assert needs_load([a, b], [a, c])           # one moved: c is new
+    assert not needs_load([a, b], [a])          # one went: passed over until the next load
+    assert not needs_load([a, b], [b, a])
