@@ -70,7 +70,8 @@ class Load:
         out, err = self.proc.communicate(timeout=240)
         assert out.strip(), err
         step = json.loads(out)["steps"][0]
-        return {"requests": step["requests"], "errors": step["errors"], "rc": self.proc.returncode, "err": err[-2000:]}
+        return {"requests": step["requests"], "errors": step["errors"], "first_error": step.get("first_error"),
+                "rc": self.proc.returncode, "err": err[-2000:]}
 
 
 @pytest.mark.triton
