@@ -113,6 +113,9 @@ class RunStore:
         """A run by id, unique id prefix or Slurm job id; the newest run when key is None."""
         runs = list(self.all())
         if not runs:
+            adopted = self._adopt(key) if key else None
+            if adopted is not None:
+                return adopted
             raise UserError("no runs recorded yet", hint="start one with `ftcluster launch`")
         if key is None:
             # A replica set's members are the set's: the newest run of one's own choosing.

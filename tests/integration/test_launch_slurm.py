@@ -367,7 +367,9 @@ def test_a_rendered_folder_submitted_by_hand_is_followed(spec_dir: Path, tmp_pat
         def serving() -> bool:
             st = ftcluster("status", str(out), "--json")
             return st.returncode == 0 and json.loads(st.stdout)["phase"] == "serving"
-        assert wait_for(serving, 90, interval=1), ftcluster("status", str(out)).stdout
+        assert wait_for(serving, 90, interval=1), (ftcluster("status", str(out)).stdout
+                                                   + ftcluster("status", str(out)).stderr
+                                                   + "".join(p.read_text()[-2000:] for p in (out / "logs").glob("*")))
         st = json.loads(ftcluster("status", str(out), "--json").stdout)
         assert st["job_id"] == job and st["state"] == "RUNNING" and st["run_dir"] == str(out.resolve())
         assert list((out / "logs").glob(f"slurm-{job}.out"))   # its log in its own folder

@@ -145,7 +145,8 @@ child=$!
 children_of() {
   local f line rest
   for f in /proc/[0-9]*/stat; do
-    read -r line <"$f" 2>/dev/null || continue
+    # stderr first: a process gone since the glob is no message in the log
+    read -r line 2>/dev/null <"$f" || continue
     rest=${line##*) }
     rest=${rest#* }
     if [ "${rest%% *}" = "$1" ]; then f=${f#/proc/}; printf '%s\n' "${f%/stat}"; fi
@@ -160,7 +161,7 @@ load_progress() {
     for p in "$child" $(children_of "$child"); do
       while read -r k v; do
         [ "$k" = "rchar:" ] && [[ $v =~ ^[0-9]+$ ]] && got=$((got + v))
-      done <"/proc/$p/io" 2>/dev/null
+      done 2>/dev/null <"/proc/$p/io"
     done
     logsize=$(stat -c %s "$log" 2>/dev/null || echo 0)
     gpu=0
