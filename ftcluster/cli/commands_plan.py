@@ -74,8 +74,10 @@ def new_folder(out: Path, option: str = "--out") -> Iterator[Path]:
 def plan_cmd(as_json: bool, **kw: Any) -> None:
     """Check and print the parallel plan for a cluster, a model and a node count.
 
+    After `ftcluster examples`: demo.yaml is the shipped test model, gpt.yaml points at yours.
+
     \b
-    Examples (after `ftcluster examples`; demo.yaml is the shipped test model, gpt.yaml points at yours):
+    Example:
       ftcluster plan --cluster configs/clusters/pyxis.yaml --model configs/models/demo.yaml --nodes 2
       ftcluster plan --cluster configs/clusters/pyxis.yaml --model configs/models/gpt.yaml --nodes 2
     """
@@ -117,7 +119,7 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, as_json: bool, **k
     and, for Docker, the run's ssh keys.
 
     \b
-    Example (demo.yaml: the shipped test model; gpt.yaml points at yours):
+    Example:
       ftcluster render --cluster configs/clusters/slurm-bare.yaml --model configs/models/demo.yaml \\
           --nodes 2 --out /shared/runs/demo-2n && sbatch /shared/runs/demo-2n/scripts/job.sbatch
       ftcluster status /shared/runs/demo-2n

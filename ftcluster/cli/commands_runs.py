@@ -151,8 +151,9 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
         from ftcluster.launchers import launcher_for_record
         from ftcluster.status import paths_of
 
-        info = launcher_for_record(rec).info(rec.job_id, paths_of(rec))
-        if info.gone:
+        launcher = launcher_for_record(rec)
+        info = launcher.info(rec.job_id, paths_of(rec))
+        if info.gone and launcher.identifies(rec.job_id):
             return [], f"job {rec.job_id}: {info.raw_state or info.state.value}"
     return [stop_run(r, store) for r in (rec, *later)], None
 

@@ -60,6 +60,10 @@ class Launcher(ABC):
         """Several jobs' states by job id; a scheduler that can be asked once for all overrides this."""
         return {job_id: self.info(job_id, paths) for job_id, paths in jobs}
 
+    def identifies(self, job_id: str) -> bool:
+        """Whether `info` about this job id can be trusted to say it has ended."""
+        return True
+
     @abstractmethod
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         """Stop the job and everything it started; returns when it is gone (or after grace)."""

@@ -87,6 +87,10 @@ class LocalLauncher(Launcher):
             return child.poll() is None
         return job.alive(script)
 
+    def identifies(self, job_id: str) -> bool:
+        # An id without a start time (an older ftcluster's) says nothing for sure about its pid.
+        return _job_process(job_id) is not None
+
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:
         # None from the "scheduler": the ranks' own host files name this machine, running or
         # ended alike (127.0.0.1, where they listen).

@@ -311,7 +311,7 @@ def test_sbatch_header() -> None:
     text = render_style("pyxis", nodes=3).files["job.sbatch"]
     header = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
     for want in ("--nodes=3", "--ntasks-per-node=1", "--partition=batch", "--account=proj", "--time=02:00:00",
-                 "--output=logs/slurm-%j.out", "--gpus-per-node=8", "--exclusive"):
+                 f"--chdir={RUN_DIR}", f"--output={RUN_DIR}/logs/slurm-%j.out", "--gpus-per-node=8", "--exclusive"):
         assert f"#SBATCH {want}" in header
     assert any(h.startswith("#SBATCH --job-name=ftc-ensemble-gpt-2n") for h in header)
     assert all(" " not in h[len("#SBATCH "):] for h in header), "sbatch does not parse quoting"
