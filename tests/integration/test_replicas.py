@@ -195,15 +195,7 @@ def test_two_replicas_of_two_nodes_on_slurm(slurm_cluster: Any, shared_tmp: Path
     """Bare Slurm, 2 replicas x 2 nodes (the CPU bed's nodes are shared), private: a member's
     rank 1 frozen and the other's rank 0 killed under load, then a rolling restart under load:
     no request fails; stop ends every job."""
-    from tests.integration.test_launch_slurm import _write_spec
-
-    cluster = _write_spec(shared_tmp, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
-                                              "liveness": LIVENESS, "restarts": 5, "restart_backoff": 1},
-                          balancer={"port_step": 20})
-    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", "--replicas", "2",
-                               timeout=300)
-    assert rc == 0 and out["ok"], err
-    set_id = out["run_id"]
+    set_id = _slurm_set(shared_tmp, 2, restarts=5, restart_backoff=1)
     jobs: list[str] = []
     try:
         st = _status(set_id)
@@ -245,6 +237,18 @@ def test_two_replicas_of_two_nodes_on_slurm(slurm_cluster: Any, shared_tmp: Path
         _stop_leaving_nothing(set_id, jobs)
 
 
+def _slurm_set(folder: Path, nodes: int, **server: Any) -> str:
+    """Two replicas of `nodes` nodes each on the bare Slurm test bed, serving; the set's run id."""
+    from tests.integration.test_launch_slurm import _write_spec
+
+    cluster = _write_spec(folder, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
+                                          "liveness": LIVENESS, **server}, balancer={"port_step": 20})
+    rc, out, err = launch_json(cluster, "--nodes", str(nodes), "--keep-serving", "--no-client", "--replicas", "2",
+                               timeout=300)
+    assert rc == 0 and out["ok"], err
+    return str(out["run_id"])
+
+
 def _stop_leaving_nothing(set_id: str, jobs: list[str]) -> None:
     from tests.integration.test_launch_slurm import _job_gone
 
@@ -265,14 +269,9 @@ def test_a_members_hand_over_before_its_time_limit_loses_no_request(slurm_cluste
     """Slurm's notice of a member's time limit (USR1 to its batch shell, as --signal=B:USR1@lead
     sends it): the member's successor starts on another node, joins the rotation, and the old
     member leaves it and ends, under load: no request fails, the endpoint stays."""
-    from tests.integration.test_launch_slurm import _job_gone, _write_spec
+    from tests.integration.test_launch_slurm import _job_gone
 
-    cluster = _write_spec(shared_tmp, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
-                                              "liveness": LIVENESS}, balancer={"port_step": 20})
-    rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client", "--replicas", "2",
-                               timeout=300)
-    assert rc == 0 and out["ok"], err
-    set_id = out["run_id"]
+    set_id = _slurm_set(shared_tmp, 1)
     jobs: list[str] = []
     try:
         st = _status(set_id)
