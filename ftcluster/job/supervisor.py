@@ -23,7 +23,7 @@ from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Uni
 from .config import PROXY_TOKEN_ENV, JobConfig
 from .handover import HandOver
 from .liveness import Liveness
-from .metrics import Sampler
+from .metrics import Sampler, gpu_words
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
@@ -465,7 +465,8 @@ class Job:
             self.mend_proxy()
             if fault:
                 self.leave_rotation(fault)
-                return f"{fault}; last log lines: {self.ranks.last_words()}"
+                gpus = gpu_words(self.cfg.state, self.cfg.nodes)
+                return f"{fault}; last log lines: {self.ranks.last_words()}" + (f"; GPUs: {gpus}" if gpus else "")
             if self.rotation is not None and live is not None:
                 # Out of rotation at the first missed probe, back in at the next answer: the
                 # balancer sends nothing to a world that may hang while the verdict is out.

@@ -143,3 +143,20 @@ def test_report_plots_a_history(tmp_path: Path) -> None:
     plot(hist, "run r", str(out))
     img = imread(str(out))
     assert img.shape[0] > 200 and img.shape[1] > 200 and float(img.std()) > 0.01   # an image, not blank
+
+
+def test_a_hangs_message_names_the_gpus(tmp_path: Path) -> None:
+    from ftcluster.job.metrics import gpu_words
+
+    (tmp_path / "gpu-rank1.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text().split("\n", 1)[1])
+    assert gpu_words(str(tmp_path), 2) == "rank 1: GPU 0 0% busy, 0 MiB"
+    os.utime(tmp_path / "gpu-rank1.csv", (time.time() - 600, time.time() - 600))
+    assert gpu_words(str(tmp_path), 2) == ""   # stale samples say nothing about now
+
+
+def test_one_gpu_sample_is_enough(tmp_path: Path) -> None:
+    from ftcluster.job.metrics import gpu_words
+
+    line = (DATA / "nvidia_smi_h200.csv").read_text().splitlines()[-1]
+    (tmp_path / "gpu-rank0.csv").write_text(line + "\n")
+    assert gpu_words(str(tmp_path), 1) == "rank 0: GPU 0 0% busy, 0 MiB"
