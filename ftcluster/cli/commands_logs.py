@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -31,8 +32,11 @@ from ftcluster.styles import STEP_STYLES
               help="The server logs of an earlier incarnation (0: before the first restart).")
 @click.option("--replica", type=count(0, 255), default=None,
               help="A replica set: this member's logs (default: the balancer's own).")
+@click.option("--json", "as_json", is_flag=True,
+              help='One JSON object per line: {"source": "rank0 node1", "line": "..."} (JSON Lines).')
 def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, tail_n: int | None,
-             server_only: bool, client_only: bool, incarnation: int | None, replica: int | None) -> None:
+             server_only: bool, client_only: bool, incarnation: int | None, replica: int | None,
+             as_json: bool) -> None:
     """Server logs (per rank) and the client log of a run (default: the newest run).
 
     With -f, follows until the job ends; the exit code is 0 when the job completed.
@@ -51,7 +55,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     flags = (["-f"] if follow_ else []) + (["--rank", str(rank)] if rank is not None else []) \
         + (["--all"] if all_ranks else []) + (["--tail", str(tail_n)] if tail_n is not None else []) \
         + (["--server"] if server_only else []) + (["--client"] if client_only else []) \
-        + (["--incarnation", str(incarnation)] if incarnation is not None else [])
+        + (["--incarnation", str(incarnation)] if incarnation is not None else []) \
+        + (["--json"] if as_json else [])
     if forward_record(rec, ["logs", rec.run_id, *flags]):
         return
     if rank is not None and not 0 <= rank < rec.nodes:
@@ -76,7 +81,10 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     labelled = len(srcs) > 1
 
     def emit(src: LogSource, line: str) -> None:
-        click.echo(f"[{src.label}] {line}" if labelled else line)
+        if as_json:
+            click.echo(json.dumps({"source": src.label, "line": line}))
+        else:
+            click.echo(f"[{src.label}] {line}" if labelled else line)
 
     if not follow_:
         for src, line in tail(srcs, tail_n if tail_n is not None else 10**9):

@@ -211,3 +211,11 @@ def test_no_color_means_no_styling(live_run: tuple[Path, RunRecord]) -> None:
     env = {**os.environ, "FTCLUSTER_STATE_DIR": str(state), "NO_COLOR": "1", "TERM": "xterm"}
     out = subprocess.run(["script", "-qc", cmd, "/dev/null"], capture_output=True, text=True, env=env, check=False)
     assert f"run {rec.run_id}" in out.stdout and "\x1b[" not in out.stdout, repr(out.stdout[:300])
+
+
+def test_logs_as_json_lines(live_run: tuple[Path, RunRecord]) -> None:
+    state, rec = live_run
+    out = ftc("logs", rec.run_id, "--server", "--json", state=state)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {"source": "rank0 host0", "line": "first line"} in rows, rows
