@@ -35,9 +35,10 @@ from ftcluster.spec import (
 @click.option("--dry-run", is_flag=True, help="Print the job request (scripts and command); run nothing.")
 @click.option("--detach", is_flag=True, help="Submit and return; follow with `ftcluster logs RUN`.")
 @click.option("--timeout", type=seconds(), default=None, help="Stop waiting after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the conversion's run object and its output folder as JSON.")
 def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gpus_per_node: int | None,
                 tp: int | None, pp: int | None, converter_root: str, input_dir: str, python: str,
-                dry_run: bool, detach: bool, timeout: float | None) -> None:
+                dry_run: bool, detach: bool, timeout: float | None, as_json: bool) -> None:
     """Convert weights with FT's converter for the model type, for tensor_para_size GPUs.
 
     The converter script and its arguments are looked up from model_type; the output is
@@ -59,7 +60,7 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     out = model.checkpoint_root / f"{size}-gpu"
 
     def progress(phase: str, t: float, detail: str) -> None:
-        if phase == "submitted" and detail.startswith("job "):
+        if phase == "submitted" and detail.startswith("job ") and not as_json:
             click.echo(f"run {launch.paths.run_id}: {detail} converting for {size} GPU(s) -> {out}")
 
     launch = conv.convert_launch(req, detach=detach, progress=progress)
@@ -67,10 +68,17 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
         click.echo(str(launch.dry_run()), nl=False)
         return
     outcome = conv.run(launch, req)
-    if detach:
-        click.echo(f"follow with: ftcluster logs {outcome.record.run_id} -f")
+    rec = outcome.record if detach else conv.finish(launch, outcome)
+    if as_json:
+        from ftcluster.cli.output import echo_json
+        from ftcluster.documents import document, run_json
+
+        echo_json(document("convert", {"run": run_json(rec), "output": str(out), "detached": detach,
+                                       "checked": not detach}))
         return
-    rec = conv.finish(launch, outcome)
+    if detach:
+        click.echo(f"follow with: ftcluster logs {rec.run_id} -f")
+        return
     click.echo(f"converted and checked: {rec.plan['checkpoint_dir']} (logs: ftcluster logs {rec.run_id})")
 
 

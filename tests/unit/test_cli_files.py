@@ -138,6 +138,11 @@ def test_status_logs_stop_of_a_local_convert(convert_specs: tuple[list[str], dic
     logs = ftc("logs", run_id, "-f", env=env)
     assert logs.returncode == 0 and "TEST CONVERTER: wrote" in logs.stdout, logs.stderr
     assert ftc("stop", run_id, env=env).returncode == 0
+    again = ftc(*args, "--python", sys.executable, "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["kind"] == "convert" and doc["checked"] and doc["run"]["status"] == "COMPLETED"
+    assert doc["output"].endswith("-gpu")
 
 
 def test_stop_a_running_local_convert(convert_specs: tuple[list[str], dict[str, str]], tmp_path: Path) -> None:
