@@ -141,7 +141,9 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         if build and access_of(cluster) == "private":
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                         servers=opts.servers, rotation=opts.member_of is not None, tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
+                         servers=opts.servers, rotation=opts.member_of is not None,
+                         front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
+                         if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
 def job_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: LaunchOptions,

@@ -184,6 +184,7 @@ class RenderOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     step: JobStep | None = None          # a preflight or convert run (servers and client off)
     rotation: bool = False               # a replica set's member: in and out of its balancer's rotation
+    front_rotation: str = ""             # ... and its front's state/rotation.json
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,7 @@ class RenderContext:
     private: bool                  # access: private (Triton on the loopback, the proxy in front)
     rotation: bool                 # a replica set's member (state/rotation for the balancer)
     proxied: bool                  # Triton on rank 0's loopback, the proxy beside it (private, or a member)
+    front_rotation: str            # a member's front's state/rotation.json ("": no set)
     expose_metrics: bool           # proxy.expose_metrics
     proxy_binary: str
     port_stride: int               # between ranks' ports: only where ranks share one host
@@ -335,6 +337,7 @@ def context(
         private=private,
         rotation=rotation,
         proxied=private or rotation,
+        front_rotation=opts.front_rotation if rotation else "",
         expose_metrics=cluster.proxy.expose_metrics,
         proxy_binary=cluster.proxy.binary,
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
@@ -435,6 +438,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
         handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,
+        front_rotation=ctx.front_rotation,
         metrics_interval=ctx.server.metrics_interval if ctx.keep_serving else 0.0,
         stall_timeout=ctx.server.stall_timeout,
         metrics_port=ctx.triton_ports.metrics, metrics_max_bytes=int(ctx.server.metrics_max_mb * (1 << 20)),

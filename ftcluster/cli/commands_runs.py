@@ -154,6 +154,8 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
         launcher = launcher_for_record(rec)
         info = launcher.info(rec.job_id, paths_of(rec))
         if info.gone and launcher.identifies(rec.job_id):
+            # Nothing to stop, but what the run left on this side (a Docker run's keys) goes.
+            launcher.release_resources(paths_of(rec))
             return [], f"job {rec.job_id}: {info.raw_state or info.state.value}"
     return [stop_run(r, store) for r in (rec, *later)], None
 

@@ -96,6 +96,10 @@ class JobConfig:
     grpc_port: int = 0                     # the endpoint's gRPC port (clients: `--run RUN --protocol grpc`)
     # A replica set's member: state/rotation says whether the set's balancer may send it requests.
     rotation: bool = False
+    # ... and its set's front's state/rotation.json: a member that drains first waits until the
+    # front carries every member in rotation (no config load is pending, which would end the
+    # retries of the requests that its closed door sends elsewhere).
+    front_rotation: str = ""
     stall_timeout: float = 0.0             # a loading rank with no progress this long fails the start; 0: no limit
     metrics_interval: float = 0.0          # seconds between samples of rank 0's metrics; 0: none
     metrics_port: int = 0                  # rank 0's Triton metrics port (on the loopback where private)

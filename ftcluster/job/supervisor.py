@@ -31,6 +31,10 @@ from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, load_
 from .text import last_line, read_text, squeeze
 
 
+# A member that drains waits at most this long for its front to carry every member in rotation;
+# the front looks at the members every FRONT_POLL_S (front.json's poll).
+ROTATION_SETTLE_S = 15.0
+FRONT_POLL_S = 0.5
 # The longest wait between restarts (the back-off doubles from server.restart_backoff).
 MAX_BACKOFF = 300.0
 
@@ -449,6 +453,9 @@ class Job:
     def serve_until_fault(self) -> Optional[str]:
         """The fault that ended serving; None when the run was handed over to a successor."""
         self.phase = "while serving"
+        # A member enters its set's rotation before it says it serves: a predecessor that hands
+        # over to it on that word finds it already in its front's view.
+        self.enter_rotation()
         self.event(EV.serving, self.rank0_url)
         live = None
         if self.cfg.liveness is not None:
@@ -458,7 +465,6 @@ class Job:
                           int(self.child_env.get("FTC_INCARNATION", "0")))
         next_cut = time.monotonic() + LOG_CUT_S
         self.publish_targets()
-        self.enter_rotation()
         while self.style.servers_alive():
             fault = live.check() if live is not None else None
             sampler.tick()
@@ -547,7 +553,31 @@ class Job:
                     self.say(f"ftcluster: requests still in flight after {self.cfg.exit_grace} s (server.exit_grace)")
 
     def _drain(self) -> None:
+        if self.rotation is not None and self.rotation.on and self.cfg.front_rotation:
+            self.wait_front_settled(ROTATION_SETTLE_S)
         self.leave_rotation("stopping", drain=True)
+
+    def wait_front_settled(self, limit: float) -> None:
+        """Until the front carries every member in rotation (a successor that just began to
+        serve, say): a config load the front still owes would end the retries of the requests
+        this member's closed door sends elsewhere."""
+        # A look of the front's that began after now has read every member's rotation as it is
+        # now (a successor enters rotation before it says it serves), and loaded any it lacked.
+        since = time.time()
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            try:
+                with open(self.cfg.front_rotation) as f:
+                    now = json.load(f)
+                if float(now.get("time", 0)) > since + FRONT_POLL_S and \
+                        set(now.get("in_rotation", [])) <= set(now.get("upstreams", [])):
+                    return
+            except FileNotFoundError:
+                return   # no front to wait for
+            except (OSError, ValueError, AttributeError, TypeError):
+                pass
+            time.sleep(0.1)
+        self.say(f"ftcluster: the balancer did not take up every member within {limit:g} s; leaving rotation")
 
     def restart(self, tries: int, cause: str) -> None:
         """Every rank stopped at once, this incarnation's rank files and logs kept aside, a
