@@ -27,6 +27,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .rotation import ROTATION
+from .text import write_json
 
 CADDY_RESTARTS = 5
 
@@ -38,13 +39,6 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def write_json(path: str, data: Dict[str, Any]) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def ended(run_dir: str) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
 import re
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 from .config import LivenessConfig
 from .ranks import http_get
+from .text import write_json
 
 _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
@@ -144,8 +144,4 @@ class Liveness:
                 "failures": self.cfg.failures}
 
     def _write_health(self) -> None:
-        # Whole or not at all: `status` on the login node may read it at any moment.
-        tmp = f"{self.health_path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.health(), f)
-        os.replace(tmp, self.health_path)
+        write_json(self.health_path, self.health())

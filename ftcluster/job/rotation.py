@@ -12,10 +12,11 @@ front, which follows the members' addresses: a restarted or successor member may
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Dict
+
+from .text import write_json
 
 ROTATION = "rotation"
 
@@ -28,10 +29,7 @@ class Rotation:
 
     def _write(self, data: Dict[str, Any]) -> None:
         data.update(self.address, time=time.time())
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f, sort_keys=True)
-        os.replace(tmp, self.path)   # the front never reads half a file
+        write_json(self.path, data)
 
     def enter(self, host: str, http: int, grpc: int) -> None:
         self.on = True

@@ -28,7 +28,7 @@ from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
 from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
-from .text import last_line, read_text, squeeze
+from .text import last_line, read_text, squeeze, write_json
 
 
 # A member that drains waits at most this long for its front to carry every member in rotation;
@@ -507,11 +507,7 @@ class Job:
                               "ftcluster_model": self.cfg.served_model}}]
         try:
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "w") as f:
-                json.dump(target, f)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)   # Prometheus rereads the file: never half of it
+            write_json(path, target, 0o644)   # Prometheus rereads it; others' may read it
         except OSError as e:
             self.say(f"ftcluster: cannot publish the Prometheus target {path}: {e}")
 
@@ -540,6 +536,8 @@ class Job:
         if self.rotation is None or not self.rotation.on:
             return
         self.rotation.leave(why)
+        # Those that stopped since are reaped: a member out and in for days leaves no zombies.
+        self.leaving = [p for p in self.leaving if p.poll() is None]
         if self.proxy is not None:
             self.proxy.terminate()   # Caddy's graceful stop: the listener closes first
             self.leaving.append(self.proxy)

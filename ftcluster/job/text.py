@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from typing import Any, Optional
 
 
 def read_text(path: str) -> str:
@@ -28,3 +31,14 @@ def last_line(text: str) -> str:
     """The last line that says something."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+def write_json(path: str, data: Any, mode: Optional[int] = None) -> None:
+    """Whole or not at all: a reader elsewhere (status on the login node, the front, Prometheus)
+    may read the file at any moment. `mode`: its permissions (default: the umask's)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, sort_keys=True)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, path)
