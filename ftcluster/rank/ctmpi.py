@@ -72,8 +72,13 @@ class World:
             self._byte: object = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(self.lib, "ompi_mpi_byte")))
         else:
             self._comm, self._byte = ctypes.c_int(_MPICH_COMM_WORLD), ctypes.c_int(_MPICH_BYTE)
-        provided = ctypes.c_int(0)
-        self._check("MPI_Init_thread", None, None, MPI_THREAD_MULTIPLE, ctypes.byref(provided))
+        # MPI is initialised once per process: a model that already did (mpi4py imported first)
+        # shares that world.
+        initialized = ctypes.c_int(0)
+        self._check("MPI_Initialized", ctypes.byref(initialized))
+        if not initialized.value:
+            provided = ctypes.c_int(0)
+            self._check("MPI_Init_thread", None, None, MPI_THREAD_MULTIPLE, ctypes.byref(provided))
         value = ctypes.c_int(0)
         self._check("MPI_Comm_rank", self._comm, ctypes.byref(value))
         self.rank = value.value
