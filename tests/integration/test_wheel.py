@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.triton_server import require_tritonserver
 
@@ -68,17 +67,20 @@ def test_installed_wheel_renders_and_dry_runs(wheel_venv: tuple[Path, Path, dict
     assert p.returncode == 0 and str(REPO) not in p.stdout and "venv" in p.stdout, p.stdout + p.stderr
     p = _run(["ftcluster", "examples", "configs"], work, env)
     assert p.returncode == 0, p.stderr
-    example = work / "configs" / "clusters" / "slurm-bare.yaml"
     model = work / "configs" / "models" / "demo.yaml"
-    assert example.is_file() and model.is_file()
-    # The example as a user adapts it: GPUs per node that the demo checkpoint (1-gpu, 2-gpu) has.
-    spec = yaml.safe_load(example.read_text())
-    spec["gpus_per_node"] = 1
-    cluster = work / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump(spec))
-    p = _run(["ftcluster", "render", "--cluster", str(cluster), "--nodes", "2", "--out", str(work / "r")], work, env)
-    assert p.returncode == 0, p.stderr
-    assert (work / "r" / "scripts" / "job.sbatch").is_file(), p.stdout
+    clusters = sorted((work / "configs" / "clusters").glob("*.yaml"))
+    assert model.is_file() and len(clusters) >= 5, clusters
+    # Every example cluster, as shipped, plans and renders the shipped demo model.
+    for cluster in clusters:
+        p = _run(["ftcluster", "plan", "--cluster", str(cluster), "--model", str(model), "--nodes", "2"], work, env)
+        assert p.returncode == 0, (cluster.name, p.stderr)
+        out = work / "r" / cluster.stem
+        p = _run(["ftcluster", "render", "--cluster", str(cluster), "--model", str(model), "--nodes", "2",
+                  "--out", str(out)], work, env)
+        assert p.returncode == 0, (cluster.name, p.stderr)
+        assert (out / "scripts").is_dir() and any((out / "scripts").iterdir()), cluster.name
+    cluster = work / "configs" / "clusters" / "slurm-bare.yaml"
+    assert (work / "r" / "slurm-bare" / "scripts" / "job.sbatch").is_file()
     p = _run(["ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2", "--dry-run"], work, env)
     assert p.returncode == 0, p.stderr
     assert "# ===== would run =====" in p.stdout and "sbatch --parsable" in p.stdout
