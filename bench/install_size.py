@@ -43,7 +43,7 @@ def measure(deps: list[str], folder: Path) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", default="HEAD~1", help="a revision whose pyproject.toml is the baseline")
+    ap.add_argument("--before", default="905f5fd~1", help="a revision whose pyproject.toml is the baseline")
     ap.add_argument("--keep", default=None, help="keep the venvs in this folder")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="ftc-install-size-"))
