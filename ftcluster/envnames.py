@@ -21,7 +21,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from ftcluster.resources import package_path
+from ftcluster.resources import package_path, tree_path
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 NAME_RE = re.compile(_IDENT)
@@ -84,7 +84,7 @@ def names_in_script(text: str) -> set[str]:
 def job_library_files() -> list[Path]:
     """The job library: the templates every job script is rendered from, and the rank-side shell
     files shipped beside them."""
-    return sorted(package_path("job_templates").glob("*.j2")) + sorted(package_path("rank").glob("*.sh"))
+    return sorted(tree_path("job_templates").glob("*.j2")) + sorted(package_path("rank").glob("*.sh"))
 
 
 def rank_python_files() -> list[Path]:

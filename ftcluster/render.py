@@ -1,4 +1,4 @@
-"""Launch scripts rendered from ftcluster/job_templates/ — pure functions of the plan and the specs.
+"""Launch scripts rendered from job_templates/ — pure functions of the plan and the specs.
 
 Every value reaches the shell through the `q` filter (shlex.quote) and is assigned once to a
 shell variable at the top of the script; the template bodies then only use "$VARS". Slurm's
@@ -38,7 +38,7 @@ from ftcluster.layout import (  # noqa: F401
 )
 from ftcluster.plan import Plan
 from ftcluster.proxy import access_of, caddy_config_text, loopback_ports
-from ftcluster.resources import package_path
+from ftcluster.resources import package_path, tree_path
 from ftcluster.spec import (
     ClientDefaults,
     DEFAULT_SERVING_RESTARTS,
@@ -65,8 +65,8 @@ LOCAL_PORT_STRIDE = 10
 
 
 def templates_dir() -> Path:
-    # Inside the package, so a wheel install renders the same scripts as a checkout.
-    return package_path("job_templates")
+    # The source tree's job_templates/, which a wheel carries inside the package.
+    return tree_path("job_templates")
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.errors import UserError
-from ftcluster.resources import package_path
+from ftcluster.resources import tree_path, tree_root
 
 # Spec keys whose relative values are paths relative to the spec file.
 _PATH_KEY = re.compile(r"^(?P<key>\s*(?:- )?(?:repository|checkpoint_root|checkpoint_mount_src|src|dst):\s*)"
@@ -19,21 +19,22 @@ _PATH_KEY = re.compile(r"^(?P<key>\s*(?:- )?(?:repository|checkpoint_root|checkp
 
 
 def examples_root() -> Path:
-    # Inside the package, so a wheel install has them too; this command copies them out
-    # (into ./configs by default).
-    return package_path("examples")
+    # The source tree's configs/, which a wheel carries inside the package; this command copies
+    # them out (into ./configs by default).
+    return tree_path("configs")
 
 
 def example_files() -> list[Path]:
     """The example specs, relative to examples_root(): clusters/*.yaml and models/*.yaml."""
     root = examples_root()
-    return sorted(p.relative_to(root) for p in root.glob("*/*.yaml"))
+    return sorted(p.relative_to(root) for kind in ("clusters", "models") for p in (root / kind).glob("*.yaml"))
 
 
 def relocated(text: str, rel: Path) -> str:
     """The spec text with relative paths made absolute: the copy lives elsewhere, and
-    `../../demo/...` must still find the test model inside the package."""
-    base = examples_root() / rel.parent
+    `../../ftcluster/demo/...` must still find the test model inside the package (relative to
+    the spec's place in the source tree, which is the same in a checkout and a wheel)."""
+    base = tree_root() / "configs" / rel.parent
     out = []
     for line in text.splitlines(keepends=True):
         m = _PATH_KEY.match(line)

@@ -55,7 +55,7 @@ def test_wheel_holds_templates_examples_and_the_demo(wheel_venv: tuple[Path, Pat
     # The job supervisor, shipped into every run folder, and the rank-side shell files.
     assert {"ftcluster/job/supervisor.py", "ftcluster/job/__main__.py", "ftcluster/rank/local_rank.sh",
             "ftcluster/rank/signal_rank.sh"} <= names
-    assert "ftcluster/examples/clusters/pyxis.yaml" in names
+    assert "ftcluster/configs/clusters/pyxis.yaml" in names
     assert "ftcluster/demo/model_repository/fastertransformer/1/model.py" in names
     # The test model's MPI binding is a link in the checkout; the wheel carries the file.
     assert "ftcluster/demo/model_repository/fastertransformer/1/ctmpi.py" in names

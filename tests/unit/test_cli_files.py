@@ -90,7 +90,7 @@ def test_prepare_out_unwritable_is_one_line(tmp_path: Path) -> None:
 def test_refused_render_leaves_nothing_and_a_retry_works(tmp_path: Path) -> None:
     # Pyxis cannot mount a run folder holding ',' (--container-mounts syntax): refused.
     # (The example's mounts plus the demo checkpoint's: render refuses what launch refuses.)
-    spec = yaml.safe_load((REPO / "ftcluster/examples/clusters/pyxis.yaml").read_text())
+    spec = yaml.safe_load((REPO / "configs/clusters/pyxis.yaml").read_text())
     demo = REPO / "ftcluster" / "demo" / "checkpoint"
     spec["container"]["mounts"].append(f"{demo}:{demo}:ro")
     (tmp_path / "pyxis.yaml").write_text(yaml.safe_dump(spec))
@@ -100,7 +100,7 @@ def test_refused_render_leaves_nothing_and_a_retry_works(tmp_path: Path) -> None
     assert "--out" in err and "holds ," in err
     assert not (tmp_path / "new").exists()
     # Nor does a checkpoint no mount shows inside the container (launch's refusal too).
-    err = one_error_line(ftc("render", "--cluster", str(REPO / "ftcluster/examples/clusters/pyxis.yaml"),
+    err = one_error_line(ftc("render", "--cluster", str(REPO / "configs/clusters/pyxis.yaml"),
                              "--nodes", "1", "--gpus-per-node", "1", "--out", str(tmp_path / "new" / "ok")))
     assert err.startswith("error: container.mounts: model_checkpoint_path ") and "not visible" in err
     assert not (tmp_path / "new").exists()

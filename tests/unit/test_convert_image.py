@@ -94,7 +94,7 @@ def test_megatron_gpt_converter() -> None:
                         "-o", "/ckpt", "-i_g", "2", "--weight-data-type", "fp16"]
     with pytest.raises(UserError, match="no megatron converter is known for model_type OPT"):
         converter_argv("OPT", Path("/ft"), "/in", "/out", 1, "fp16", "m", variant="megatron")
-    spec = REPO / "ftcluster" / "examples" / "models" / "megatron-gpt.yaml"
+    spec = REPO / "configs" / "models" / "megatron-gpt.yaml"
     assert ModelSpec.model_validate(yaml.safe_load(spec.read_text())).converter == "megatron"
     with pytest.raises((SpecError, ValueError), match="megatron converts GPT checkpoints"):
         ModelSpec.model_validate({"name": "m", "model_type": "bert", "repository": "r",

@@ -1,20 +1,54 @@
-"""The package's data files, found the one way (ftcluster.resources) a wheel install finds them too."""
+"""The package's data files, found the one way (ftcluster.resources) a wheel install finds them too.
+
+job_templates/ and configs/ are top-level folders of the checkout, found beside the package here
+(an editable install); tests/integration/test_wheel.py checks the wheel carries them inside."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
+import pytest
+
 import ftcluster
-from ftcluster.cli.commands_examples import examples_root
+from ftcluster.cli.commands_examples import example_files, examples_root
 from ftcluster.envnames import job_library_files
-from ftcluster.resources import package_path
+from ftcluster.render import templates_dir
+from ftcluster.resources import TOP_LEVEL, package_path, tree_path, tree_root
 from ftcluster.spec import embedded_cluster_path, embedded_model_path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_package_data_is_found_inside_the_package() -> None:
     root = package_path()
     assert root == Path(ftcluster.__file__).resolve().parent
     assert embedded_cluster_path() == root / "demo" / "local-cluster.yaml" and embedded_cluster_path().is_file()
-    assert embedded_model_path().is_file() and (root / "job_templates").is_dir()
-    assert {p.parent.name for p in examples_root().glob("*/*.yaml")} == {"clusters", "models"}
-    assert {p.parent for p in job_library_files()} == {root / "job_templates", root / "rank"}
+    assert embedded_model_path().is_file()
+
+
+def test_top_level_folders_are_the_checkouts() -> None:
+    assert tree_root() == REPO
+    assert templates_dir() == REPO / "job_templates" and (templates_dir() / "job.sh.j2").is_file()
+    assert examples_root() == REPO / "configs"
+    assert {p.parent for p in job_library_files()} == {REPO / "job_templates", package_path("rank")}
+    # Nothing left at the old places inside the package.
+    assert not package_path("job_templates").exists() and not package_path("examples").exists()
+    with pytest.raises(ValueError):
+        tree_path("demo")
+
+
+def test_examples_are_clusters_and_models_only() -> None:
+    assert {p.parts[0] for p in example_files()} == {"clusters", "models"}
+    assert len(example_files()) == len(list((REPO / "configs").glob("*/*.yaml")))
+
+
+def test_wheel_package_list_covers_every_package_folder() -> None:
+    """pyproject lists the packages by hand (package-dir maps two): a new subpackage must be
+    added there, or the wheel would lack it."""
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "ftcluster").rglob("__init__.py")
+               if "demo" not in p.parts}
+    mapped = {f"ftcluster.{name}" for name in TOP_LEVEL}
+    assert set(tool["packages"]) == on_disk | mapped
+    assert tool["package-dir"] == {f"ftcluster.{name}": name for name in TOP_LEVEL}

@@ -11,8 +11,8 @@ from ftcluster.errors import SpecError
 from ftcluster.spec import ClusterSpec, ModelSpec, Mount, load_cluster, load_model
 from tests.helpers_specs import MODELS, REPO_ROOT, cluster
 
-CLUSTERS = sorted((REPO_ROOT / "ftcluster" / "examples" / "clusters").glob("*.yaml"))
-MODEL_SPECS = sorted((REPO_ROOT / "ftcluster" / "examples" / "models").glob("*.yaml"))
+CLUSTERS = sorted((REPO_ROOT / "configs" / "clusters").glob("*.yaml"))
+MODEL_SPECS = sorted((REPO_ROOT / "configs" / "models").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CLUSTERS, ids=[p.stem for p in CLUSTERS])

@@ -106,7 +106,7 @@ def test_the_scanner_sees_every_variable_of_the_job_library() -> None:
 
 
 def _hostile_env_cluster(folder: Path, runtime: str, names: list[str]) -> Path:
-    spec: dict[str, Any] = yaml.safe_load((REPO_ROOT / "ftcluster" / "examples" / "clusters" /
+    spec: dict[str, Any] = yaml.safe_load((REPO_ROOT / "configs" / "clusters" /
                                            {"pyxis": "pyxis.yaml", "docker": "slurm-docker.yaml",
                                             "local": "local.yaml"}[runtime]).read_text())
     spec["workspace"] = str(folder / "ws")
@@ -188,7 +188,7 @@ def test_the_enroot_config_harness_would_run_a_payload(tmp_path: Path) -> None:
 def _pyxis_cluster(tmp_path: Path) -> Path:
     """The example Pyxis cluster with the demo checkpoint mounted (render checks that the
     checkpoint is visible inside the containers)."""
-    spec = yaml.safe_load((REPO_ROOT / "ftcluster/examples/clusters/pyxis.yaml").read_text())
+    spec = yaml.safe_load((REPO_ROOT / "configs/clusters/pyxis.yaml").read_text())
     demo = REPO_ROOT / "ftcluster" / "demo" / "checkpoint"
     spec["container"]["mounts"].append(f"{demo}:{demo}:ro")
     (tmp_path / "pyxis.yaml").write_text(yaml.safe_dump(spec))
@@ -335,7 +335,7 @@ def test_the_jobs_signal_helper_checks_identity(group: bool, tmp_path: Path) -> 
 
 def test_python_and_bash_read_the_same_pidfile(tmp_path: Path) -> None:
     """rank_server.sh's own lines write the pidfile; procs.ProcessId identifies that process."""
-    text = (REPO_ROOT / "ftcluster" / "job_templates" / "rank_server.sh.j2").read_text()
+    text = (REPO_ROOT / "job_templates" / "rank_server.sh.j2").read_text()
     lines = re.search(r"^read -r SELF_STAT.*?\n.*?\nprintf .*?$", text, re.DOTALL | re.MULTILINE)
     assert lines
     script = lines.group(0).replace("\"$STATE/{{ files.rank('$RANK', 'pid') }}\"", shlex.quote(str(tmp_path / "p")))

@@ -371,7 +371,7 @@ def test_an_example_spec_per_type() -> None:
 
     from ftcluster.modeltypes import MODEL_TYPES
 
-    examples = Path(__file__).resolve().parents[2] / "ftcluster" / "examples" / "models"
+    examples = Path(__file__).resolve().parents[2] / "configs" / "models"
     specs = {p.stem: ModelSpec.model_validate(yaml.safe_load(p.read_text())) for p in examples.glob("*.yaml")}
     assert set(MODEL_TYPES) <= {m.model_type for m in specs.values()}
     assert specs["gpt-interactive"].model_type == "GPT" and "sequence" in (examples / "gpt-interactive.yaml").read_text()
