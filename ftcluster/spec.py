@@ -158,12 +158,17 @@ class Mount(_Strict):
 
     @field_validator("src", "dst")
     @classmethod
-    def _no_separators(cls, v: str) -> str:
+    def _no_separators(cls, v: str, info: ValidationInfo) -> str:
         # Pyxis splits --container-mounts on ',' and ':'; such paths cannot be expressed.
         if not v or "," in v or ":" in v:
             raise ValueError("must be a non-empty path without ',' or ':' (Pyxis cannot express those)")
         if _control(v):
             raise ValueError(f"{v!r} holds a newline or another control character; use a plain path")
+        # A path starting with '.' is the spec file's folder's, as repository and workspace are
+        # (Pyxis and Docker would take it from the job's working folder, the run folder).
+        base = (info.context or {}).get("base")
+        if base and (v == "." or v.startswith(("./", "../")) or v == ".."):
+            return os.path.normpath(Path(base) / v)
         return v
 
     @field_validator("flags")
@@ -251,7 +256,8 @@ class Container(_Strict):
     @classmethod
     def _parse_mounts(cls, v: Any) -> Any:
         if isinstance(v, list):
-            return [Mount.parse(m) if isinstance(m, str) else m for m in v]
+            # Parsed to fields, then validated with the spec's context (relative paths).
+            return [Mount.parse(m).model_dump() if isinstance(m, str) else m for m in v]
         return v
 
     @model_validator(mode="after")
