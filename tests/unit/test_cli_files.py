@@ -99,8 +99,12 @@ def test_refused_render_leaves_nothing_and_a_retry_works(tmp_path: Path) -> None
                              "--nodes", "1", "--gpus-per-node", "1", "--out", str(out)))
     assert "--out" in err and "holds ," in err
     assert not (tmp_path / "new").exists()
-    # Nor does a checkpoint no mount shows inside the container (launch's refusal too).
-    err = one_error_line(ftc("render", "--cluster", str(REPO / "configs/clusters/pyxis.yaml"),
+    # Nor does a checkpoint no mount shows inside the container (launch's refusal too): the
+    # example without its demo mount.
+    spec["container"]["mounts"] = [m for m in spec["container"]["mounts"][:-1]
+                                   if not (isinstance(m, dict) and "demo" in m["src"])]
+    (tmp_path / "nodemo.yaml").write_text(yaml.safe_dump(spec))
+    err = one_error_line(ftc("render", "--cluster", str(tmp_path / "nodemo.yaml"),
                              "--nodes", "1", "--gpus-per-node", "1", "--out", str(tmp_path / "new" / "ok")))
     assert err.startswith("error: container.mounts: model_checkpoint_path ") and "not visible" in err
     assert not (tmp_path / "new").exists()
