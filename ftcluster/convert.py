@@ -82,9 +82,9 @@ def check_request(req: ConvertRequest) -> None:
 
 def check_scheduler(cluster: ClusterSpec) -> None:
     if not style_of(cluster).converts:
-        raise UserError(f"convert runs through Slurm (bare or Pyxis) or locally, not scheduler "
+        raise UserError(f"convert runs through Slurm (bare, Pyxis or Charliecloud) or locally, not scheduler "
                         f"{cluster.scheduler!r} with container runtime {cluster.container.runtime!r}",
-                        field="scheduler", hint="use a slurm (runtime none or pyxis) or local cluster spec")
+                        field="scheduler", hint="use a slurm (runtime none, pyxis or charliecloud) or local cluster spec")
 
 
 def record_plan(req: ConvertRequest) -> dict[str, object]:

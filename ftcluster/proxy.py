@@ -34,10 +34,10 @@ PRIVATE_HTTP_PATHS = (r"(?i)^/v2/(repository|systemsharedmemory|cudasharedmemory
                       r"|^/v2/models/[^/]+(/versions/[^/]+)?/trace(/|$)")
 PRIVATE_GRPC_METHODS = (r"(?i)^/inference\.GRPCInferenceService/"
                         r"(Repository|SystemSharedMemory|CudaSharedMemory|TraceSetting|LogSettings)")
-# Styles whose job runs on rank 0's node (the batch host is the allocation's first node, where
-# srun's rank 0 runs; the local style is one machine): the proxy and the job's own probes live
-# beside rank 0 there. ssh + Docker runs its job on the launching machine: no proxy yet.
-PROXY_STYLES = frozenset({"none", "pyxis", "docker", "local"})
+# A style's `proxy` field: its job runs on rank 0's node (the batch host is the allocation's
+# first node, where srun's rank 0 runs; the local style is one machine), so the proxy and the
+# job's own probes live beside rank 0 there. ssh + Docker runs its job on the launching machine:
+# no proxy yet.
 
 
 def access_of(cluster: ClusterSpec) -> str:
@@ -46,7 +46,7 @@ def access_of(cluster: ClusterSpec) -> str:
     if cluster.access is not None:
         return cluster.access
     style = style_name(cluster.scheduler, cluster.container.runtime)
-    return "private" if style in PROXY_STYLES and style != "local" else "cluster"
+    return "private" if STYLES[style].proxy and not STYLES[style].one_host else "cluster"
 
 
 def access_problems(cluster: ClusterSpec) -> list[str]:
@@ -55,7 +55,7 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
         return []
     problems = []
     style = style_name(cluster.scheduler, cluster.container.runtime)
-    if style not in PROXY_STYLES:
+    if not STYLES[style].proxy:
         problems.append(f"access: private needs the proxy beside rank 0, which the {STYLES[style].summary} style "
                         "cannot start yet (use access: cluster there)")
     top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics) + cluster.proxy.loopback_offset

@@ -252,6 +252,8 @@ class RenderContext:
     container: Container
     container_name: str
     pyxis_mounts: str
+    # What a job step touches (besides the run folder), at the same path inside any container.
+    step_paths: list[str]
     tritonserver: str
     server: Server
     python: str                    # runs the client (and the ssh fan-out) on the job's host
@@ -346,6 +348,7 @@ def context(
         container=cluster.container,
         container_name=container_name(paths.run_id),
         pyxis_mounts=pyxis_mounts(cluster, paths.run_dir, extra) if style.srun_mounts else "",
+        step_paths=list(extra),
         tritonserver=opts.tritonserver or cluster.server.binary,
         server=cluster.server,
         # Never inside a container: this interpreter where the job script runs here.

@@ -219,7 +219,7 @@ def pyxis_image_problem(image: str) -> str | None:
 
 
 class Container(_Strict):
-    runtime: Literal["pyxis", "docker", "none"] = "none"
+    runtime: Literal["pyxis", "docker", "charliecloud", "none"] = "none"
     image: str | None = None
     mounts: tuple[Mount, ...] = ()
     workdir: str | None = None
@@ -284,6 +284,22 @@ class Container(_Strict):
                 if bad:
                     raise ValueError(f"mounts.{i}: Enroot does not know the mount flag(s) {bad}; use e.g. ro, "
                                      "rw, rbind, nosuid, nodev, noexec, rprivate, rslave, unbindable")
+        if self.runtime == "charliecloud":
+            assert self.image is not None
+            # ch-run runs a directory image (a SquashFS one needs squashfuse on every node).
+            if not self.image.startswith("/") or self.image.endswith((".sqsh", ".squashfs", ".tar", ".tar.gz")):
+                raise ValueError(f"image: Charliecloud runs an unpacked image folder given by its absolute path "
+                                 f"(got {self.image!r}); unpack one with ch-convert (ch-convert -i docker "
+                                 "triton_with_ft:22.12 /shared/images/triton_ft)")
+            for i, m in enumerate(self.mounts):
+                if m.flags:
+                    raise ValueError(f"mounts.{i}: ch-run -b takes no mount flags (its binds are read-write); "
+                                     f"drop {list(m.flags)}")
+                if not (m.src.startswith("/") and m.dst.startswith("/")):
+                    raise ValueError(f"mounts.{i}: ch-run -b needs absolute SRC and DST (got {m.src}:{m.dst})")
+            if self.devices or self.image_tar or self.docker_host or self.mpi_if_include:
+                raise ValueError("devices, image_tar, docker_host and mpi_if_include are Docker's; Charliecloud "
+                                 "shares the node's /dev and runs an unpacked image folder")
         if self.runtime == "docker":
             for i, m in enumerate(self.mounts):
                 bad = [f for f in m.flags if f not in DOCKER_MOUNT_FLAGS]
@@ -620,8 +636,8 @@ class ClusterSpec(_Strict):
             raise ValueError("scheduler 'ssh' needs hosts: [node1, node2, ...]")
         if self.scheduler == "ssh" and self.container.runtime != "docker":
             raise ValueError("scheduler 'ssh' starts its ranks in Docker containers: set container.runtime: docker")
-        if self.container.runtime == "pyxis" and self.scheduler != "slurm":
-            raise ValueError("container.runtime 'pyxis' needs scheduler 'slurm'")
+        if self.container.runtime in ("pyxis", "charliecloud") and self.scheduler != "slurm":
+            raise ValueError(f"container.runtime {self.container.runtime!r} needs scheduler 'slurm'")
         self._values_reach_containers()
         if self.hosts and self.scheduler == "ssh" and self.max_nodes > len(self.hosts):
             object.__setattr__(self, "max_nodes", len(self.hosts))
@@ -636,6 +652,9 @@ class ClusterSpec(_Strict):
             problem = pyxis_mount_path_problem(self.workspace)
             if problem:
                 raise ValueError(f"workspace: {problem}: choose a workspace path without them")
+        if runtime == "charliecloud" and ":" in self.workspace and not _forwards(self.login_host):
+            raise ValueError(f"workspace: {self.workspace!r} holds ':', which ch-run -b SRC:DST splits; "
+                             "choose a workspace path without it")
         if runtime == "docker":
             if ":" in self.workspace and not _forwards(self.login_host):
                 raise ValueError(f"workspace: {self.workspace!r} holds ':', which docker run -v SRC:DST splits; "

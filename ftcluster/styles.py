@@ -31,6 +31,7 @@ class Style:
     host_list: bool = False    # fixed hosts reached over ssh (scripts/nodes.json for the fan-out)
     one_host: bool = False     # every rank on this machine: distinct ports per rank, no MPI check
     converts: bool = False     # FT's converter can run as this style's one-task job step (`ftcluster convert`)
+    proxy: bool = True         # the job can start the endpoint's proxy beside rank 0 (access: private, replicas)
 
     @property
     def job_style(self) -> str:
@@ -49,7 +50,10 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           run_keys=True, docker_run=True),
     Style("ssh_docker", "a Docker container per host over ssh (python -m ftcluster.fanout), mpirun over ssh from "
           "rank 0's", "here_job.sh.j2", "ssh_docker", runs_here=True, in_image=True, node_script="docker_node.sh.j2",
-          run_keys=True, docker_run=True, host_list=True),
+          run_keys=True, docker_run=True, host_list=True, proxy=False),
+    Style("charliecloud", "srun --mpi starts one rank per node, each inside ch-run IMAGE (Charliecloud)",
+          "slurm_job.sh.j2", "charliecloud_slurm", runs_here=False, in_image=True,
+          node_script="charliecloud_node.sh.j2", converts=True),
     Style("local", "one mpirun starts every rank on this machine, ports apart", "here_job.sh.j2", "local",
           runs_here=True, in_image=False, one_host=True, converts=True),
 )}
@@ -62,6 +66,7 @@ STEP_STYLES = ("preflight", "convert", "front")
 LAUNCHERS: dict[str, str] = {
     "slurm": "ftcluster.launchers.slurm:SlurmLauncher",
     "pyxis_slurm": "ftcluster.launchers.slurm:PyxisSlurmLauncher",
+    "charliecloud_slurm": "ftcluster.launchers.charliecloud:CharliecloudSlurmLauncher",
     "docker_slurm": "ftcluster.launchers.docker_slurm:DockerSlurmLauncher",
     "ssh_docker": "ftcluster.launchers.ssh_docker:SshDockerLauncher",
     "local": "ftcluster.launchers.local:LocalLauncher",

@@ -141,9 +141,15 @@ class JobStyle:
             job.fail(f"MPI check failed: {squeeze(self.mpi_check_problem(text)) or 'see logs/' + FILES.mpicheck_log}")
         job.event(EV.mpicheck_ok)
 
+    def in_image(self, argv: List[str]) -> List[str]:
+        """A step task's command where the style runs it: as it is here (on the node, or in the
+        container srun's own flags give it); a style whose container is a wrapper command
+        (Charliecloud's ch-run) puts that in front."""
+        return list(argv)
+
     def mpi_world(self, *argv: str) -> List[str]:
         """One process per node of one MPI world, as the servers start."""
-        return [*self.srun_world(), *argv]
+        return [*self.srun_world(), *self.in_image(list(argv))]
 
     def rank0_host(self) -> str:
         return socket.gethostname()
@@ -169,14 +175,15 @@ class JobStyle:
     def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
         if step.per_node:
             return self.mpi_world(*step.argv), {}
-        return ["srun", "--nodes=1", "--ntasks=1", *self.cfg.srun_args, *self.container_flags(), *step.argv], {}
+        return ["srun", "--nodes=1", "--ntasks=1", *self.cfg.srun_args, *self.container_flags(),
+                *self.in_image(list(step.argv))], {}
 
     def server_flags(self) -> List[str]:
         return [f"--job-name={SERVER_STEP}"]   # named, so that it can be ended alone
 
     def start_servers(self) -> None:
-        self.servers = self.job.start([*self.srun_world(), *self.server_flags(),
-                                       f"--output={self.cfg.logs}/rank%t.stdout", "bash", self.script("rank_server.sh")])
+        self.servers = self.job.start([*self.srun_world(), *self.server_flags(), f"--output={self.cfg.logs}/rank%t.stdout",
+                                       *self.in_image(["bash", self.script("rank_server.sh")])])
 
     def servers_alive(self) -> bool:
         return self.servers is not None and self.servers.poll() is None
@@ -334,6 +341,16 @@ class PyxisStyle(JobStyle):
 
     def down(self) -> bool:
         return self.containers.down([n for n in self.job_nodes() if n not in self.lost])
+
+
+class CharliecloudStyle(JobStyle):
+    """Bare Slurm's steps with every task inside `ch-run IMAGE` (charliecloud_node.sh): ch-run
+    execs the command in new user and mount namespaces, in the node's process tree and Slurm's
+    tracking, so a step's end ends its container and there is none to bring up, reap or remove.
+    The node's /dev/shm and /tmp are shared: what killed ranks leave there goes as on bare metal."""
+
+    def in_image(self, argv: List[str]) -> List[str]:
+        return ["bash", self.script("charliecloud_node.sh"), *argv]
 
 
 class DockerStyle(JobStyle):
@@ -552,6 +569,7 @@ class LocalStyle(JobStyle):
 JOB_STYLES = {
     "none": JobStyle,
     "pyxis": PyxisStyle,
+    "charliecloud": CharliecloudStyle,
     "docker": SlurmDockerStyle,
     "ssh_docker": SshDockerStyle,
     "local": LocalStyle,
