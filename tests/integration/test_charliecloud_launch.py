@@ -6,6 +6,7 @@ ch-run cannot do. After every test: no job, no process of the run, nothing of it
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -154,3 +155,41 @@ def test_what_ch_run_cannot_do_is_refused_before_submitting(ch_image: Path, spec
         (spec_dir / "bad.yaml").write_text(yaml.safe_dump(spec))
         p = ftcluster("plan", "--cluster", str(spec_dir / "bad.yaml"), "--nodes", "1")
         assert p.returncode != 0 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_preflight_runs_in_the_image(ch_image: Path, spec_dir: Path) -> None:
+    import platform
+
+    p = ftcluster("preflight", "--cluster", str(_write_spec(spec_dir, ch_image)), "--nodes", "2", "--allow-no-gpu",
+                  "--json", timeout=240)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    ranks = report["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and len({r["host"] for r in ranks}) == 2
+    # The image's python3 found the image's tritonserver, and the image's os-release speaks.
+    os_release = (ch_image / "usr" / "lib" / "os-release").read_text()
+    pretty = next(ln.split("=", 1)[1].strip('"') for ln in os_release.splitlines() if ln.startswith("PRETTY_NAME="))
+    for r in ranks:
+        assert r["tritonserver"] == TRITON and r["os_release"] == pretty, r
+        assert r["python"] != platform.python_version(), r
+    assert report["bandwidth_skipped"] == "torch is not importable on this rank"
+    _assert_run_gone(report["run_id"])
+
+
+def test_convert_runs_in_the_image_with_its_paths_bound(ch_image: Path, spec_dir: Path) -> None:
+    converter = REPO / "tests" / "data" / "ft_converter"
+    # The converter's folder is outside /tmp: its mount point in the image, made once by the user.
+    (ch_image / str(converter).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    ckpt = spec_dir / "ckpt"
+    ckpt.mkdir()
+    model = spec_dir / "model.yaml"
+    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
+                                 "repository": str(REPO / "tests" / "data" / "models" / "tiny" / "repo"),
+                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    p = ftcluster("convert", "--cluster", str(_write_spec(spec_dir, ch_image)), "--model", str(model),
+                  "--converter-root", str(converter), "--input", str(converter / "hf_tiny_gpt"), timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_id = p.stdout.split()[1].rstrip(":")
+    assert (ckpt / "1-gpu" / "config.ini").is_file()
+    assert "TEST CONVERTER: wrote" in ftcluster("logs", run_id).stdout
+    _assert_run_gone(run_id)

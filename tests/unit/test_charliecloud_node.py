@@ -71,3 +71,12 @@ def test_tmp_is_shared_not_bound_and_a_missing_mount_point_is_named(tmp_path: Pa
     assert p.returncode == 1 and p.stdout == ""
     assert "the image has no folder /models to mount /data/models on" in p.stderr
     assert f"mkdir -p {image}/models" in p.stderr
+
+
+def test_a_path_under_a_folder_bound_at_its_own_path_is_not_bound_again(tmp_path: Path) -> None:
+    image = tmp_path / "img"
+    (image / "data").mkdir(parents=True)
+    script = _node_script(tmp_path, image, tmp_path / "r", ["/data:/data", "/data/models:/data/models"])
+    p = _run(script, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "--bind=/data:/data" and "--bind=/data/models:/data/models" not in p.stdout

@@ -38,16 +38,24 @@ command -v ch-run >/dev/null || fail "ch-run is not on this node's PATH (install
 [ -d "$IMAGE" ] || fail "the Charliecloud image folder $IMAGE does not exist on this node (container.image; unpack it with ch-convert on a filesystem every node sees)"
 
 BINDS=()
+SAME=()   # folders bound at their own path: what lies under one is visible already
 # bind SRC DST: DST inside the image. Under /tmp, the same path needs no bind: ch-run shares
-# the node's /tmp (and binding into it is what it cannot do).
+# the node's /tmp (and binding into it is what it cannot do). Nor does a path under a folder
+# bound at its own path (ch-run cannot bind into a bind).
 bind() {
-  local src=$1 dst=$2
+  local src=$1 dst=$2 p
   case "$dst/" in
     /tmp/*)
       [ "$src" = "$dst" ] && return 0
       fail "ch-run cannot mount $src on $dst: /tmp is the node's own inside the container; mount it elsewhere"
       ;;
   esac
+  if [ "$src" = "$dst" ]; then
+    for p in "${SAME[@]}"; do
+      [[ $dst/ == "$p"/* ]] && return 0
+    done
+    SAME+=("$dst")
+  fi
   [[ $src$dst != *:* ]] || fail "ch-run -b splits on ':' ($src:$dst); use a path without it"
   [ -d "$IMAGE$dst" ] || fail "the image has no folder $dst to mount $src on (ch-run mounts only on folders a read-only image has): mkdir -p $IMAGE$dst"
   BINDS+=("--bind=$src:$dst")
