@@ -4,9 +4,11 @@
 
 Per repeat and style (local: one mpirun world on this machine; Slurm: the real test cluster,
 bare srun --mpi=pmix), with the faithful test model: `ftcluster launch --keep-serving
---no-client`, then SIGKILL rank 1's tritonserver (a crashing FT rank) and measure, polling every
-5 ms, the time until no process of the run is left and the scheduler says the job has ended.
-Prints medians; also the time to ready from the same runs.
+--no-client` with server.restarts 0 (a death ends the run rather than restarting the world),
+then SIGKILL rank 1's tritonserver (a crashing FT rank) and measure, polling every 5 ms, the
+time until no process of the run is left (all ranks stopped) and until the scheduler says the
+job has ended, separately; and, from the job's events, when it saw the death and when it was
+done. Prints medians; also the time to ready from the same runs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -60,18 +63,34 @@ def once(cluster_path: Path, nodes: int) -> dict[str, float]:
     rec = outcome.record
     paths = RunPaths(rec.run_id, Path(rec.run_dir))
     launcher = launcher_for(cluster)
-    victim = _server_of(int((paths.state / "rank1.pid").read_text()))
+    try:
+        return _kill_and_time(rec.run_id, rec.job_id or "", paths, launcher, ready)
+    except BaseException:
+        launcher.cancel(rec.job_id or "", paths)   # a failed repeat leaves no serving run behind
+        raise
+
+
+def _kill_and_time(run_id: str, job_id: str, paths: RunPaths, launcher: Any, ready: float) -> dict[str, float]:
+    victim = _server_of(int((paths.state / "rank1.pid").read_text().split()[0]))   # "PID STARTTIME"
     killed = time.time()
     os.kill(victim, signal.SIGKILL)
+    stopped = 0.0
     while True:
-        gone = not processes_matching(rec.run_id)
-        ended = launcher.info(rec.job_id or "", paths).state.terminal if gone else False
-        if gone and ended:
+        if not stopped and not processes_matching(run_id):
+            stopped = time.time() - killed
+        if stopped and launcher.info(job_id, paths).state.terminal:
             break
         if time.time() - killed > 60:
-            raise RuntimeError(f"run {rec.run_id} still alive 60 s after rank 1 died")
+            raise RuntimeError(f"run {run_id} still alive 60 s after rank 1 died")
         time.sleep(0.005)
-    return {"ready_s": ready, "fail_fast_s": time.time() - killed}
+    ended = time.time() - killed
+    # Where the job's own time went: its events, each as seconds after the kill.
+    marks = {}
+    for line in (paths.state / "events").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1] in ("rank_failed", "failed", "servers_stopped", "containers_stopped", "done"):
+            marks.setdefault(f"{parts[1]}_s", float(parts[0]) - killed)
+    return {"ready_s": ready, "stopped_s": stopped, "ended_s": ended, **marks}
 
 
 def main() -> None:
@@ -84,7 +103,8 @@ def main() -> None:
     with running_testbed():
         tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
         os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
-        server = {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10}
+        # restarts 0: a rank's death while serving ends the run (the default restarts the world).
+        server = {"binary": str(find_tritonserver()), "ready_timeout": 120, "exit_grace": 10, "restarts": 0}
         specs = {
             "local": {"name": "bench-local", "scheduler": "local", "gpus_per_node": 1, "workspace": str(tmp / "wl"),
                       "ports": {"http": 28000, "grpc": 28001, "metrics": 28002}, "server": server},
@@ -99,8 +119,9 @@ def main() -> None:
                 results[style].append(once(path, args.nodes))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
     med = report.medians(results)
-    report.table(med, [("ready_s", "ready s", ".2f"),
-                       ("fail_fast_s", "rank death -> all stopped, job ended (s)", ".2f")], label="style")
+    report.table(med, [("ready_s", "ready s", ".2f"), ("rank_failed_s", "death seen s", ".3f"),
+                       ("stopped_s", "all ranks stopped s", ".3f"), ("ended_s", "job ended s", ".3f")],
+                 label="style")
     report.print_json(med, repeats=args.repeats, nodes=args.nodes, all=results)
 
 if __name__ == "__main__":

@@ -19,6 +19,27 @@ ERROR_LINE = re.compile(r"^E[0-9]{4} [0-9:.]+ ")
 HARMLESS_ERRORS = re.compile(r"CudaDriverHelper|NVML|DCGM|pinned")
 
 
+class ExitWatch:
+    """state/exits (each rank appends its exit, rank_server.sh) on a descriptor held open, the
+    followers' way: a read() costs no path lookup. Whether a rank died since it was opened."""
+
+    def __init__(self, state: str):
+        # Opened for append creates it; read from its end: what was there is an earlier
+        # incarnation's (the caller checks the rank files once for a death before).
+        self.f = open(os.path.join(state, FILES.rank_exits), "a+")
+        self.f.seek(0, os.SEEK_END)
+        self.partial = ""
+
+    def died(self) -> bool:
+        text = self.partial + self.f.read()
+        lines = text.split("\n")
+        self.partial = lines.pop()   # a line still being written
+        return any(line.split()[-1:] == ["died"] for line in lines)
+
+    def close(self) -> None:
+        self.f.close()
+
+
 class RankFiles:
     def __init__(self, state: str, logs: str, nodes: int):
         self.state, self.logs, self.nodes = state, logs, nodes

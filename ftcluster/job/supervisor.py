@@ -27,7 +27,7 @@ from .metrics import Sampler, gpu_words
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
-from .ranks import RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
+from .ranks import ExitWatch, RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
 from .text import last_line, read_text, squeeze, write_json
 
 
@@ -465,7 +465,21 @@ class Job:
                           int(self.child_env.get("FTC_INCARNATION", "0")))
         next_cut = time.monotonic() + LOG_CUT_S
         self.publish_targets()
+        # A rank's death is seen in its exit line within 0.1 s; srun or mpirun end the step
+        # seconds later (Slurm) and the teardown need not wait for them.
+        exits = ExitWatch(self.cfg.state)
+        try:
+            return self._serve_loop(live, sampler, exits, next_cut)
+        finally:
+            exits.close()
+
+    def _serve_loop(self, live: Optional[Liveness], sampler: Sampler, exits: ExitWatch, next_cut: float) -> Optional[str]:
+        if self.ranks.first_died() is not None:
+            return self.cause_of("a server rank exited")
         while self.style.servers_alive():
+            if exits.died():
+                self.leave_rotation("a server rank exited")
+                return self.cause_of("a server rank exited")
             fault = live.check() if live is not None else None
             sampler.tick()
             self.mend_proxy()

@@ -37,7 +37,15 @@ OFF=$((RANK * PORT_STRIDE))
 mkdir -p "$LOGS" "$STATE"
 # state/rank<R>.exit: "CODE EPOCH died|stopped" -- stopped when this wrapper was asked to stop
 # (SIGTERM/SIGINT) before its server ended; the job script treats a rank that died as the cause.
-record_exit() { printf '%s %s %s\n' "$1" "$(date +%s.%N)" "$2" >"$STATE/rank$RANK.exit"; }
+# Also appended to state/exits, one write, which the job reads on an open
+# descriptor while serving: a rank's death is seen there within 0.1 s, before srun or mpirun
+# end the step (seconds on Slurm), at no path lookup.
+record_exit() {
+  local line
+  line="$1 $(date +%s.%N) $2"
+  printf '%s\n' "$line" >"$STATE/rank$RANK.exit"
+  printf '%s %s\n' "$RANK" "$line" >>"$STATE/exits"
+}
 printf '%s\n' "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.host"
 # "PID START": the job signals this wrapper only while its pid still names it (signal_rank.sh).
 read -r SELF_STAT <"/proc/$$/stat"
@@ -183,7 +191,7 @@ while kill -0 "$child" 2>/dev/null; do
 done
 [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
 kill "$progress" 2>/dev/null
-kill_server_leftovers
+# The exit first (the job acts on it at once), then what the server left.
 if (( stopping )); then
   record_exit "$rc" stopped
 else
@@ -191,4 +199,5 @@ else
   (( rc )) || rc=1
   record_exit "$rc" died
 fi
+kill_server_leftovers
 exit "$rc"
