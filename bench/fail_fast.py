@@ -85,11 +85,13 @@ def _kill_and_time(run_id: str, job_id: str, paths: RunPaths, launcher: Any, rea
         time.sleep(0.005)
     ended = time.time() - killed
     # Where the job's own time went: its events, each as seconds after the kill.
-    marks = {}
+    names = ("rank_failed", "failed", "servers_stopped", "containers_stopped", "done")
+    marks = {f"{n}_s": float("nan") for n in names}
     for line in (paths.state / "events").read_text().splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[1] in ("rank_failed", "failed", "servers_stopped", "containers_stopped", "done"):
-            marks.setdefault(f"{parts[1]}_s", float(parts[0]) - killed)
+        key = f"{parts[1]}_s" if len(parts) >= 2 else ""
+        if key in marks and marks[key] != marks[key]:   # the first of each (NaN until seen)
+            marks[key] = float(parts[0]) - killed
     return {"ready_s": ready, "stopped_s": stopped, "ended_s": ended, **marks}
 
 
@@ -111,6 +113,15 @@ def main() -> None:
             "slurm": {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
                       "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"), "server": server},
         }
+        # Pyxis, where the bed has the test image as a squashfs (tests/pyxis/image.py makes it).
+        from tests.pyxis.image import sqsh_path
+
+        if sqsh_path().is_file():
+            checkpoint = str(embedded_model_path().parent / "checkpoint")
+            specs["pyxis"] = {**specs["slurm"], "name": "bench-pyxis", "workspace": str(tmp / "wp"),
+                              "container": {"runtime": "pyxis", "image": str(sqsh_path()),
+                                            "mounts": [f"{checkpoint}:{checkpoint}:ro"]},
+                              "server": {**server, "binary": "tritonserver"}}
         results: dict[str, list[dict[str, float]]] = {k: [] for k in specs}
         for i in range(args.repeats):
             for style, spec in specs.items():

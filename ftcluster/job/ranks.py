@@ -20,8 +20,9 @@ HARMLESS_ERRORS = re.compile(r"CudaDriverHelper|NVML|DCGM|pinned")
 
 
 class ExitWatch:
-    """state/exits (each rank appends its exit, rank_server.sh) on a descriptor held open, the
-    followers' way: a read() costs no path lookup. Whether a rank died since it was opened."""
+    """state/exits (each rank appends "RANK CODE EPOCH died|stopped INCARNATION", rank_server.sh)
+    on a descriptor held open, the followers' way: a read() costs no path lookup. Whether a rank
+    died since it was opened."""
 
     def __init__(self, state: str):
         # Opened for append creates it; read from its end: what was there is an earlier
@@ -34,7 +35,7 @@ class ExitWatch:
         text = self.partial + self.f.read()
         lines = text.split("\n")
         self.partial = lines.pop()   # a line still being written
-        return any(line.split()[-1:] == ["died"] for line in lines)
+        return any(line.split()[3:4] == ["died"] for line in lines)   # RANK CODE EPOCH HOW INCARNATION
 
     def close(self) -> None:
         self.f.close()

@@ -28,6 +28,16 @@ PYTHON_ENV_DIR = re.compile(r"/tmp/python_env_[A-Za-z0-9]{6}")
 FREE_PYTHON_ENVS = ('run=$1; shift; for d in "$@"; do rm -f -- "$d/.ftc+$run+r"*; '
                     'compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"; done')
 
+# Kills every process on this node that carries the run's server mark (rank_server.sh's
+# FTC_SERVER_OF=RUN/rankR/PID): a python backend stub whose tritonserver ended leaves Slurm's
+# tracking, and a wrapper ended with its step may not have reaped it. $1: the run id (run ids
+# hold no regular-expression character but '.', made literal here).
+KILL_MARKED = ('kill_marked() { local f p; grep -lz -e "^FTC_SERVER_OF=${1//./[.]}/" /proc/[0-9]*/environ 2>/dev/null '
+               '| while IFS= read -r f; do p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null; done; }; ')
+# A node's teardown after the servers: $1 the run id, $2 its /dev/shm prefix, then the python
+# backend's /tmp folders it left.
+NODE_TEARDOWN = KILL_MARKED + 'kill_marked "$1"; rm -rf -- "$2"*; set -- "$1" "${@:3}"; ' + FREE_PYTHON_ENVS
+
 if TYPE_CHECKING:
     from .supervisor import Job
 
@@ -70,8 +80,8 @@ class JobStyle:
         """Removes the run's containers on every node; False when a node failed. Bare metal has
         none: what SIGKILLed ranks leave in /dev/shm is removed on every node instead."""
         if self.started_servers():
-            self.job.run([*self.every_node("/dev/null"), "bash", "-c", 'rm -rf -- "$1"*; shift; ' + FREE_PYTHON_ENVS,
-                          "_", self.shm_glob(), self.cfg.run_id, *self.python_envs()],
+            self.job.run([*self.every_node("/dev/null"), "bash", "-c", NODE_TEARDOWN,
+                          "_", self.cfg.run_id, self.shm_glob(), *self.python_envs()],
                          out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
 
@@ -216,8 +226,11 @@ class JobStyle:
         self.reap_servers()
 
     def clear_servers(self) -> None:
-        """Before a restart's servers start: what the killed world left where they will run
-        (nothing on bare metal: the step's end killed every rank)."""
+        """Before a restart's servers start: what the killed world left where they will run.
+        On the nodes themselves the step's end killed every rank; a python backend stub that
+        its server's end orphaned is found by the run's mark on every node."""
+        self.job.run([*self.every_node("/dev/null"), "bash", "-c", KILL_MARKED + 'kill_marked "$1"', "_",
+                      self.cfg.run_id], out=subprocess.DEVNULL, limit=60, interruptible=False)
 
     def kill_server_process(self) -> None:
         if self.servers is not None and self.servers.poll() is None:
@@ -551,7 +564,16 @@ class LocalStyle(JobStyle):
         self.kill_server_process()
         self.reap_servers()
 
+    def clear_servers(self) -> None:
+        self.kill_marked()
+
+    def kill_marked(self) -> None:
+        self.job.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1"', "_", self.cfg.run_id],
+                     out=subprocess.DEVNULL, limit=60, interruptible=False)
+
     def down(self) -> bool:
+        if self.started_servers():
+            self.kill_marked()
         if self.mpi_tmp:
             shutil.rmtree(self.mpi_tmp, ignore_errors=True)
         for path in glob.glob(glob.escape(self.shm_glob()) + "*"):

@@ -1,0 +1,32 @@
+"""The teardown's sweep of a run's leftover server processes (KILL_MARKED), on real processes:
+exactly those whose environment holds FTC_SERVER_OF=<this run>/..., whatever else is alike."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from ftcluster.job.styles import KILL_MARKED
+
+
+def _sleeper(entry: str) -> subprocess.Popen[bytes]:
+    name, value = entry.split("=", 1)
+    return subprocess.Popen(["sleep", "60"], env={**os.environ, name: value})
+
+
+def test_only_the_runs_marked_processes_are_killed() -> None:
+    mine = [_sleeper("FTC_SERVER_OF=run-1.a/rank0/11"), _sleeper("FTC_SERVER_OF=run-1.a/rank1/12")]
+    others = [_sleeper("FTC_SERVER_OF=run-1Xa/rank0/13"),      # '.' is no wildcard
+              _sleeper("FTC_SERVER_OF=run-1.a2/rank0/14"),     # another run, same prefix
+              _sleeper("XFTC_SERVER_OF=run-1.a/rank0/15")]     # not the mark
+    try:
+        time.sleep(0.1)
+        subprocess.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1"', "_", "run-1.a"], check=True, timeout=30)
+        for p in mine:
+            assert p.wait(timeout=5) == -9
+        assert all(p.poll() is None for p in others)
+    finally:
+        for p in mine + others:
+            p.kill()
+            p.wait()
