@@ -31,11 +31,16 @@ class ExitWatch:
         self.f.seek(0, os.SEEK_END)
         self.partial = ""
 
-    def died(self) -> bool:
+    def died(self) -> Optional[Tuple[int, str]]:
+        """(rank, exit code) of the first rank that died since the last look, or None."""
         text = self.partial + self.f.read()
         lines = text.split("\n")
         self.partial = lines.pop()   # a line still being written
-        return any(line.split()[3:4] == ["died"] for line in lines)   # RANK CODE EPOCH HOW INCARNATION
+        for line in lines:
+            parts = line.split()     # RANK CODE EPOCH HOW INCARNATION
+            if parts[3:4] == ["died"] and parts[0].isdigit():
+                return int(parts[0]), parts[1]
+        return None
 
     def close(self) -> None:
         self.f.close()

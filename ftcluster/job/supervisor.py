@@ -135,13 +135,16 @@ class Job:
         self.say(f"ftcluster: {why}")
         raise Failed(1)
 
-    def cause_of(self, why: str) -> str:
-        """The failure in words: the rank that died first, when one did, and its own words."""
+    def cause_of(self, why: str, died: Optional[Tuple[int, str]] = None) -> str:
+        """The failure in words: the rank that died first, when one did, and its own words.
+        `died`: (rank, code) from its exit line, when its rank file may not be written yet."""
         rank = self.ranks.first_died()
+        if rank is None and died is not None:
+            rank = died[0]
         if rank is not None:
             node = self.ranks.node(rank)
             ex = self.ranks.exit(rank)
-            code = ex[0] if ex else "?"
+            code = ex[0] if ex else (died[1] if died is not None and died[0] == rank else "?")
             self.event(EV.rank_failed, rank, node, code)
             why = f"rank {rank} on {node} exited (code {code}) {self.phase}"
             # A cause the rank named itself (a port in use) says more than its exit.
@@ -477,9 +480,10 @@ class Job:
         if self.ranks.first_died() is not None:
             return self.cause_of("a server rank exited")
         while self.style.servers_alive():
-            if exits.died():
+            died = exits.died()
+            if died:
                 self.leave_rotation("a server rank exited")
-                return self.cause_of("a server rank exited")
+                return self.cause_of("a server rank exited", died)
             fault = live.check() if live is not None else None
             sampler.tick()
             self.mend_proxy()

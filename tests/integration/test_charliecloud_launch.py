@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.docker import image
+from tests.integration.test_pyxis_preflight import _tiny_gpt_spec
 from tests.launch_helpers import assert_served_like_ft, ftcluster, launch_json, processes_matching, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.triton]
@@ -180,12 +181,7 @@ def test_convert_runs_in_the_image_with_its_paths_bound(ch_image: Path, spec_dir
     converter = REPO / "tests" / "data" / "ft_converter"
     # The converter's folder is outside /tmp: its mount point in the image, made once by the user.
     (ch_image / str(converter).lstrip("/")).mkdir(parents=True, exist_ok=True)
-    ckpt = spec_dir / "ckpt"
-    ckpt.mkdir()
-    model = spec_dir / "model.yaml"
-    model.write_text(json.dumps({"name": "tinygpt", "model_type": "GPT", "checkpoint_root": str(ckpt),
-                                 "repository": str(REPO / "tests" / "data" / "models" / "tiny" / "repo"),
-                                 "ft_model": "fastertransformer", "data_type": "fp16"}))
+    ckpt, model = _tiny_gpt_spec(spec_dir, REPO)
     p = ftcluster("convert", "--cluster", str(_write_spec(spec_dir, ch_image)), "--model", str(model),
                   "--converter-root", str(converter), "--input", str(converter / "hf_tiny_gpt"), timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr

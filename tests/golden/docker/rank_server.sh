@@ -163,10 +163,21 @@ children_of() {
     if [ "${rest%% *}" = "$1" ]; then f=${f#/proc/}; printf '%s\n' "${f%/stat}"; fi
   done
 }
+# A helper loop's nap: SECONDS in half-second slices while the server lives (false once it is
+# gone): a wrapper that Slurm SIGKILLed leaves its helpers no longer than half a second.
+nap_while_server() {
+  local left=$(( ${1%.*} * 2 )) nap=
+  trap '[ -z "$nap" ] || kill "$nap" 2>/dev/null; exit 0' TERM
+  (( left > 0 )) || left=1
+  while (( left-- > 0 )); do
+    kill -0 "$child" 2>/dev/null || return 1
+    sleep 0.5 & nap=$!
+    wait "$nap"
+  done
+}
 load_progress() {
   local out="$STATE/rank$RANK.progress" log="$LOGS/server-rank$RANK.log"
-  local figures="" moved now got logsize gpu p k v nap=
-  trap '[ -z "$nap" ] || kill "$nap" 2>/dev/null; exit 0' TERM
+  local figures="" moved now got logsize gpu p k v
   while kill -0 "$child" 2>/dev/null && [ ! -e "$STATE/rank$RANK.loaded" ]; do
     got=0
     for p in "$child" $(children_of "$child"); do
@@ -183,8 +194,7 @@ load_progress() {
     now=$(date +%s)
     if [ "$got $logsize $gpu" != "$figures" ]; then figures="$got $logsize $gpu"; moved=$now; fi
     printf '%s %s %s\n' "$moved" "$now" "$figures" >"$out.tmp" && mv -f "$out.tmp" "$out"
-    sleep 2 & nap=$!
-    wait "$nap"
+    nap_while_server 2 || break
   done
 }
 load_progress &
