@@ -121,23 +121,39 @@ def main() -> int:
     folder = Path(args.out or tempfile.mkdtemp(prefix="ftc-gpu-bench-")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FTCLUSTER_STATE_DIR", str(folder / "state"))
-    report: dict[str, Any] = {"gpus": sh(["nvidia-smi", "-L"])[1].strip().splitlines(),
-                              "gpu_apps_before": gpu_apps(), "preflight": {}, "runs": []}
+    # Resumable: a --out folder that holds an earlier call's gpu_serve.json (and its 1x1
+    # reference) goes on from there; preflights and (plan, repeat) runs done are not run again.
+    saved = folder / "gpu_serve.json"
+    report: dict[str, Any] = json.loads(saved.read_text()) if saved.is_file() else {
+        "gpus": sh(["nvidia-smi", "-L"])[1].strip().splitlines(), "gpu_apps_before": gpu_apps(),
+        "preflight": {}, "runs": []}
     _, out, _ = sh([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.nccl.version())"])
     report["torch"] = out.strip()
+    _, out, _ = sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    report["driver"] = out.strip().splitlines()[0] if out.strip() else None
+
+    def save() -> None:
+        saved.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
     if not args.no_preflight:
         for tp, nodes in (tuple(int(x) for x in p.split("x")) for p in args.preflight_plans.split(",")):
+            if report["preflight"].get(f"{nodes}x{tp}", {}).get("rc") == 0:
+                continue
             cluster = write_cluster(folder, tp, 18500)
             prc, pout, perr = ftc("preflight", "--cluster", str(cluster), "--nodes", str(nodes), "--json", timeout=300)
             pre = parse_json(pout)
             report["preflight"][f"{nodes}x{tp}"] = {"rc": prc, "summary": {k: v for k, v in pre.items()
                                                                          if k != "ranks"} if pre else perr[-500:]}
             print(f"preflight {nodes} node(s) x {tp} GPU(s): rc {prc}", flush=True)
+            save()
     ref = folder / "identity-1x1.json"
     for repeat in range(args.repeats):
         for tp, pp in plans:   # interleaved, so drift hits every plan alike
+            if any(r["plan"] == f"{tp}x{pp}" and r["repeat"] == repeat for r in report["runs"]):
+                continue
             res = one_run(tp, pp, repeat, folder, ref, args)
             report["runs"].append(res)
+            save()
             print(json.dumps({k: v for k, v in res.items() if k != "log_tail"}), flush=True)
             if res.get("log_tail"):
                 print(json.dumps(res["log_tail"], indent=1), flush=True)
@@ -163,7 +179,7 @@ def main() -> int:
             "launch_failures": [r["failure"] for r in runs if r.get("failure")],
         }
     report["summary"] = summary
-    (folder / "gpu_serve.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    save()
     print(json.dumps({"gpus": report["gpus"], "torch": report["torch"], "summary": summary}, indent=2))
     bad = any(s["launch_failures"] or s["gpu_apps_after_teardown"] or any(i != "PASS" for i in s["identity"])
               for s in summary.values())

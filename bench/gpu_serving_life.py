@@ -1,12 +1,12 @@
 """A serving run's life on a real GPU: samples under load, a frozen rank found and the world
 restarted, the same tokens after it, nothing left on the GPU.
 
-    python bench/gpu_serving_life.py [--out DIR] [--freeze-at 60] [--duration 8]
+    python bench/gpu_serving_life.py [--out DIR] [--plan 1x1] [--freeze-rank 0] [--freeze-at 60] [--duration 8]
 
 On a machine with a CUDA GPU, torch, and ftcluster's dependencies (bench/gpu_serve.py says how).
-One run of the test model's CUDA path, 1x1 (scheduler `local`), server.metrics_interval 1 and a
-liveness probe every 2 s (deadline 5 s, 2 misses), `FTCLUSTER_TEST_FREEZE_NODE=rank0@N`: rank 0
-freezes (alive, silent) at its N-th request. Steps: `client identity --save` (the reference),
+One run of the test model's CUDA path, plan TPxPP (default 1x1; scheduler `local`),
+server.metrics_interval 1 and a liveness probe every 2 s (deadline 5 s, 2 misses),
+`FTCLUSTER_TEST_FREEZE_NODE=rank<R>@N`: rank R freezes (alive, silent) at its N-th request. Steps: `client identity --save` (the reference),
 `client bench` under load through the freeze (requests hang, then fail when the world is
 killed), until `status` shows the restart and the run serving again; `client identity
 --against` the reference; `top --json`; `stop`; nvidia-smi's compute processes after. Writes
@@ -34,23 +34,27 @@ from gpu_serve import SAFE_ENV, ftc, gpu_apps, parse_json   # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--freeze-at", type=int, default=60, help="rank 0 freezes at this request")
+    ap.add_argument("--plan", default="1x1", help="TPxPP (tp = GPUs per node, pp = nodes)")
+    ap.add_argument("--freeze-rank", type=int, default=0)
+    ap.add_argument("--freeze-at", type=int, default=60, help="the rank freezes at this request")
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of load before and through the freeze")
     args = ap.parse_args()
+    tp, pp = (int(x) for x in args.plan.split("x"))
     folder = Path(args.out or tempfile.mkdtemp(prefix="ftc-gpu-life-")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FTCLUSTER_STATE_DIR", str(folder / "state"))
     cluster = folder / "gpu.yaml"
     cluster.write_text(json.dumps({
-        "name": "gpu-life", "scheduler": "local", "gpus_per_node": 1, "workspace": str(folder / "runs"),
+        "name": "gpu-life", "scheduler": "local", "gpus_per_node": tp, "workspace": str(folder / "runs"),
         "ports": {"http": 19700, "grpc": 19701, "metrics": 19702},
         "server": {"binary": "auto", "ready_timeout": 180, "exit_grace": 10, "restarts": 2, "restart_backoff": 1,
                    "metrics_interval": 1, "liveness": {"interval": 2, "deadline": 5, "failures": 2}},
         "env": dict(SAFE_ENV)}))
-    os.environ["FTCLUSTER_TEST_FREEZE_NODE"] = f"rank0@{args.freeze_at}"
-    report: dict[str, Any] = {"gpu_apps_before": gpu_apps()}
+    os.environ["FTCLUSTER_TEST_FREEZE_NODE"] = f"rank{args.freeze_rank}@{args.freeze_at}"
+    report: dict[str, Any] = {"plan": args.plan, "frozen": f"rank{args.freeze_rank}@{args.freeze_at}",
+                              "gpu_apps_before": gpu_apps()}
     ok = True
-    rc, out, err = ftc("launch", "--cluster", str(cluster), "--nodes", "1", "--keep-serving", "--no-client",
+    rc, out, err = ftc("launch", "--cluster", str(cluster), "--nodes", str(pp), "--keep-serving", "--no-client",
                        "--json", timeout=400)
     launch = parse_json(out)
     run_id, url = launch.get("run_id"), launch.get("endpoint")
