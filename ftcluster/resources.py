@@ -2,8 +2,8 @@
 
 Found through importlib.resources rather than `__file__`, so a checkout, an editable install
 and a wheel find them the same way. job_templates/ and configs/ are top-level folders of the
-source tree; the wheel carries them inside the package (pyproject's package-dir), so tree_path()
-looks there first and beside the package second.
+source tree; the wheel carries them inside the package (pyproject's package-dir); tree_path()
+knows which of the two it is.
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ def tree_root() -> Path:
 
 
 def tree_path(name: str, *parts: str) -> Path:
-    """A file in one of the top-level data folders (TOP_LEVEL): inside the package for a wheel,
-    beside it for a checkout or an editable install."""
+    """A file in one of the top-level data folders (TOP_LEVEL): beside the package in a source
+    tree (a checkout or an editable install: pyproject.toml beside it), else inside the package
+    (a wheel). Decided by the tree, not by which folder exists: a stale folder of that name left
+    inside a checkout's package, or another distribution's top-level folder of that name in
+    site-packages, must not win."""
     if name not in TOP_LEVEL:
         raise ValueError(f"{name} is not one of {TOP_LEVEL}")
-    inside = package_path(name)
-    base = inside if inside.is_dir() else tree_root() / name
+    root = tree_root()
+    source_tree = (root / "pyproject.toml").is_file() and (root / name).is_dir()
+    base = root / name if source_tree else package_path(name)
     return base.joinpath(*parts)

@@ -52,3 +52,23 @@ def test_wheel_package_list_covers_every_package_folder() -> None:
     mapped = {f"ftcluster.{name}" for name in TOP_LEVEL}
     assert set(tool["packages"]) == on_disk | mapped
     assert tool["package-dir"] == {f"ftcluster.{name}": name for name in TOP_LEVEL}
+
+
+def test_a_stale_folder_inside_the_package_does_not_shadow_the_checkouts(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """A checkout that once held ftcluster/job_templates (or a copy of the tree that kept it)
+    still renders from the top-level folder; a wheel-like tree (no pyproject.toml beside the
+    package) reads inside the package even when site-packages has a folder of that name."""
+    import ftcluster.resources as res
+
+    src = tmp_path / "src"
+    (src / "ftcluster" / "job_templates").mkdir(parents=True)      # stale, empty
+    (src / "job_templates").mkdir()
+    (src / "pyproject.toml").write_text("")
+    monkeypatch.setattr(res, "package_path", lambda *parts: (src / "ftcluster").joinpath(*parts))
+    assert res.tree_path("job_templates") == src / "job_templates"
+    wheel = tmp_path / "site-packages"
+    (wheel / "ftcluster" / "job_templates").mkdir(parents=True)
+    (wheel / "job_templates").mkdir()                              # another distribution's
+    monkeypatch.setattr(res, "package_path", lambda *parts: (wheel / "ftcluster").joinpath(*parts))
+    assert res.tree_path("job_templates") == wheel / "ftcluster" / "job_templates"
