@@ -83,11 +83,13 @@ def one_run(tp: int, pp: int, repeat: int, folder: Path, ref: Path, args: argpar
             res["identity"] = [c["name"] for c in ident.get("checks", []) if not c["ok"]] or "PASS"
             res["identity_role"] = save[0]
             res["tokens_row0"] = (ident.get("sample") or {}).get("output_ids")
-            brc, bout, _ = ftc("client", "bench", "--url", url, "--concurrency", args.concurrency,
+            brc, bout, berr = ftc("client", "bench", "--url", url, "--concurrency", args.concurrency,
                                "--duration", str(args.duration), "--warmup", "1", "--input-len", "16",
                                "--output-len", "16", "--json")
             bench = parse_json(bout)
             res["bench_rc"] = brc
+            if brc:
+                res["bench_err"] = berr.strip().splitlines()[-5:]
             res["tokens_per_s"] = {str(s["value"]): s["tokens_per_s"] for s in bench.get("steps", [])}
             res["p50_ms"] = {str(s["value"]): s["latency_ms"]["p50"] for s in bench.get("steps", [])}
     finally:

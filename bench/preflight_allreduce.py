@@ -5,7 +5,7 @@
 Alternates, `--repeats` times: the preflight (ftcluster.rank.preflight on N ranks started by
 ftcluster's local launcher, one GPU each) and a plain all_reduce loop under torchrun (one
 process per GPU, wall clock around synchronize, the slowest rank's time). Prints the median
-busbw per size for both and the ratio at the largest size (goal >= 0.9); writes
+busbw per size for both and the ratio at the largest size (goal >= 0.95); writes
 DIR/bench_preflight_allreduce.json and the first preflight report.
 """
 
@@ -27,6 +27,9 @@ sys.path.insert(0, str(REPO))
 
 from ftcluster.rank.env import apply_nvls_off, child_env
 from ftcluster.rank.preflight import busbw_factor, human_size, parse_sizes
+
+# The preflight's busbw at the largest size against the plain loop's (issue: >= 0.95).
+GOAL = 0.95
 
 PLAIN_TAG = "PLAIN_ALLREDUCE"
 
@@ -142,9 +145,9 @@ def main() -> int:
         rows.append({"size": s, "preflight_busbw_gbs": a, "plain_busbw_gbs": b, "ratio": a / b})
         print(f"{human_size(s):>6} {a:>16.1f} {b:>12.1f} {a / b:>6.3f}")
     big = rows[-1]
-    verdict = "ok" if big["ratio"] >= 0.9 else "BELOW GOAL"
+    verdict = "ok" if big["ratio"] >= GOAL else "BELOW GOAL"
     print(f"\nbusbw at {human_size(int(big['size']))}: preflight {big['preflight_busbw_gbs']:.1f} GB/s, "
-          f"plain {big['plain_busbw_gbs']:.1f} GB/s, ratio {big['ratio']:.3f} (goal >= 0.9: {verdict})")
+          f"plain {big['plain_busbw_gbs']:.1f} GB/s, ratio {big['ratio']:.3f} (goal >= {GOAL}: {verdict})")
     assert first_report is not None
     inv = [f"rank {r['rank']}: {r['host']} "
            + ", ".join(f"{g['name']} {g['memory_mib']} MiB" for g in r["gpus"])
@@ -157,7 +160,7 @@ def main() -> int:
                   "preflight_runs": pre, "plain_runs": plain}
         (args.out / "bench_preflight_allreduce.json").write_text(json.dumps(result, indent=2))
         (args.out / "preflight_report.json").write_text(json.dumps(first_report, indent=2))
-    return 0 if big["ratio"] >= 0.9 else 1
+    return 0 if big["ratio"] >= GOAL else 1
 
 
 if __name__ == "__main__":
