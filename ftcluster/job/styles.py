@@ -32,11 +32,17 @@ FREE_PYTHON_ENVS = ('run=$1; shift; for d in "$@"; do rm -f -- "$d/.ftc+$run+r"*
 # FTC_SERVER_OF=RUN/rankR/PID): a python backend stub whose tritonserver ended leaves Slurm's
 # tracking, and a wrapper ended with its step may not have reaped it. $1: the run id (run ids
 # hold no regular-expression character but '.', made literal here).
-KILL_MARKED = ('kill_marked() { local f p; grep -lz -e "^FTC_SERVER_OF=${1//./[.]}/" /proc/[0-9]*/environ 2>/dev/null '
-               '| while IFS= read -r f; do p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null; done; }; ')
+# $2: tenths of a second to let them end by themselves first (a python backend stub told to
+# stop removes its /tmp/python_env_* folder; SIGKILLed, it leaves it): 0 in a failure.
+KILL_MARKED = ('marked() { grep -lz -e "^FTC_SERVER_OF=${1//./[.]}/" /proc/[0-9]*/environ 2>/dev/null; }; '
+               'kill_marked() { local f p i; for ((i = 0; i < ${2:-0}; i++)); do [ -n "$(marked "$1")" ] || return 0; '
+               'sleep 0.1; done; marked "$1" | while IFS= read -r f; do p=${f#/proc/}; kill -KILL "${p%/environ}" '
+               '2>/dev/null; done; }; ')
+# Seconds x 10 a teardown that is not a failure's gives the marked processes (see KILL_MARKED).
+MARKED_GRACE = 30
 # A node's teardown after the servers: $1 the run id, $2 its /dev/shm prefix, then the python
 # backend's /tmp folders it left.
-NODE_TEARDOWN = KILL_MARKED + 'kill_marked "$1"; rm -rf -- "$2"*; set -- "$1" "${@:3}"; ' + FREE_PYTHON_ENVS
+NODE_TEARDOWN = KILL_MARKED + 'kill_marked "$1" "$2"; rm -rf -- "$3"*; set -- "$1" "${@:4}"; ' + FREE_PYTHON_ENVS
 
 if TYPE_CHECKING:
     from .supervisor import Job
@@ -81,9 +87,14 @@ class JobStyle:
         none: what SIGKILLed ranks leave in /dev/shm is removed on every node instead."""
         if self.started_servers():
             self.job.run([*self.every_node("/dev/null"), "bash", "-c", NODE_TEARDOWN,
-                          "_", self.cfg.run_id, self.shm_glob(), *self.python_envs()],
+                          "_", self.cfg.run_id, str(self.marked_grace()), self.shm_glob(), *self.python_envs()],
                          out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
+
+    def marked_grace(self) -> int:
+        """Tenths of a second the run's leftover server processes get to end by themselves:
+        none when the world broke (failing; a restart), some at a stop."""
+        return 0 if self.job.failing or self.job.restarting else MARKED_GRACE
 
     def shm_glob(self) -> str:
         """What the run's ranks name in /dev/shm, as a prefix (rank_server.sh)."""
@@ -565,15 +576,15 @@ class LocalStyle(JobStyle):
         self.reap_servers()
 
     def clear_servers(self) -> None:
-        self.kill_marked()
+        self.kill_marked(0)   # the killed world's: nothing to wait for
 
-    def kill_marked(self) -> None:
-        self.job.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1"', "_", self.cfg.run_id],
+    def kill_marked(self, grace: int) -> None:
+        self.job.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1" "$2"', "_", self.cfg.run_id, str(grace)],
                      out=subprocess.DEVNULL, limit=60, interruptible=False)
 
     def down(self) -> bool:
         if self.started_servers():
-            self.kill_marked()
+            self.kill_marked(self.marked_grace())
         if self.mpi_tmp:
             shutil.rmtree(self.mpi_tmp, ignore_errors=True)
         for path in glob.glob(glob.escape(self.shm_glob()) + "*"):
