@@ -90,11 +90,12 @@ mark_loaded() {
 TMP_BEFORE=$(compgen -G '/tmp/python_env_*')
 note_python_env() {
   local d
+  # The new ones in one grep (a grep per folder took seconds on a node with hundreds of them
+  # left by others, and a rank stopped meanwhile noted none).
   while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
-    grep -qxF -- "$d" <<<"$TMP_BEFORE" && continue
     : >"$d/.ftc+$RUN_ID+r$RANK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs"
-  done < <(compgen -G '/tmp/python_env_*')
+  done < <(compgen -G '/tmp/python_env_*' | grep -vxF -f <(printf '%s\n' "$TMP_BEFORE"))
 }
 
 # What the server starts carries this mark in its environment. A python backend stub whose
