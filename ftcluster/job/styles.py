@@ -240,8 +240,13 @@ class JobStyle:
         """Before a restart's servers start: what the killed world left where they will run.
         On the nodes themselves the step's end killed every rank; a python backend stub that
         its server's end orphaned is found by the run's mark on every node."""
-        self.job.run([*self.every_node("/dev/null"), "bash", "-c", KILL_MARKED + 'kill_marked "$1"', "_",
-                      self.cfg.run_id], out=subprocess.DEVNULL, limit=60, interruptible=False)
+        self.job.run([*self.every_node("/dev/null"), *self.kill_marked_argv(0)], out=subprocess.DEVNULL, limit=60,
+                     interruptible=False)
+
+    def kill_marked_argv(self, grace: int) -> List[str]:
+        """The command that kills the run's marked processes where it runs, after `grace`
+        tenths of a second for them to end by themselves (KILL_MARKED)."""
+        return ["bash", "-c", KILL_MARKED + 'kill_marked "$1" "$2"', "_", self.cfg.run_id, str(grace)]
 
     def kill_server_process(self) -> None:
         if self.servers is not None and self.servers.poll() is None:
@@ -579,8 +584,7 @@ class LocalStyle(JobStyle):
         self.kill_marked(0)   # the killed world's: nothing to wait for
 
     def kill_marked(self, grace: int) -> None:
-        self.job.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1" "$2"', "_", self.cfg.run_id, str(grace)],
-                     out=subprocess.DEVNULL, limit=60, interruptible=False)
+        self.job.run(self.kill_marked_argv(grace), out=subprocess.DEVNULL, limit=60, interruptible=False)
 
     def down(self) -> bool:
         if self.started_servers():
