@@ -70,8 +70,9 @@ def once(cluster_path: Path, nodes: int) -> dict[str, float]:
         raise
 
 
-def _kill_and_time(run_id: str, job_id: str, paths: RunPaths, launcher: Any, ready: float) -> dict[str, float]:
-    victim = _server_of(int((paths.state / "rank1.pid").read_text().split()[0]))   # "PID STARTTIME"
+def _kill_and_time(run_id: str, job_id: str, paths: RunPaths, launcher: Any, ready: float,
+                   rank: int = 1) -> dict[str, float]:
+    victim = _server_of(int((paths.state / f"rank{rank}.pid").read_text().split()[0]))   # "PID STARTTIME"
     killed = time.time()
     os.kill(victim, signal.SIGKILL)
     stopped = 0.0
@@ -81,7 +82,7 @@ def _kill_and_time(run_id: str, job_id: str, paths: RunPaths, launcher: Any, rea
         if stopped and launcher.info(job_id, paths).state.terminal:
             break
         if time.time() - killed > 60:
-            raise RuntimeError(f"run {run_id} still alive 60 s after rank 1 died")
+            raise RuntimeError(f"run {run_id} still alive 60 s after rank {rank} died")
         time.sleep(0.005)
     ended = time.time() - killed
     # Where the job's own time went: its events, each as seconds after the kill.

@@ -1,0 +1,134 @@
+"""The whole `ftcluster launch` against its servers' own start (goal <= 1.1x).
+
+    python bench/launch_vs_bare.py [--repeats 5] [--nodes 2] [--gpus-per-node 1] [--model SPEC] [--cluster SPEC]
+
+Local style (every rank on this machine under one mpirun), interleaved per repeat:
+- ftcluster: `ftcluster launch --keep-serving --no-client --json` as a user types it, from the
+  command's start to its return at `ready` (prepare, render, the job's start-up, the ranks,
+  readiness), then `ftcluster stop` (not timed);
+- bare: the repository that launch prepared, served by `mpirun -np N tritonserver` (each rank
+  its own ports, the run's env.sh sourced: the same environment), from mpirun's start to rank
+  0's model ready, asked every 50 ms by a poller that starts with it; then mpirun is ended.
+Prints the medians and the ratio ftcluster / bare. On a GPU machine pass a CUDA model spec
+(--model) and a cluster spec with its GPUs (--cluster): the ranks get them as launch gives them
+(rank r sees GPUs r*g..r*g+g-1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import report  # noqa: E402
+import yaml  # noqa: E402
+
+from ftcluster.spec import embedded_model_path  # noqa: E402
+from ftcluster.triton_local import find_tritonserver  # noqa: E402
+
+BARE_PORT = 29500
+
+
+def ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int) -> tuple[float, Path]:
+    argv = [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model", str(model),
+            "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--keep-serving", "--no-client", "--json"]
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    wall = time.perf_counter() - t0
+    out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    if r.returncode or not out.get("ok"):
+        raise RuntimeError(f"launch failed (rc {r.returncode}): {out.get('failure') or r.stderr[-2000:]}")
+    run_id, run_dir = out["run_id"], Path(out["run_dir"])
+    subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_id], capture_output=True, timeout=300, check=True)
+    return wall, run_dir
+
+
+def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
+    triton = json.loads((run_dir / "scripts" / "job.json").read_text())["tritonserver"]
+    pool = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(i) for i in range(nodes * gpus))
+    rank = (f'r=$OMPI_COMM_WORLD_RANK; IFS=, read -ra pool <<<"{pool}"; '
+            f'export CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${{pool[*]:r*{gpus}:{gpus}}}"); '
+            f'source {run_dir}/scripts/env.sh; cd {run_dir}; '
+            f'exec {triton} --model-repository=model_repository --id=bare-$r --log-verbose=0 '
+            f'--http-port=$(({BARE_PORT}+r*10)) --grpc-port=$(({BARE_PORT}+1+r*10)) '
+            f'--metrics-port=$(({BARE_PORT}+2+r*10))')
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    url = f"http://127.0.0.1:{BARE_PORT}/v2/models/{model}/ready"
+    log = open(run_dir / "logs" / "bare.log", "wb")
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["mpirun", "-np", str(nodes), "--oversubscribe", "--bind-to", "none", "bash", "-c", rank],
+                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while not ready(url):
+            if p.poll() is not None:
+                raise RuntimeError(f"bare mpirun ended (rc {p.returncode}): see {run_dir}/logs/bare.log")
+            if time.perf_counter() - t0 > 900:
+                raise RuntimeError("bare servers not ready in 900 s")
+            time.sleep(0.05)
+        return time.perf_counter() - t0
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[1])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--gpus-per-node", type=int, default=1)
+    ap.add_argument("--model", type=Path, default=embedded_model_path())
+    ap.add_argument("--cluster", type=Path, help="a local cluster spec (default: one written here)")
+    ap.add_argument("--goal", type=float, default=1.1)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
+    os.environ.setdefault("FTCLUSTER_STATE_DIR", str(tmp / "state"))
+    cluster = args.cluster
+    if cluster is None:
+        cluster = tmp / "cluster.yaml"
+        cluster.write_text(yaml.safe_dump({
+            "name": "bench-local", "scheduler": "local", "gpus_per_node": args.gpus_per_node,
+            "workspace": str(tmp / "ws"), "ports": {"http": 28000, "grpc": 28001, "metrics": 28002},
+            "server": {"binary": str(find_tritonserver()), "ready_timeout": 600, "exit_grace": 10}}))
+    model = yaml.safe_load(args.model.read_text())["name"]
+    results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "bare": []}
+    for i in range(args.repeats):
+        wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node)
+        results["ftcluster"].append({"ready_s": wall})
+        results["bare"].append({"ready_s": bare_once(run_dir, model, args.nodes, args.gpus_per_node)})
+        print(f"repeat {i + 1}/{args.repeats}: ftcluster {wall:.2f} s, bare {results['bare'][-1]['ready_s']:.2f} s",
+              file=sys.stderr)
+    med = report.medians(results)
+    report.table(med, [("ready_s", "to ready s", ".2f")])
+    r = report.ratio(med, "ready_s", "ftcluster", "bare")
+    print(f"ratio ftcluster / bare: {r:.2f} (goal <= {args.goal})")
+    report.print_json(med, ratio=r, repeats=args.repeats, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                      all=results)
+    sys.exit(0 if r <= args.goal else 1)
+
+
+if __name__ == "__main__":
+    main()
