@@ -151,16 +151,19 @@ EOF
 }
 
 # Inside rank 0's container: one rank per node, started over ssh with the run's key.
+# run_mpirun GRACE HOSTS CMD...: when a rank fails, Open MPI 4's daemons send the others SIGCONT,
+# sleep odls_base_sigkill_timeout, SIGTERM, sleep it again, then SIGKILL -- even for ranks that
+# have exited already. The servers get the exit grace; a check or a job step (mpirun_brief) ends
+# within a second, not after twice the grace.
 run_mpirun() {
-  local hosts=$1 mca_if=()
-  shift
+  local grace=$1 hosts=$2 mca_if=()
+  shift 2
   if [ -n "$MPI_IF" ]; then
     mca_if=(--mca btl_tcp_if_include "$MPI_IF" --mca oob_tcp_if_include "$MPI_IF")
   fi
-  # sigkill_timeout: a SIGTERM'd rank gets the server's exit grace before SIGKILL.
   exec mpirun --allow-run-as-root -np "$NODES" -H "$hosts" \
     --mca plm_rsh_args "-p $SSH_PORT -i $IN_SSH/id_ed25519 -o UserKnownHostsFile=$IN_SSH/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes -o LogLevel=ERROR" \
-    --mca odls_base_sigkill_timeout "$EXIT_GRACE" "${mca_if[@]}" -x FTC_INCARNATION "$@"
+    --mca odls_base_sigkill_timeout "$grace" "${mca_if[@]}" -x FTC_INCARNATION "$@"
 }
 
 down() {
@@ -245,7 +248,8 @@ case "${1:-}" in
   reap) exec docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" reap_inside ;;
   reap_inside) reap_inside ;;
   sshd) mpi_on_path; sshd_start ;;
-  mpirun) shift; mpi_on_path; run_mpirun "$@" ;;
+  mpirun) shift; mpi_on_path; run_mpirun "$EXIT_GRACE" "$@" ;;
+  mpirun_brief) shift; mpi_on_path; run_mpirun 0 "$@" ;;
   rank) exec bash "$SCRIPTS/rank_server.sh" >"$LOGS/rank${OMPI_COMM_WORLD_RANK:-0}.stdout" 2>&1 ;;
-  *) echo "usage: $0 up|guard|down|reap|exec CMD...|sshd|mpirun HOSTS CMD...|rank|reap_inside|run CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|guard|down|reap|exec CMD...|sshd|mpirun[_brief] HOSTS CMD...|rank|reap_inside|run CMD..." >&2; exit 2 ;;
 esac
