@@ -214,9 +214,13 @@ def test_rendered_script_submitted_by_hand(pb: PyxisBed, spec_dir: Path) -> None
     out = spec_dir / "by-hand"
     p = ftcluster("render", "--cluster", str(_write_spec(spec_dir, pb)), "--nodes", "2", "--out", str(out))
     assert p.returncode == 0, p.stderr
-    sb = subprocess.run(["sbatch", "--wait", "scripts/job.sbatch"], cwd=out, capture_output=True, text=True,
-                        env=pb.tb.env, timeout=300)
-    assert sb.returncode == 0, sb.stdout + sb.stderr + _events(out)
+    # Not `sbatch --wait`: it asks at 2, 4, 8, 16, 32 s intervals and sees a 15 s job end up to 30 s late.
+    sb = subprocess.run(["sbatch", "--parsable", "scripts/job.sbatch"], cwd=out, capture_output=True, text=True,
+                        env=pb.tb.env, timeout=60)
+    assert sb.returncode == 0, sb.stdout + sb.stderr
+    job = sb.stdout.strip().split(";")[0]
+    gone = lambda: not pb.tb.slurm(["squeue", "-h", "-j", job], check=False).stdout.strip()  # noqa: E731
+    assert wait_for(gone, 300, interval=0.2), _events(out)
     events = _events(out)
     for want in ("containers_ready", "mpicheck_ok", "ready ", "client_done 0", "containers_stopped", "done 0"):
         assert want in events, events
