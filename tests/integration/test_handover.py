@@ -37,12 +37,12 @@ def _first_token(run_id: str) -> dict[str, str]:
     return {"FTCLUSTER_TOKEN": got.stdout.strip()}
 
 
-def _spec(folder: Path) -> Path:
+def _spec(folder: Path, time_limit: str = HANDOVER["time_limit"]) -> Path:
     from ftcluster.triton_local import find_tritonserver
 
     server = {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
               "handover_lead": HANDOVER["server_handover_lead"], "liveness": {"interval": 1, "deadline": 2}}
-    return _write_spec(folder, time_limit=HANDOVER["time_limit"], server=server)
+    return _write_spec(folder, time_limit=time_limit, server=server)
 
 
 def _stop_chain(run_id: str) -> None:
@@ -91,29 +91,34 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
 
 def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(slurm_cluster: Any, shared_tmp: Path) -> None:
     folder = shared_tmp
-    rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
-    assert rc == 0 and out["ok"], err
-    run_id = out["run_id"]
-    node = out["endpoint"].split(":")[0]
-    # Every other node taken whole, so the successor (which must not use this run's node) waits.
-    others = [n for n in ("node1", "node2", "node3") if n != node]
-    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-w", ",".join(others), "--exclusive",
+    # Two nodes taken whole first, so the run gets the third and its successor (which must not
+    # use the run's node) waits, whenever Slurm's notice comes.
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-w", "node2,node3", "--exclusive",
                               "-p", "debug", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 300"],
                              capture_output=True, text=True, check=True).stdout.strip()
+    run_id = ""
     try:
-        assert wait_for(lambda: ((_status(run_id)["successor"] or {}).get("state") == "PENDING"), 110), \
+        assert wait_for(lambda: subprocess.run(["squeue", "-h", "-j", blocker, "-o", "%T"], capture_output=True,
+                                               text=True).stdout.strip() == "RUNNING", 30)
+        # A 1-minute limit: the notice comes at about half of it (the lead is cut to half the limit).
+        rc, out, err = launch_json(_spec(folder, time_limit="1"), "--nodes", "1", "--keep-serving", "--no-client")
+        assert rc == 0 and out["ok"], err
+        run_id = out["run_id"]
+        assert out["endpoint"].split(":")[0] == "node1"
+        assert wait_for(lambda: ((_status(run_id)["successor"] or {}).get("state") == "PENDING"), 80), \
             _status(run_id)
         st = _status(run_id)
         assert st["state"] == "RUNNING" and st["phase"] == "serving" and st["successor"]["reason"]
         assert "is starting; this run serves until it does" in ftcluster("status", run_id).stdout
-        # The old job serves to its limit (2 minutes; Slurm's check comes up to 30 s late), then
+        # The old job serves to its limit (1 minute; Slurm's check comes up to 30 s late), then
         # Slurm ends it.
-        assert wait_for(lambda: _job_gone(out["job_id"]), 180)
+        assert wait_for(lambda: _job_gone(out["job_id"]), 150)
         assert "DUE TO TIME LIMIT" in "".join(p.read_text() for p in (Path(out["run_dir"]) / "logs").glob("slurm-*"))
         assert _status(run_id)["successor"]["state"] == "PENDING"
     finally:
         subprocess.run(["scancel", blocker], check=False)
-        _stop_chain(run_id)
+        if run_id:
+            _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
 
 
