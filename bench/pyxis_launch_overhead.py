@@ -12,8 +12,10 @@ start-up - the client):
   on every node at the end);
 - the hand recipe: sbatch a script that sruns tritonserver with --container-image/-mounts/-name
   on every node (`--mpi=pmix`), polls rank 0 with curl every 50 ms, runs the same client on the
-  host, scancels itself. It leaves its named containers behind (Pyxis's default
-  container_scope=global); they are removed after the timing.
+  host, ends the servers' step (scancel --signal=KILL JOB.0) and removes its named containers
+  (`srun enroot remove`): the end state ftcluster leaves (Pyxis's default container_scope=global
+  keeps them otherwise).
+Both public (access: cluster): the hand recipe has no proxy in front.
 Prints medians and the ratio ftcluster / hand recipe.
 """
 
@@ -53,8 +55,10 @@ echo $(date +%s.%N) > {out}/ready
 echo $(date +%s.%N) > {out}/client_start
 {python} -m ftcluster.client identity --url $(hostname):8000 --model {model} > {out}/client.log 2>&1
 echo $(date +%s.%N) > {out}/client_end
-scancel --signal=TERM $SLURM_JOB_ID
+# The same end state as ftcluster's: the servers' step ended, then the named containers removed.
+scancel --signal=KILL $SLURM_JOB_ID.0
 wait
+srun --ntasks-per-node=1 enroot remove -f pyxis_{name}
 """
 
 
@@ -91,7 +95,7 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-pyxis-"))
         os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
         spec = {"name": "bench-pyxis", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
-                "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"),
+                "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"), "access": "cluster",
                 "container": {"runtime": "pyxis", "image": str(sqsh),
                               "mounts": [f"{DEMO_CHECKPOINT}:{DEMO_CHECKPOINT}:ro"]},
                 "server": {"binary": TRITON, "ready_timeout": 120, "exit_grace": 10}}
