@@ -16,6 +16,8 @@ then per size and repeat, with the FT-shaped test model, one rank per node:
 - `stop RUN`: wall, and beyond rank 0's own exit (state/rank0.exit);
 - fail-fast (a second launch, server.restarts 0): the last rank's tritonserver SIGKILLed, to
   every rank stopped and to the job ended (bench/fail_fast.py's measure).
+The test model's ranks != 0 wait for requests without spinning (FTCLUSTER_TEST_IDLE_WAIT): on a
+real cluster each rank spins on a node of its own, here all share 2 cores.
 Prints medians per size and the per-node slope (least squares over the sizes) of each figure.
 """
 
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,9 +65,21 @@ def cli(*args: str, timeout: float = 120) -> float:
     return took
 
 
+MODEL: list[Path] = []   # the model spec of this run (scale_model)
+
+
+def scale_model(tmp: Path) -> Path:
+    """The demo test model with 48 layers (12 do not divide into 8 or 16 pipeline stages)."""
+    dst = tmp / "model"
+    shutil.copytree(embedded_model_path().parent, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    for ini in (dst / "checkpoint").glob("*/config.ini"):
+        ini.write_text(ini.read_text().replace("num_layer=12", "num_layer=48"))
+    return dst / "model.yaml"
+
+
 def launch(cluster_path: Path, nodes: int) -> tuple[Any, float, Path]:
     """A serving launch; (record, seconds to the launcher's `ready`, run folder)."""
-    cluster, model = load_cluster(cluster_path), load_model(embedded_model_path())
+    cluster, model = load_cluster(cluster_path), load_model(MODEL[0])
     seen: dict[str, float] = {}
 
     def progress(phase: str, t: float, detail: str) -> None:
@@ -222,7 +237,9 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="ftc-scale-"))
     octet = next(o for o in range(120, 160) if not Path(f"/sys/class/net/ftc{o}br").exists())
-    tb = SlurmTestbed(tmp / "bed", max(sizes), octet=octet, prefix="scale", system_conf=False, pyxis=False)
+    # Its own folder (munged, running as munge, must reach its socket: mkdtemp's 0700 parent would stop it).
+    bed_dir = Path(tempfile.mkdtemp(prefix="ftc-scale-bed-"))
+    tb = SlurmTestbed(bed_dir, max(sizes), octet=octet, prefix="scale", system_conf=False, pyxis=False)
     try:
         t0 = time.monotonic()
         tb.up()
@@ -233,10 +250,15 @@ def main() -> None:
         server = {"binary": str(find_tritonserver()), "ready_timeout": 300, "exit_grace": 10}
         spec = {"name": "scale", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
                 "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"),
-                "max_nodes": max(sizes), "server": server}
+                "max_nodes": max(sizes), "server": server,
+                # The test model's ranks != 0 wait on MPI_Test every 2 ms instead of MPI's busy
+                # poll: on a real cluster each has a node of its own; here 15 spinning ranks on 2
+                # cores would starve every command measured (status took 2.2 s at 16 nodes).
+                "env": {"FTCLUSTER_TEST_IDLE_WAIT": "0.002"}}
         serving, failing = tmp / "serving.yaml", tmp / "failing.yaml"
         serving.write_text(yaml.safe_dump(spec))
         failing.write_text(yaml.safe_dump({**spec, "server": {**server, "restarts": 0}}))
+        MODEL.append(scale_model(tmp))
         results: dict[str, list[dict[str, float]]] = {str(n): [] for n in sizes}
         for i in range(args.repeats):
             for n in sizes:
@@ -249,6 +271,7 @@ def main() -> None:
         sys.exit(f"scale bench: {e}")
     finally:
         tb.down()
+        shutil.rmtree(bed_dir, ignore_errors=True)
     med = report.medians(results)
     report.table(med, COLUMNS, label="nodes")
     slopes = {key: slope(sizes, [med[str(n)][key] for n in sizes]) for key, _, _ in COLUMNS}

@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import time
 
 MPI_THREAD_MULTIPLE = 3      # the same value in Open MPI and MPICH; FT asks for it too
 _MPICH_COMM_WORLD = 0x44000000
@@ -109,11 +110,33 @@ class World:
         """Root's bytes on every rank (the length first, then the payload)."""
         mine = data if self.rank == root and data is not None else b""
         n = ctypes.c_longlong(len(mine))
-        self._check("MPI_Bcast", ctypes.byref(n), 8, self._byte, root, self._comm)
+        idle = os.environ.get("FTCLUSTER_TEST_IDLE_WAIT", "")
+        if idle:
+            self._bcast_idle(ctypes.byref(n), 8, root, float(idle))
+        else:
+            self._check("MPI_Bcast", ctypes.byref(n), 8, self._byte, root, self._comm)
         buf = ctypes.create_string_buffer(mine, n.value) if self.rank == root else ctypes.create_string_buffer(n.value)
         if n.value:
             self._check("MPI_Bcast", buf, n.value, self._byte, root, self._comm)
         return buf.raw[: n.value]
+
+    def _bcast_idle(self, buf: object, count: int, root: int, every: float) -> None:
+        """MPI_Bcast as MPI_Ibcast, the other ranks asking MPI_Test every `every` s in between:
+        MPI's own wait polls a core flat out, as FT's ranks != 0 do on their own nodes; many
+        ranks on one test machine would starve everything else of it. (Every rank must take
+        this path: a blocking and a non-blocking collective do not match.)"""
+        req = ctypes.c_void_p() if self.flavour == "openmpi" else ctypes.c_int()
+        ignore = None if self.flavour == "openmpi" else ctypes.c_void_p(1)   # MPI_STATUS_IGNORE
+        self._check("MPI_Ibcast", buf, count, self._byte, root, self._comm, ctypes.byref(req))
+        if self.rank == root:
+            self._check("MPI_Wait", ctypes.byref(req), ignore)
+            return
+        done = ctypes.c_int(0)
+        while True:
+            self._check("MPI_Test", ctypes.byref(req), ctypes.byref(done), ignore)
+            if done.value:
+                return
+            time.sleep(every)
 
     def gather_bytes(self, block: bytes, root: int = 0) -> list[bytes] | None:
         """Every rank's block (all of one size) at root, in rank order; None elsewhere."""
