@@ -53,6 +53,8 @@ SERVER_STEP = "ftc-servers"
 # A step that has not run on a node within this long (srun's own wait for an unanswering
 # slurmd is MessageTimeout, 10 s by default) means the node is lost.
 LOST_NODE_S = 10.0
+# One step over all of them, first: this long, plus 10 ms a node (srun's fan-out).
+ALL_NODES_S = 3.0
 
 
 class JobStyle:
@@ -131,9 +133,23 @@ class JobStyle:
 
     def lost_nodes(self) -> List[str]:
         """The job's nodes that no longer run a step (their slurmd is gone, or the machine):
-        one tiny step on each at once, each given LOST_NODE_S. They are remembered (the
+        first one tiny step over every node (the common case, none lost: one step, not one srun
+        and one step request per node -- 16 of them took 0.9 s here), given ALL_NODES_S; only if
+        it fails, one on each at once, each given LOST_NODE_S. They are remembered (the
         teardown's node steps leave them out). Not the batch host: this runs on it."""
         nodes = self.job_nodes()
+        if len(nodes) > 1:
+            whole = self.job.start(["srun", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+                                    "--ntasks-per-node=1", "--kill-on-bad-exit=0", "true"], out=subprocess.DEVNULL)
+            try:
+                rc = whole.wait(timeout=ALL_NODES_S + 0.01 * len(nodes))
+            except subprocess.TimeoutExpired:
+                whole.kill()
+                whole.wait()
+                rc = -1
+            if rc == 0:
+                self.lost = []
+                return self.lost
         probes = {n: self.job.start(["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", n, "--kill-on-bad-exit=0",
                                      "true"], out=subprocess.DEVNULL) for n in nodes}
         deadline = time.monotonic() + LOST_NODE_S

@@ -148,7 +148,11 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
     lost = nodes[1]
     try:
         with slurm_cluster.node_lost(lost, out["job_id"]):
-            assert wait_for(lambda: _serving_chain_member(run_id) is not None, 120), _status(run_id)
+            # Not the run itself: until its probe misses, its last answered probe says it serves.
+            def moved() -> bool:
+                member = _serving_chain_member(run_id)
+                return member is not None and member["run_id"] != run_id
+            assert wait_for(moved, 120), _status(run_id)
             new = _serving_chain_member(run_id)
             assert new is not None and lost not in new["nodes"] and new["run_id"] != run_id
             successor = _status(run_id)["successor"]
