@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -209,6 +209,16 @@ def fail_fast_round(cluster_path: Path, nodes: int) -> dict[str, float]:
     return {"ff_stopped_s": got["stopped_s"], "ff_ended_s": got["ended_s"]}
 
 
+def retried(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """A round once more when its launch failed (16 ranks' MPI start-up on 2 cores has crashed
+    once in Open MPI itself); a second failure ends the bench."""
+    try:
+        return measure()
+    except RuntimeError as e:
+        print(f"round failed, once more: {e}", file=sys.stderr)
+        return measure()
+
+
 def slope(xs: list[int], ys: list[float]) -> float:
     """Least-squares slope of ys over xs (per node)."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -262,8 +272,8 @@ def main() -> None:
         results: dict[str, list[dict[str, float]]] = {str(n): [] for n in sizes}
         for i in range(args.repeats):
             for n in sizes:
-                row = serving_round(serving, n, env, args.serve)
-                row.update(fail_fast_round(failing, n))
+                row = retried(lambda: serving_round(serving, n, env, args.serve))
+                row.update(retried(lambda: fail_fast_round(failing, n)))
                 results[str(n)].append(row)
                 print(f"repeat {i + 1}/{args.repeats}, {n} nodes: " +
                       ", ".join(f"{k} {v:.3g}" for k, v in row.items()), file=sys.stderr)

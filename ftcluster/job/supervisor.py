@@ -441,10 +441,6 @@ class Job:
             if cause is None:
                 return
             causes.append(cause)
-            if len(causes) > self.cfg.restarts and self.style.started_servers():
-                # No restart left: every rank stops now. Which node was lost (a step on each)
-                # only names the cause and keeps the teardown off it.
-                self.style.kill_servers()
             if self.handover is not None and self.style.lost_nodes():
                 self.relocate(causes)
                 return
