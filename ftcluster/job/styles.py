@@ -429,10 +429,15 @@ class DockerStyle(JobStyle):
     def in_rank0_container(self, *argv: str) -> List[str]:
         return [*self.on_node0(), "bash", self.node_script, "exec", *argv]
 
+    def world(self, mpirun: str, *argv: str) -> List[str]:
+        """One process per node, from rank 0's container, over ssh with the run's key, through
+        the node script's `mpirun` (the servers: a failed rank's world gets the exit grace) or
+        `mpirun_brief` (the others end at once)."""
+        return self.in_rank0_container("bash", self.node_script, mpirun, self.mpi_hosts(), *argv)
+
     def mpi_world(self, *argv: str) -> List[str]:
-        """One process per node, from rank 0's container, over ssh with the run's key; a rank's
-        failure ends the others at once (the MPI check, a job step)."""
-        return self.in_rank0_container("bash", self.node_script, "mpirun_brief", self.mpi_hosts(), *argv)
+        """The MPI check's and a job step's world."""
+        return self.world("mpirun_brief", *argv)
 
     def where_rank0_runs(self, *argv: str) -> List[str]:
         # In its container: pids as the container sees them.
@@ -485,8 +490,7 @@ class DockerStyle(JobStyle):
         return self.in_rank0_container(*step.argv), {}
 
     def start_servers(self) -> None:
-        self.servers = self.job.start(self.in_rank0_container("bash", self.node_script, "mpirun", self.mpi_hosts(),
-                                                              "bash", self.node_script, "rank"),
+        self.servers = self.job.start(self.world("mpirun", "bash", self.node_script, "rank"),
                                       out=self.job.log_path(FILES.mpirun_log))
 
     def kill_servers(self) -> None:

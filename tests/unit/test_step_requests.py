@@ -139,7 +139,7 @@ def test_docker_preflight_runs_over_mpirun_from_rank0s_container(tmp_path: Path)
     job.style.hosts, job.style.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
     node = f"{req.paths.scripts}/docker_node.sh"
     assert job.style.step_command(job.cfg.step)[0] == [  # type: ignore[arg-type]
-        "bash", node, "exec", "bash", node, "mpirun", "n1:1,n2:1", *_step_argv(req), "--master-addr", "n1"]
+        "bash", node, "exec", "bash", node, "mpirun_brief", "n1:1,n2:1", *_step_argv(req), "--master-addr", "n1"]
     assert _step_argv(req)[0] == "python3"
     # The containers and their teardown are the servers' (the step runs where the servers start):
     # tests/integration/test_docker_preflight.py runs one.
