@@ -8,7 +8,8 @@ Local style (every rank on this machine under one mpirun), interleaved per repea
   readiness), then `ftcluster stop` (not timed);
 - bare: the repository that launch prepared, served by `mpirun -np N tritonserver` (each rank
   its own ports, the run's env.sh sourced: the same environment), from mpirun's start to rank
-  0's model ready, asked every 50 ms by a poller that starts with it; then mpirun is ended.
+  0 answering as ours (its --id) with the model ready, asked every 50 ms by a poller that
+  starts with it; then mpirun is ended.
 Prints the medians and the ratio ftcluster / bare. On a GPU machine pass a CUDA model spec
 (--model) and a cluster spec with its GPUs (--cluster): the ranks get them as launch gives them
 (rank r sees GPUs r*g..r*g+g-1).
@@ -24,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,16 +36,9 @@ import yaml  # noqa: E402
 
 from ftcluster.spec import embedded_model_path  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.triton_probe import ours_ready  # noqa: E402
 
 BARE_PORT = 29500
-
-
-def ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int) -> tuple[float, Path]:
@@ -72,13 +65,12 @@ def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
             f'--http-port=$(({BARE_PORT}+r*10)) --grpc-port=$(({BARE_PORT}+1+r*10)) '
             f'--metrics-port=$(({BARE_PORT}+2+r*10))')
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    url = f"http://127.0.0.1:{BARE_PORT}/v2/models/{model}/ready"
     log = open(run_dir / "logs" / "bare.log", "wb")
     t0 = time.perf_counter()
     p = subprocess.Popen(["mpirun", "-np", str(nodes), "--oversubscribe", "--bind-to", "none", "bash", "-c", rank],
                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        while not ready(url):
+        while not ours_ready("127.0.0.1", BARE_PORT, "bare-0", model, 1.0):
             if p.poll() is not None:
                 raise RuntimeError(f"bare mpirun ended (rc {p.returncode}): see {run_dir}/logs/bare.log")
             if time.perf_counter() - t0 > 900:

@@ -139,8 +139,7 @@ class JobStyle:
         teardown's node steps leave them out). Not the batch host: this runs on it."""
         nodes = self.job_nodes()
         if len(nodes) > 1:
-            whole = self.job.start(["srun", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-                                    "--ntasks-per-node=1", "--kill-on-bad-exit=0", "true"], out=subprocess.DEVNULL)
+            whole = self.job.start([*self.every_node(os.devnull), "true"], out=subprocess.DEVNULL)
             try:
                 rc = whole.wait(timeout=ALL_NODES_S + 0.01 * len(nodes))
             except subprocess.TimeoutExpired:

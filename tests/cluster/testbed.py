@@ -427,7 +427,7 @@ class SlurmTestbed:
         return found
 
     def _queued(self) -> list[str]:
-        return self.slurm(["squeue", "-h", "-o", "%A"], check=False, timeout=30).stdout.split()
+        return list(self._queued_states())
 
     def _queued_states(self) -> dict[str, str]:
         out = self.slurm(["squeue", "-h", "-o", "%A %t"], check=False, timeout=30).stdout

@@ -219,8 +219,7 @@ def test_rendered_script_submitted_by_hand(pb: PyxisBed, spec_dir: Path) -> None
                         env=pb.tb.env, timeout=60)
     assert sb.returncode == 0, sb.stdout + sb.stderr
     job = sb.stdout.strip().split(";")[0]
-    gone = lambda: not pb.tb.slurm(["squeue", "-h", "-j", job], check=False).stdout.strip()  # noqa: E731
-    assert wait_for(gone, 300, interval=0.2), _events(out)
+    assert wait_for(lambda: job not in pb.jobs(), 300, interval=0.2), _events(out)
     events = _events(out)
     for want in ("containers_ready", "mpicheck_ok", "ready ", "client_done 0", "containers_stopped", "done 0"):
         assert want in events, events
