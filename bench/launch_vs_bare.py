@@ -18,8 +18,10 @@ Prints the medians and the ratio ftcluster / bare. On a GPU machine pass a CUDA 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +41,7 @@ from ftcluster.triton_local import find_tritonserver  # noqa: E402
 from ftcluster.triton_probe import ours_ready  # noqa: E402
 
 BARE_PORT = 29500
+BARE_SHM = "ftc-bench-bare-"   # the bare ranks' python backend regions in /dev/shm
 
 
 def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int) -> tuple[float, Path]:
@@ -63,8 +66,10 @@ def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
             f'source {run_dir}/scripts/env.sh; cd {run_dir}; '
             f'exec {triton} --model-repository=model_repository --id=bare-$r --log-verbose=0 '
             f'--http-port=$(({BARE_PORT}+r*10)) --grpc-port=$(({BARE_PORT}+1+r*10)) '
-            f'--metrics-port=$(({BARE_PORT}+2+r*10))')
+            f'--metrics-port=$(({BARE_PORT}+2+r*10)) '
+            f'--backend-config=python,shm-region-prefix-name={BARE_SHM}$r-')
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    envs_before = set(glob.glob("/tmp/python_env_*"))
     log = open(run_dir / "logs" / "bare.log", "wb")
     t0 = time.perf_counter()
     p = subprocess.Popen(["mpirun", "-np", str(nodes), "--oversubscribe", "--bind-to", "none", "bash", "-c", rank],
@@ -85,6 +90,12 @@ def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         log.close()
+        # What the ended servers' python backend left: its shared memory and /tmp folders.
+        for path in [*glob.glob(f"/dev/shm/{BARE_SHM}*"), *(set(glob.glob("/tmp/python_env_*")) - envs_before)]:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
 
 
 def main() -> None:
@@ -107,12 +118,15 @@ def main() -> None:
             "server": {"binary": str(find_tritonserver()), "ready_timeout": 600, "exit_grace": 10}}))
     model = yaml.safe_load(args.model.read_text())["name"]
     results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "bare": []}
-    for i in range(args.repeats):
-        wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node)
-        results["ftcluster"].append({"ready_s": wall})
-        results["bare"].append({"ready_s": bare_once(run_dir, model, args.nodes, args.gpus_per_node)})
-        print(f"repeat {i + 1}/{args.repeats}: ftcluster {wall:.2f} s, bare {results['bare'][-1]['ready_s']:.2f} s",
-              file=sys.stderr)
+    try:
+        for i in range(args.repeats):
+            wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node)
+            results["ftcluster"].append({"ready_s": wall})
+            results["bare"].append({"ready_s": bare_once(run_dir, model, args.nodes, args.gpus_per_node)})
+            print(f"repeat {i + 1}/{args.repeats}: ftcluster {wall:.2f} s, bare {results['bare'][-1]['ready_s']:.2f} s",
+                  file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     med = report.medians(results)
     report.table(med, [("ready_s", "to ready s", ".2f")])
     r = report.ratio(med, "ready_s", "ftcluster", "bare")
