@@ -3,9 +3,9 @@
 A rank that freezes (alive, silent) leaves rank 0 waiting in a broadcast: every request hangs
 while Triton's /v2/health/ready still answers 200 and every process is alive. Only a request
 that has to cross the world finds it. A probe that misses its deadline counts only if rank 0
-made no progress meanwhile (nv_inference_request_success of the served model did not grow), so
-a long batch ahead of the probe, or a slow probe, is not taken for a hang; `failures` misses in
-a row are. Standard library only: this runs in the job (Python 3.8).
+made no progress since the misses began (nv_inference_request_success of the served model did not
+grow), so a long batch ahead of the probe, or a slow probe, is not taken for a hang; `failures`
+misses in a row are. Standard library only: this runs in the job (Python 3.8).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ class Liveness:
         self.probes = 0
         self.last_ok: float | None = None
         self.last: dict[str, Any] = {}
+        self.streak_from: float | None = None   # rank 0's completed requests when the misses began
 
     def check(self) -> str | None:
         """None while the world answers (or may yet); the fault in words once `failures` probes in
@@ -124,8 +125,13 @@ class Liveness:
             self.misses = 0
             self.last_ok = time.time()
         else:
+            # Progress is counted from the start of the first probe of the run of misses: a slow
+            # probe that missed its deadline is still in flight when it is judged, and shows as
+            # progress only once it completes, which the next probe's judgement sees.
+            if self.misses == 0 or self.streak_from is None:
+                self.streak_from = probe.successes_before
             after = request_successes(self.host, self.cfg.metrics_port, self.cfg.model)
-            progressed = after is not None and probe.successes_before is not None and after > probe.successes_before
+            progressed = after is not None and self.streak_from is not None and after > self.streak_from
             self.misses = 0 if progressed else self.misses + 1
         self.last = {"time": probe.started, "answered": bool(probe.answered), "latency_ms": round(probe.latency * 1000, 1),
                      "detail": probe.detail, "progress_meanwhile": progressed}

@@ -130,6 +130,10 @@ def test_a_late_signal_does_not_cut_the_teardown_short(tmp_path: Path) -> None:
         _wait_for("rank 0's pid file", lambda: (run_dir / "state" / "rank0.pid").exists())
         _wait_for("servers_starting", lambda: ["servers_starting", "127.0.0.1"] in _events(run_dir))
         rank0 = int((run_dir / "state" / "rank0.pid").read_text().split()[0])
+        # The stubborn server itself must be running (not its wrapper still starting, which a
+        # SIGTERM ends at once).
+        log = run_dir / "logs" / "server-rank0.log"
+        _wait_for("the server", lambda: log.exists() and "I1124 started" in log.read_text())
         assert [p.name[:8] for p in tmp.iterdir()] == ["ftc-mpi."]
         job.send_signal(signal.SIGTERM)
         _wait_for("the interrupt", lambda: ["interrupted"] in _events(run_dir))

@@ -1,0 +1,100 @@
+"""The liveness judge against a real HTTP server in this process: a slow world is not a hang, a
+frozen one is. (The integration tests run the same through the test model on the bed; these
+pin the timing that a loaded machine makes racy there.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ftcluster.job.config import LivenessConfig
+from ftcluster.job.liveness import Liveness
+
+
+class _Rank0:
+    """Triton's two doors the judge uses: /metrics and the infer endpoint. Each request takes
+    `delay` s and then counts as a success; `frozen` requests never come back."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.frozen = False
+        self.successes = 0
+        self.lock = threading.Lock()
+        rank0 = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                body = f'nv_inference_request_success{{model="m",version="1"}} {rank0.successes}\n'.encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                if rank0.frozen:
+                    time.sleep(30)
+                    return
+                time.sleep(rank0.delay)
+                with rank0.lock:
+                    rank0.successes += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def rank0() -> Iterator[_Rank0]:
+    r = _Rank0()
+    yield r
+    r.server.shutdown()
+
+
+def _judge(rank0: _Rank0, tmp_path: Path, probes: int) -> tuple[Liveness, str | None]:
+    cfg = LivenessConfig(interval=1.0, deadline=0.5, failures=2, model="m", body="AA==", json_size=1,
+                         what="1 token", metrics_port=rank0.port)
+    live = Liveness(cfg, "127.0.0.1", rank0.port, str(tmp_path / "health.json"))
+    fault = None
+    while live.probes < probes and fault is None:
+        fault = live.check()
+        time.sleep(0.02)   # the job's loop ticks; the judgement comes the moment a probe ends
+    return live, fault
+
+
+def test_a_world_slower_than_the_deadline_is_not_a_hang(rank0: _Rank0, tmp_path: Path) -> None:
+    # Every request takes 0.9 s against a 0.5 s deadline: every probe misses and is judged while
+    # still in flight; it completes before the next one starts (1 s after it) and so before that
+    # one is judged. Judged from each probe's own start, the world looked hung.
+    rank0.delay = 0.9
+    live, fault = _judge(rank0, tmp_path, 5)
+    assert fault is None and live.probes == 5 and live.misses <= 1
+
+
+def test_a_frozen_world_is_a_hang_after_failures_misses(rank0: _Rank0, tmp_path: Path) -> None:
+    rank0.frozen = True
+    live, fault = _judge(rank0, tmp_path, 10)
+    assert fault is not None and fault.startswith("the MPI world is hung") and live.probes == 2
+
+
+def test_a_world_that_freezes_after_answering_is_a_hang(rank0: _Rank0, tmp_path: Path) -> None:
+    live, fault = _judge(rank0, tmp_path, 2)
+    assert fault is None and live.last_ok is not None and live.misses == 0
+    rank0.frozen = True
+    live_probes = live.probes
+    while fault is None:
+        fault = live.check()
+        time.sleep(0.02)
+    assert live.probes == live_probes + 2 and "the last answer came" in fault
