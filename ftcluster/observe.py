@@ -56,6 +56,9 @@ class ModelRates:
     queue_ms: float | None     # mean time in the queue
     pending: float             # requests waiting now
     seconds: float             # between the two samples
+    p50_ms: float | None       # request time quantiles, Triton's over its sliding window at the
+    p90_ms: float | None       # later sample (None: no summaries, or no request in the window)
+    p99_ms: float | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,10 +76,12 @@ def rates(prev: dict[str, Any], cur: dict[str, Any]) -> list[ModelRates]:
 
         def d(key: str) -> float:
             return max(0.0, float(c.get(key, 0.0)) - float(p.get(key, 0.0)))
+        def ms(key: str) -> float | None:
+            return float(c[key]) / 1000 if key in c else None
         ok = d("ok")
         out.append(ModelRates(model, ok / dt, d("inf") / dt, d("fail") / dt,
                               d("req_us") / ok / 1000 if ok else None, d("queue_us") / ok / 1000 if ok else None,
-                              float(c.get("pending", 0.0)), dt))
+                              float(c.get("pending", 0.0)), dt, ms("p50_us"), ms("p90_us"), ms("p99_us")))
     return out
 
 

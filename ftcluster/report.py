@@ -1,7 +1,7 @@
 """`report`: a serving run's history from its samples, as series and as a plot (the `plot` extra).
 
 Series per model from consecutive samples of one incarnation (requests/s, mean latency and
-queue time), each rank's GPUs (utilization, memory), and the restarts from the run's events.
+queue time, p99 where Triton keeps its summaries), each rank's GPUs (utilization, memory), and the restarts from the run's events.
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ def history(run_dir: Path, nodes: int) -> dict[str, Any]:
     models: dict[str, dict[str, list[Any]]] = {}
     for prev, cur in zip(samples, samples[1:]):
         for r in rates(prev, cur):
-            s = models.setdefault(r.model, {"t": [], "requests_s": [], "latency_ms": [], "queue_ms": []})
+            s = models.setdefault(r.model, {"t": [], "requests_s": [], "latency_ms": [], "queue_ms": [],
+                                            "p99_ms": []})
             s["t"].append(cur["t"])
             s["requests_s"].append(round(r.requests_s, 3))
-            s["latency_ms"].append(None if r.latency_ms is None else round(r.latency_ms, 3))
-            s["queue_ms"].append(None if r.queue_ms is None else round(r.queue_ms, 3))
+            for key in ("latency_ms", "queue_ms", "p99_ms"):
+                v = getattr(r, key)
+                s[key].append(None if v is None else round(v, 3))
     gpus: dict[str, dict[str, list[Any]]] = {}
     for rank in range(nodes):
         for row in csv.reader(io.StringIO("\n".join(_lines(run_dir / "state" / FILES.gpu_samples.format(r=rank)))),
@@ -91,6 +93,9 @@ def plot(hist: dict[str, Any], title: str, path: str) -> None:
         axes[1].plot(when(s["t"]), [v if v is not None else float("nan") for v in s["latency_ms"]], label=f"{model} mean")
         axes[1].plot(when(s["t"]), [v if v is not None else float("nan") for v in s["queue_ms"]], ":",
                      label=f"{model} queue")
+        if any(v is not None for v in s["p99_ms"]):
+            axes[1].plot(when(s["t"]), [v if v is not None else float("nan") for v in s["p99_ms"]], "--",
+                         label=f"{model} p99")
     axes[0].set_ylabel("requests/s")
     axes[1].set_ylabel("ms")
     if hist["gpus"]:

@@ -41,7 +41,7 @@ def render(view: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(title=f"run {view['run_id']} at {view['endpoint'] or '-'}  ({time.strftime('%H:%M:%S')})")
-    for col in ("member", "state", "model", "req/s", "inf/s", "fail/s", "mean ms", "queue ms", "pending",
+    for col in ("member", "state", "model", "req/s", "inf/s", "fail/s", "mean ms", "p50 ms", "p99 ms", "queue ms", "pending",
                 "GPUs (util %, mem MiB)", "health", "restarts"):
         t.add_column(col, overflow="fold")
     for r in view["runs"]:
@@ -58,7 +58,7 @@ def render(view: dict[str, Any]) -> Any:
                 v = None if m is None else m.get(key)
                 return "-" if v is None else format(v, fmt)
             t.add_row(who, state, m["model"] if m else "(no samples yet)", f("requests_s"), f("inferences_s"),
-                      f("failures_s"), f("latency_ms", ".2f"), f("queue_ms", ".2f"), f("pending", ".0f"), gpu, health,
+                      f("failures_s"), f("latency_ms", ".2f"), f("p50_ms", ".2f"), f("p99_ms", ".2f"), f("queue_ms", ".2f"), f("pending", ".0f"), gpu, health,
                       str(r["restarts"]))
             who, state, gpu, health = "", "", "", ""
     return t
@@ -70,7 +70,7 @@ def render(view: dict[str, Any]) -> Any:
 @click.option("--every", "every", type=seconds(), default=2.0, show_default=True, help="Seconds between refreshes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the `top` object once as JSON.")
 def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
-    """A serving run's requests/s, latency, queue, GPUs, health and restarts, refreshed (default: the newest run).
+    """A serving run's requests/s, latency (mean, p50, p99), queue, GPUs, health and restarts, refreshed (default: the newest run).
 
     The figures come from the samples the run's job writes every server.metrics_interval
     seconds (rank 0's Triton metrics; every node's GPUs where nvidia-smi is), so `top` asks no

@@ -6,11 +6,13 @@ served model that tell throughput, latency and queueing, and appends them as one
 state/metrics.jsonl:
 
     {"t": EPOCH, "i": INCARNATION, "models": {MODEL: {"ok": N, "fail": N, "inf": N, "exec": N,
-     "req_us": N, "queue_us": N, "infer_us": N, "pending": N}}, "gpus": {UUID: {"util": F,
-     "mem": BYTES, "power": W}}}
+     "req_us": N, "queue_us": N, "infer_us": N, "pending": N, "p50_us": N, "p90_us": N,
+     "p99_us": N}}, "gpus": {UUID: {"util": F, "mem": BYTES, "power": W}}}
 
 Counters are Triton's own (they restart from 0 with each incarnation: `i` says which); a reader
-takes rates from two lines. About 300 bytes a line: 2.6 MB a day at 10 s. Past `max_bytes` the
+takes rates from two lines. The pNN_us are Triton's request-time quantiles over its own sliding
+window, as they stood at the sample (absent where the server has no summaries, or no request
+completed in the window). About 350 bytes a line: 3 MB a day at 10 s. Past `max_bytes` the
 file moves to metrics.jsonl.1 (the one before is dropped), so a run that serves for days keeps at
 most twice that. Ranks != 0 never open their metrics port under FT: their GPUs are sampled on
 their own nodes (rank_server.sh). Standard library only: this runs in the job (Python 3.8).
@@ -38,6 +40,11 @@ MODEL_METRICS = {
     "nv_inference_compute_infer_duration_us": "infer_us",
     "nv_inference_pending_request_count": "pending",
 }
+# Triton's request-time summary (rank 0 starts with --metrics-config=summary_latencies=true where
+# its Triton has it): quantile -> key, in us over Triton's sliding window. The highest of a
+# model's versions (quantiles do not add up).
+SUMMARY_METRIC = "nv_inference_request_summary_us"
+QUANTILES = {"0.5": "p50_us", "0.9": "p90_us", "0.99": "p99_us"}
 GPU_METRICS = {"nv_gpu_utilization": "util", "nv_gpu_memory_used_bytes": "mem", "nv_gpu_power_usage": "power"}
 _LINE = re.compile(r'^([a-z_]+)\{([^}]*)\}\s+([0-9.eE+-]+|NaN)\s*$', re.MULTILINE)
 _LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
@@ -55,6 +62,10 @@ def parse_metrics(text: str) -> Dict[str, Any]:
             fig = models.setdefault(lab["model"], {})
             key = MODEL_METRICS[name]
             fig[key] = fig.get(key, 0.0) + float(value)
+        elif name == SUMMARY_METRIC and "model" in lab and lab.get("quantile") in QUANTILES:
+            fig = models.setdefault(lab["model"], {})
+            key = QUANTILES[lab["quantile"]]
+            fig[key] = max(fig.get(key, 0.0), float(value))
         elif name in GPU_METRICS and "gpu_uuid" in lab:
             gpus.setdefault(lab["gpu_uuid"], {})[GPU_METRICS[name]] = float(value)
     return {"models": models, "gpus": gpus}

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,7 +99,7 @@ def _stop_all(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
 def run_local_ranks(
     argv: list[str], nodes: int, gpus_per_rank: int | None,
     env: Mapping[str, str] | None = None, timeout: float | None = None, *,
-    log_dir: Path | None = None, grace: float = 5.0, cwd: str | None = None,
+    log_dir: Path, grace: float = 5.0, cwd: str | None = None,
 ) -> list[RankResult]:
     """Start `argv` as `nodes` ranks, wait for all of them; kill all on the first failure.
 
@@ -114,7 +113,9 @@ def run_local_ranks(
         base.update(env)
     slices = (gpu_slices(nodes, gpus_per_rank, base.get("CUDA_VISIBLE_DEVICES"))
               if gpus_per_rank else [None] * nodes)
-    logs = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="ftc-ranks-"))
+    # The caller's folder: the ranks' output outlives this call (RankResult reads it), so a
+    # folder of our own could only be left behind.
+    logs = Path(log_dir)
     logs.mkdir(parents=True, exist_ok=True)
     port = free_port()
 

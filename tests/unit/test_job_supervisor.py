@@ -72,6 +72,7 @@ def test_docker_world_is_mpirun_from_rank0s_container() -> None:
 
 STUBBORN_TRITON = """#!/bin/bash
 # A tritonserver that ignores SIGTERM: the job's graceful stop waits for it.
+[ "$1" = --help ] && exit 0
 trap '' TERM
 echo "I1124 started"
 exec sleep 600

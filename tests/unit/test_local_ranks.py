@@ -87,7 +87,7 @@ def test_gpu_slices_from_visible_devices() -> None:
 
 def test_no_gpu_slices_leaves_cuda_visible_devices_alone(tmp_path: Path) -> None:
     code = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
-    res = run_local_ranks([sys.executable, "-c", code], 2, None, timeout=60)
+    res = run_local_ranks([sys.executable, "-c", code], 2, None, timeout=60, log_dir=tmp_path)
     assert [r.stdout().strip() for r in res] == ["None", "None"]
 
 
@@ -96,7 +96,7 @@ def test_failing_rank_kills_the_others(tmp_path: Path) -> None:
         "if r == 1:\n    sys.exit(3)\ntime.sleep(120)\n")
     t0 = time.monotonic()
     results = run_local_ranks([sys.executable, "-c", code, str(tmp_path)], 3, None,
-                              timeout=100, grace=2)
+                              timeout=100, grace=2, log_dir=tmp_path / "logs")
     assert time.monotonic() - t0 < 30
     assert results[1].returncode == 3 and not results[1].killed
     for r in (results[0], results[2]):
@@ -109,7 +109,7 @@ def test_timeout_kills_all_even_when_sigterm_is_ignored(tmp_path: Path) -> None:
         "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(120)\n")
     t0 = time.monotonic()
     results = run_local_ranks([sys.executable, "-c", code, str(tmp_path)], 2, None,
-                              timeout=1.5, grace=0.5)
+                              timeout=1.5, grace=0.5, log_dir=tmp_path / "logs")
     assert time.monotonic() - t0 < 30
     assert all(r.timed_out and r.killed for r in results)
     assert all(r.returncode == -9 for r in results)  # SIGKILL after the grace
@@ -126,13 +126,14 @@ def test_interrupt_kills_all(tmp_path: Path) -> None:
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         run_local_ranks([sys.executable, "-c", code, str(tmp_path)], 2, None, timeout=100,
-                        grace=1)
+                        grace=1, log_dir=tmp_path / "logs")
     _assert_all_gone(tmp_path, 2)
 
 
 def test_successful_rank_leaves_no_children(tmp_path: Path) -> None:
     code = SPAWN  # exits 0 at once, its sleeping child still in its process group
-    results = run_local_ranks([sys.executable, "-c", code, str(tmp_path)], 2, None, timeout=60)
+    results = run_local_ranks([sys.executable, "-c", code, str(tmp_path)], 2, None, timeout=60,
+                              log_dir=tmp_path / "logs")
     assert all(r.ok for r in results)
     _assert_all_gone(tmp_path, 2)
     assert os.getpgrp() != results[0].pid

@@ -144,7 +144,17 @@ if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
     || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
 fi
 
+# Flags newer than FT's images are asked of the binary itself (its --help: ~30 ms).
+TRITON_HELP=""
+if [ "$RANK" = 0 ]; then TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1); fi
 ADDRESS_ARGS=()
+# Rank 0, the server that serves, also keeps latency quantiles over a sliding window
+# (nv_inference_request_summary_us{quantile=...}; Triton 23.04 and later). Before the spec's
+# own arguments, so that a --metrics-config of the spec's has the last word.
+METRICS_ARGS=()
+if [ "$RANK" = 0 ] && [[ $TRITON_HELP == *--metrics-config* ]]; then
+  METRICS_ARGS=(--metrics-config=summary_latencies=true)
+fi
 
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
@@ -153,7 +163,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
-  "${ADDRESS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
+  "${ADDRESS_ARGS[@]}" "${METRICS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
 
 # While this rank loads (FT's ranks have no HTTP then): what its server and the server's children

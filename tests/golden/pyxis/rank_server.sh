@@ -144,12 +144,22 @@ if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
     || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
 fi
 
+# Flags newer than FT's images are asked of the binary itself (its --help: ~30 ms).
+TRITON_HELP=""
+if true; then TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1); fi
 # access: private (or a replica set's member) -- every port on this node's loopback alone; the
 # run's proxy serves the spec's ports (with its token where private). --metrics-address is newer than FT's images (Triton 23.05, server
 # #5737); without it the metrics listen on the HTTP address, the loopback too.
 ADDRESS_ARGS=(--http-address=127.0.0.1 --grpc-address=127.0.0.1)
-if "$TRITON" --help 2>&1 | grep -q -- '--metrics-address'; then
+if [[ $TRITON_HELP == *--metrics-address* ]]; then
   ADDRESS_ARGS+=(--metrics-address=127.0.0.1)
+fi
+# Rank 0, the server that serves, also keeps latency quantiles over a sliding window
+# (nv_inference_request_summary_us{quantile=...}; Triton 23.04 and later). Before the spec's
+# own arguments, so that a --metrics-config of the spec's has the last word.
+METRICS_ARGS=()
+if [ "$RANK" = 0 ] && [[ $TRITON_HELP == *--metrics-config* ]]; then
+  METRICS_ARGS=(--metrics-config=summary_latencies=true)
 fi
 
 # A relative repository path: Triton's python backend passes the absolute model path to its
@@ -159,7 +169,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
-  "${ADDRESS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
+  "${ADDRESS_ARGS[@]}" "${METRICS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
 
 # While this rank loads (FT's ranks have no HTTP then): what its server and the server's children
