@@ -33,9 +33,14 @@ FREE_PYTHON_ENVS = ('run=$1; shift; for d in "$@"; do rm -f -- "$d/.ftc+$run+r"*
 # tracking, and a wrapper ended with its step may not have reaped it. $1: the run id (run ids
 # hold no regular-expression character but '.', made literal here).
 # $2: tenths of a second to let them end by themselves first (a python backend stub told to
-# stop removes its /tmp/python_env_* folder; SIGKILLed, it leaves it): 0 in a failure.
+# stop removes its /tmp/python_env_* folder; SIGKILLed, it leaves it): 0 in a failure. The wait
+# follows them: half a second with none of them gone ends it (a stub blocked in its model's
+# initialize, as every rank != 0 under FT is, never ends by itself; at 16 nodes the whole
+# grace was spent on such stubs at every stop).
 KILL_MARKED = ('marked() { grep -lz -e "^FTC_SERVER_OF=${1//./[.]}/" /proc/[0-9]*/environ 2>/dev/null; }; '
-               'kill_marked() { local f p i; for ((i = 0; i < ${2:-0}; i++)); do [ -n "$(marked "$1")" ] || return 0; '
+               'kill_marked() { local f p i n last=-1 still=0; for ((i = 0; i < ${2:-0}; i++)); do '
+               'n=$(marked "$1" | wc -l); (( n )) || return 0; '
+               'if (( n == last )); then (( ++still < 5 )) || break; else last=$n; still=0; fi; '
                'sleep 0.1; done; marked "$1" | while IFS= read -r f; do p=${f#/proc/}; kill -KILL "${p%/environ}" '
                '2>/dev/null; done; }; ')
 # Seconds x 10 a teardown that is not a failure's gives the marked processes (see KILL_MARKED).

@@ -30,3 +30,23 @@ def test_only_the_runs_marked_processes_are_killed() -> None:
         for p in mine + others:
             p.kill()
             p.wait()
+
+
+def test_the_grace_ends_when_none_of_them_goes() -> None:
+    # A 3 s grace, two marked processes: one ends by itself within it (it is given the time), the
+    # other never does (a stub blocked in its model's initialize): killed half a second after the
+    # last one went, not at the end of the grace.
+    going = subprocess.Popen(["sleep", "0.4"], env={**os.environ, "FTC_SERVER_OF": "run-2/rank0/1"})
+    stuck = _sleeper("FTC_SERVER_OF=run-2/rank1/2")
+    try:
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        subprocess.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1" "$2"', "_", "run-2", "30"], check=True,
+                       timeout=30)
+        took = time.monotonic() - t0
+        assert going.wait(timeout=5) == 0 and stuck.wait(timeout=5) == -9
+        assert 0.4 < took < 2.0, took
+    finally:
+        for p in (going, stuck):
+            p.kill()
+            p.wait()
