@@ -54,6 +54,7 @@ class RunFiles:
 
     events: str = "events"                 # state/: one line per milestone
     rank_exits: str = "exits"              # state/: "RANK CODE EPOCH died|stopped INCARNATION" per rank exit
+    rank_loads: str = "loads"              # state/: "RANK EPOCH INCARNATION" per rank in model load
     health: str = "health.json"            # state/: the liveness probes while serving
     metrics: str = "metrics.jsonl"         # state/: rank 0's Triton metrics while serving (job/metrics.py)
     gpu_samples: str = "gpu-rank{r}.csv"   # state/: a rank's node's GPUs while serving (nvidia-smi)

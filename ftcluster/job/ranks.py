@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import time
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .names import FILES
 from .text import last_line
@@ -19,31 +19,60 @@ ERROR_LINE = re.compile(r"^E[0-9]{4} [0-9:.]+ ")
 HARMLESS_ERRORS = re.compile(r"CudaDriverHelper|NVML|DCGM|pinned")
 
 
-class ExitWatch:
-    """state/exits (each rank appends "RANK CODE EPOCH died|stopped INCARNATION", rank_server.sh)
-    on a descriptor held open, the followers' way: a read() costs no path lookup. Whether a rank
-    died since it was opened."""
+class RankLines:
+    """A file each rank appends a line to (rank_server.sh), read on a descriptor held open, the
+    followers' way: a read() costs no path lookup, where a look at every rank's own file costs
+    one per rank (at 512 nodes, four times a second, thousands a second on a shared filesystem).
+    Opened for append, which creates it, and read from its end: what was there is an earlier
+    incarnation's, so it is opened before the servers of an incarnation start."""
 
-    def __init__(self, state: str):
-        # Opened for append creates it; read from its end: what was there is an earlier
-        # incarnation's (the caller checks the rank files once for a death before).
-        self.f = open(os.path.join(state, FILES.rank_exits), "a+")
+    def __init__(self, state: str, name: str):
+        self.f = open(os.path.join(state, name), "a+")
         self.f.seek(0, os.SEEK_END)
         self.partial = ""
 
-    def died(self) -> Optional[Tuple[int, str]]:
-        """(rank, exit code) of the first rank that died since the last look, or None."""
+    def new(self) -> List[List[str]]:
+        """The words of each whole line written since the last look."""
         text = self.partial + self.f.read()
         lines = text.split("\n")
         self.partial = lines.pop()   # a line still being written
-        for line in lines:
-            parts = line.split()     # RANK CODE EPOCH HOW INCARNATION
-            if parts[3:4] == ["died"] and parts[0].isdigit():
-                return int(parts[0]), parts[1]
-        return None
+        return [parts for parts in (line.split() for line in lines) if parts and parts[0].isdigit()]
 
     def close(self) -> None:
         self.f.close()
+
+
+class ExitWatch(RankLines):
+    """state/exits: "RANK CODE EPOCH died|stopped INCARNATION" per rank exit."""
+
+    def __init__(self, state: str):
+        super().__init__(state, FILES.rank_exits)
+
+    def died(self) -> Optional[Tuple[int, str]]:
+        """(rank, exit code) of the first rank that died since the last look, or None."""
+        for parts in self.new():
+            if parts[3:4] == ["died"]:
+                return int(parts[0]), parts[1]
+        return None
+
+
+class LoadWatch(RankLines):
+    """state/loads: "RANK EPOCH INCARNATION" once a rank's server is inside model load (FT's
+    ranks != 0 never leave it; rank_server.sh writes it the moment FT's line passes)."""
+
+    def __init__(self, state: str, nodes: int):
+        super().__init__(state, FILES.rank_loads)
+        self.nodes = nodes
+        self.loaded: Set[int] = set()
+
+    def has(self, rank: int) -> bool:
+        self.loaded.update(int(parts[0]) for parts in self.new())
+        return rank in self.loaded
+
+    def not_loaded(self) -> List[int]:
+        """The ranks != 0 whose server has not reached model load yet."""
+        self.has(0)
+        return [r for r in range(1, self.nodes) if r not in self.loaded]
 
 
 class RankFiles:

@@ -27,7 +27,7 @@ from .metrics import Sampler, gpu_words
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
-from .ranks import ExitWatch, RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
+from .ranks import ExitWatch, LoadWatch, RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
 from .text import last_line, read_text, squeeze, write_json
 
 
@@ -84,6 +84,9 @@ class Job:
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
         self.rotation = Rotation(cfg.state) if cfg.rotation else None
         self.next_stall_check = 0.0
+        # This incarnation's exit and load lines (state/exits, state/loads), from its start.
+        self.exits: Optional[ExitWatch] = None
+        self.loads: Optional[LoadWatch] = None
         self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
         self.style = style_for(self)
 
@@ -235,9 +238,25 @@ class Job:
 
     # --- the flow -----------------------------------------------------------------------------
 
+    def start_servers(self) -> None:
+        """The servers of a new incarnation, their exit and load lines followed from before
+        their start (a reader opened later would miss a quick one)."""
+        self._close_watches()
+        self.exits = ExitWatch(self.cfg.state)
+        self.loads = LoadWatch(self.cfg.state, self.cfg.nodes)
+        self.style.start_servers()
+
+    def _close_watches(self) -> None:
+        for watch in (self.exits, self.loads):
+            if watch is not None:
+                watch.close()
+        self.exits = self.loads = None
+
     def check_servers(self, deadline: float) -> None:
-        if self.ranks.first_died() is not None:
-            self.fail("a server rank exited")
+        assert self.exits is not None
+        died = self.exits.died()
+        if died is not None:
+            self.fail(self.cause_of("a server rank exited", died), named=True)
         if not self.style.servers_alive():
             self.fail("the server step ended")
         if time.monotonic() >= deadline:
@@ -250,9 +269,11 @@ class Job:
         limit = self.cfg.stall_timeout
         if not limit or time.monotonic() < self.next_stall_check:
             return
-        self.next_stall_check = time.monotonic() + 1.0
+        # A tenth of the limit, 1-10 s: every rank's file is read then (a path lookup each).
+        self.next_stall_check = time.monotonic() + min(10.0, max(1.0, limit / 10))
+        assert self.loads is not None
         for r in range(self.cfg.nodes):
-            if self.ranks.exists(r, "loaded"):
+            if self.loads.has(r):
                 continue
             p = load_progress(self.ranks.read(r, "progress"))
             if p is not None and p.still_for > limit:
@@ -350,7 +371,8 @@ class Job:
         if not self.is_ready():
             why.append(f"rank 0 gives no answer on {self.rank0_url or 'its HTTP port'} with our id and model "
                        f"{self.cfg.served_model} ready")
-        for r in self.ranks.not_loaded():
+        assert self.loads is not None
+        for r in self.loads.not_loaded():
             if not (self.ranks.read(r, "host") or "").strip():
                 why.append(f"rank {r} never started")
             else:
@@ -363,9 +385,12 @@ class Job:
         is alive and inside model load. FT's ranks != 0 never leave model load, so they never
         answer HTTP and are never asked: rank_server.sh marks them loaded from their log. Every
         10 ms rank 0 is asked (a refused connect until it listens) and the servers' liveness
-        checked (no file access); the run folder is read on the RANK_FILES back-off: every
-        250 ms through a long load, every 10 ms once rank 0's model is loaded."""
+        checked (no file access); the ranks' exit and load lines are read on the RANK_FILES
+        back-off (every 250 ms through a long load, every 10 ms once rank 0's model is loaded),
+        each a read() on a descriptor held open, whatever the number of ranks."""
         deadline = time.monotonic() + self.cfg.ready_timeout
+        loads = self.loads
+        assert loads is not None
         files = RANK_FILES.backoff()
         while not (self.ranks.read(0, "host") or "").strip():
             self.check_servers(deadline)
@@ -375,11 +400,11 @@ class Job:
         self._check_rank0_here()
         self.event(EV.servers_starting, self.rank0_host)
         files_at = 0.0
-        while not (self.is_ready() and not self.ranks.not_loaded()):
+        while not (self.is_ready() and not loads.not_loaded()):
             now = time.monotonic()
             if now >= files_at:
                 self.check_servers(deadline)
-                files_at = now + files.next(self.ranks.exists(0, "loaded"))
+                files_at = now + files.next(loads.has(0))
             elif not self.style.servers_alive():
                 self.fail("the server step ended")
             self.nap(RANK_FILES.fast)
@@ -470,11 +495,8 @@ class Job:
         self.publish_targets()
         # A rank's death is seen in its exit line within 0.1 s; srun or mpirun end the step
         # seconds later (Slurm) and the teardown need not wait for them.
-        exits = ExitWatch(self.cfg.state)
-        try:
-            return self._serve_loop(live, sampler, exits, next_cut)
-        finally:
-            exits.close()
+        assert self.exits is not None
+        return self._serve_loop(live, sampler, self.exits, next_cut)
 
     def _serve_loop(self, live: Optional[Liveness], sampler: Sampler, exits: ExitWatch, next_cut: float) -> Optional[str]:
         if self.ranks.first_died() is not None:
@@ -611,7 +633,7 @@ class Job:
         self.phase = "during start-up"
         self.restarting = True
         try:
-            self.style.start_servers()
+            self.start_servers()
             self.wait_ready()
         finally:
             self.restarting = False
@@ -673,7 +695,7 @@ class Job:
             return 0
         if cfg.proxy is not None and self.rotation is None:
             self.start_proxy()   # a member's opens when it enters rotation
-        self.style.start_servers()
+        self.start_servers()
         self.wait_ready()
         if cfg.run_client:
             rc = self.run_client()
@@ -708,6 +730,7 @@ class Job:
             except Exception as e:  # noqa: BLE001  (what is left must still be removed)
                 self.say(f"ftcluster: teardown: {stage.__name__} failed: {type(e).__name__}: {e}")
                 ok = False
+        self._close_watches()
         if not ok and not rc:
             rc = 1
         self.event(EV.done, rc)

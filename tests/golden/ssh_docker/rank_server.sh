@@ -67,7 +67,8 @@ done
 # FT logs this line when a rank's model instance is loaded (TRITONBACKEND_ModelInstanceInitialize
 # in src/libfastertransformer.cc); every rank != 0 then blocks in model load for good and never
 # opens its ports. The server's output reaches its log through this filter, which marks the
-# rank as loaded (state/rank<R>.loaded) the moment the line passes: nobody polls the log.
+# rank as loaded (state/rank<R>.loaded, and a line in state/loads, which the job
+# follows on an open descriptor) the moment the line passes: nobody polls the log.
 # The rest passes through awk, which tells this wrapper (USR1) when a stopping Triton has
 # answered every request in flight: it logs "All models are stopped" once none is left (it polls
 # them first). What Triton does after that -- unload the models, then notice it on its next 1 s
@@ -80,6 +81,7 @@ mark_loaded() {
     printf '%s\n' "$line"
     if [[ $line =~ $MARKER ]]; then
       : >"$STATE/rank$RANK.loaded"
+      printf '%s %s %s\n' "$RANK" "$(date +%s.%N)" "$INCARNATION" >>"$STATE/loads"
       note_python_env
       # 0.2 s: the last responses leave the HTTP/gRPC threads. mawk (Debian's and Ubuntu's awk)
       # reads a pipe in blocks unless -W interactive; gawk and busybox read what is there.

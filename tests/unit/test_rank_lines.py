@@ -1,0 +1,33 @@
+"""The ranks' appended lines as the job follows them (state/exits, state/loads): read on a
+descriptor held open, from where the file ended when the incarnation started, a line only once
+it is whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ftcluster.job.ranks import ExitWatch, LoadWatch
+
+
+def test_loads_of_this_incarnation_only_and_whole_lines_only(tmp_path: Path) -> None:
+    (tmp_path / "loads").write_text("1 100.0 0\n2 100.1 0\n")   # the incarnation before
+    loads = LoadWatch(str(tmp_path), 3)
+    assert loads.not_loaded() == [1, 2] and not loads.has(0)
+    with open(tmp_path / "loads", "a") as f:
+        f.write("0 200.0 1\n2 200.1")          # rank 2's line still being written
+        f.flush()
+        assert loads.has(0) and loads.not_loaded() == [1, 2]
+        f.write(" 1\n1 200.2 1\n")
+    assert loads.not_loaded() == [] and loads.has(2)
+    loads.close()
+
+
+def test_a_death_is_seen_once_and_a_stop_is_not_a_death(tmp_path: Path) -> None:
+    (tmp_path / "exits").write_text("1 137 100.0 died 0\n")   # the incarnation before
+    exits = ExitWatch(str(tmp_path))
+    assert exits.died() is None
+    with open(tmp_path / "exits", "a") as f:
+        f.write("0 0 200.0 stopped 1\n2 1 200.1 died 1\n")
+    assert exits.died() == (2, "1")
+    assert exits.died() is None
+    exits.close()
