@@ -6,7 +6,8 @@ set -euo pipefail
 PKGS=(slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
       libpmix2 libpmix-dev libpmix-bin openssh-server openssh-client iproute2
       shellcheck    # the rendered scripts are shellchecked by the tests
-      charliecloud-runtime)   # ch-run: the Slurm + Charliecloud style
+      charliecloud-runtime    # ch-run: the Slurm + Charliecloud style
+      prometheus)             # promtool: the published scrape targets are checked with it
 
 if [ "$(id -u)" != 0 ]; then
   echo "install.sh: must run as root" >&2

@@ -145,8 +145,18 @@ def _metrics_seen(set_id: str, members: list[str], workspace: Path) -> None:
         runs = json.loads(out.stdout)["runs"]
         return len(runs) == 2 and all(r["models"] and r["models"][0]["model"] == "fastertransformer" for r in runs)
     assert wait_for(sampled, 20, interval=0.5)
+    # Under load, rank 0's tritonserver keeps request-time quantiles (its summaries), sampled too.
+    runs = json.loads(ftcluster("top", set_id, "--json").stdout)["runs"]
+    assert all(0 < r["models"][0]["p50_ms"] <= r["models"][0]["p99_ms"] for r in runs), runs
     shown = ftcluster("top", set_id, "--once")
     assert shown.returncode == 0 and "fastertransformer" in shown.stdout and "#1" in shown.stdout, shown.stderr
+    assert "p99 ms" in shown.stdout
+    # A real Prometheus's own check takes the published targets (promtool, from the OS's package).
+    config = workspace / "prometheus.yml"
+    config.write_text(f"scrape_configs:\n  - job_name: ftcluster\n    file_sd_configs:\n"
+                      f"      - files: [{json.dumps(str(workspace / 'prometheus' / '*.json'))}]\n")
+    checked = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout + checked.stderr, checked.stdout + checked.stderr
     for m in members:
         targets = json.loads((workspace / "prometheus" / f"{m}.json").read_text())
         assert isinstance(targets, list) and len(targets) == 1 and set(targets[0]) == {"targets", "labels"}

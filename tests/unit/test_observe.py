@@ -160,3 +160,25 @@ def test_one_gpu_sample_is_enough(tmp_path: Path) -> None:
     line = (DATA / "nvidia_smi_h200.csv").read_text().splitlines()[-1]
     (tmp_path / "gpu-rank0.csv").write_text(line + "\n")
     assert gpu_words(str(tmp_path), 1) == "rank 0: GPU 0 0% busy, 0 MiB"
+
+
+def test_the_readmes_prometheus_config_passes_promtool(tmp_path: Path) -> None:
+    import re
+    import shutil
+
+    import pytest
+
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (tests/cluster/install.sh installs it)")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "file_sd_configs" in b]
+    # Its targets folder, made real, with a target file as a run publishes it.
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    (folder / "run-1.json").write_text(json.dumps([{"targets": ["node1:8002"], "labels": {"ftcluster_run": "run-1"}}]))
+    glob = re.search(r'files: \["([^"]+)"\]', block)
+    assert glob is not None, block
+    config = tmp_path / "prometheus.yml"
+    config.write_text(block.replace(glob.group(1), str(folder / "*.json")))
+    r = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
