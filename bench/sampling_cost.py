@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,21 +33,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import report  # noqa: E402
-from load import closed_loop, cpu_seconds  # noqa: E402
+from load import cpu_seconds  # noqa: E402
+from replicas import ftc, measure  # noqa: E402
 
-from ftcluster.client.endpoint import AsyncTriton, Endpoint  # noqa: E402
 from tests.launch_helpers import free_port_base  # noqa: E402
 
-MODEL = "fastertransformer"
 DEFAULT_INTERVAL = 10.0
-
-
-def ftc(env: dict[str, str], *args: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "ftcluster", *args], capture_output=True, text=True, env=env,
-                         timeout=300)
-    if out.returncode:
-        raise SystemExit(f"ftcluster {' '.join(args)} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout) if "--json" in args else {}
 
 
 def launch(folder: Path, env: dict[str, str], interval: float) -> dict[str, Any]:
@@ -88,22 +76,6 @@ def memory_kib(pid: int) -> dict[str, int]:
     return found
 
 
-async def throughput(url: str, seconds: float) -> float:
-    ids = list(range(1, 9))
-    arrays = {"input_ids": np.array([ids], dtype=np.uint32), "input_lengths": np.array([[8]], dtype=np.uint32),
-              "request_output_len": np.array([[8]], dtype=np.uint32)}
-    client = AsyncTriton(Endpoint(url, "http", 60.0, None), max_connections=16)
-    try:
-        send = client.fast_sender(MODEL, arrays, ["output_ids", "sequence_length"])
-
-        async def run() -> None:
-            await send()
-        await closed_loop(run, 8, 0.5)   # warm-up
-        return (await closed_loop(run, 8, seconds)).rate
-    finally:
-        await client.close()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--interval", type=float, default=1.0, help="server.metrics_interval of the sampling run")
@@ -127,8 +99,8 @@ def main() -> int:
             for i in range(args.repeats):
                 order = ("sampling", "off") if i % 2 == 0 else ("off", "sampling")
                 for name in order:
-                    rate = asyncio.run(throughput(started[name]["endpoint"], args.seconds))
-                    runs.setdefault(name, []).append({"rate": rate})
+                    got = asyncio.run(measure({name: started[name]["endpoint"]}, 8, args.seconds))
+                    runs.setdefault(name, []).append({"rate": got[name].rate})
                 print(f"repeat {i + 1}: " + " | ".join(f"{k} {v[-1]['rate']:.0f}/s" for k, v in runs.items()), flush=True)
             mem = {name: memory_kib(pid) for name, pid in pids.items()}
             lines = (Path(started["sampling"]["run_dir"]) / "state" / "metrics.jsonl").read_bytes().splitlines()
