@@ -45,7 +45,7 @@ import report  # noqa: E402
 import yaml  # noqa: E402
 from fail_fast import _kill_and_time  # noqa: E402
 
-from ftcluster.events import parse_events  # noqa: E402
+from ftcluster.events import EV, parse_events  # noqa: E402
 from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
 from ftcluster.launchers import launcher_for  # noqa: E402
 from ftcluster.plan import make_plan  # noqa: E402
@@ -93,14 +93,16 @@ def launch(cluster_path: Path, nodes: int) -> tuple[Any, float, Path]:
     return outcome.record, seen.get("ready", time.time()) - t0, Path(outcome.record.run_dir)
 
 
-def server_starts(run: Path, nodes: int) -> tuple[float, float]:
-    """(the slowest server's own start, the spread of the ranks' wrapper starts), seconds."""
+def server_starts(run: Path, nodes: int) -> tuple[float, float, float]:
+    """(the slowest server's own start, the spread of the ranks' wrapper starts, the MPI
+    check's step), seconds."""
     state = run / "state"
     events = {e.kind: e.time for e in parse_events((state / "events").read_text())}
     starts = {r: (state / f"rank{r}.pid").stat().st_mtime for r in range(nodes)}
     own = [events["ready"] - starts[0]]
     own += [(state / f"rank{r}.loaded").stat().st_mtime - starts[r] for r in range(1, nodes)]
-    return max(own), max(starts.values()) - min(starts.values())
+    check = events[EV.mpicheck_ok] - events[EV.mpicheck_started] if EV.mpicheck_ok in events else 0.0
+    return max(own), max(starts.values()) - min(starts.values()), check
 
 
 def sdiag_rpcs(env: dict[str, str], reset: bool = False) -> int:
@@ -183,9 +185,12 @@ def stop(run_id: str, run: Path) -> dict[str, float]:
 def serving_round(cluster_path: Path, nodes: int, env: dict[str, str], serve: float) -> dict[str, float]:
     rec, ready, run = launch(cluster_path, nodes)
     try:
-        slowest, spread = server_starts(run, nodes)
+        slowest, spread, check = server_starts(run, nodes)
+        # The MPI check (one Python + MPI start-up per node) runs in parallel on a real cluster;
+        # here every node's shares 2 cores: what grows beyond it is shown apart.
         row: dict[str, float] = {"ready_s": ready, "slowest_server_s": slowest,
-                                 "ready_beyond_s": ready - slowest, "start_spread_s": spread}
+                                 "ready_beyond_s": ready - slowest, "mpi_check_s": check,
+                                 "beyond_but_check_s": ready - slowest - check, "start_spread_s": spread}
         row.update(serving_cost(run, env, serve))
         row["status_s"] = statistics.median(cli("status", rec.run_id, "--json") for _ in range(3))
         row["logs_tail_s"] = statistics.median(cli("logs", rec.run_id, "--all", "--tail", "20") for _ in range(3))
@@ -227,7 +232,8 @@ def slope(xs: list[int], ys: list[float]) -> float:
 
 
 COLUMNS = [("ready_s", "ready s", ".2f"), ("slowest_server_s", "slowest server s", ".2f"),
-           ("ready_beyond_s", "ready beyond s", ".2f"), ("start_spread_s", "start spread s", ".2f"),
+           ("ready_beyond_s", "ready beyond s", ".2f"), ("mpi_check_s", "MPI check s", ".2f"),
+           ("beyond_but_check_s", "beyond but the check s", ".2f"), ("start_spread_s", "start spread s", ".2f"),
            ("status_s", "status s", ".3f"), ("logs_tail_s", "logs --tail s", ".3f"),
            ("follow_s", "logs -f lag s", ".3f"), ("stop_s", "stop s", ".2f"),
            ("stop_beyond_rank0_s", "stop beyond rank 0 s", ".2f"), ("ff_stopped_s", "ff stopped s", ".3f"),
