@@ -5,15 +5,21 @@ Guards against the traps seen on the test bed:
   answers /v2/health/ready: we also require our process alive and `GET /v2` naming our --id;
 - SIGTERM can hang: stop() always SIGKILLs the process group after a grace period;
 - killed servers leave /dev/shm/triton_python_backend_shm_region_*: ours get a unique prefix
-  (python backend's shm-region-prefix-name) so we remove exactly ours, never another run's.
+  (python backend's shm-region-prefix-name) so we remove exactly ours, never another run's;
+- the test model's MPI (a singleton here, Open MPI 5) leaves its shared-memory segment in
+  /dev/shm and its session folder in $TMPDIR: both go to the server's own folders, removed with
+  it; the python backend's /tmp/python_env_* folders that appeared while it started are its own.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -51,6 +57,8 @@ class TritonServer:
     metrics_port: int
     log_path: Path
     shm_prefix: str
+    # Its own: Open MPI's segment and session folders, and the python backend's /tmp folders.
+    own_dirs: list[str] = field(default_factory=list, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -95,6 +103,8 @@ class TritonServer:
             pass
         for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
             region.unlink(missing_ok=True)
+        for d in self.own_dirs:
+            shutil.rmtree(d, ignore_errors=True)
         return self.proc.returncode
 
 
@@ -124,13 +134,21 @@ def start_tritonserver(
                f"--metrics-port={metrics_port}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
                f"--backend-config=python,shm-region-prefix-name={shm_prefix}", "--exit-timeout-secs=5",
                *(f"--model-repository={p}" for p in model_repositories), *extra_args]
+        mpi_shm = SHM_DIR / f"ftc-test-mpi-{server_id}"
+        mpi_shm.mkdir()
+        mpi_tmp = tempfile.mkdtemp(prefix="ftc-ts-")   # short: Open MPI's sockets live in it
+        mpi_env = {"OMPI_MCA_btl_sm_backing_directory": str(mpi_shm),
+                   "OMPI_MCA_btl_vader_backing_directory": str(mpi_shm), "TMPDIR": mpi_tmp}
+        envs_before = set(glob.glob("/tmp/python_env_*"))
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **(env or {})}, start_new_session=True)
-        server = TritonServer(proc, server_id, http_port, grpc_port, metrics_port, log_path, shm_prefix)
+                                    env={**os.environ, **mpi_env, **(env or {})}, start_new_session=True)
+        server = TritonServer(proc, server_id, http_port, grpc_port, metrics_port, log_path, shm_prefix,
+                              [str(mpi_shm), mpi_tmp])
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline and server.alive():
             if server.ours_ready():
+                server.own_dirs += sorted(set(glob.glob("/tmp/python_env_*")) - envs_before)
                 return server
             time.sleep(0.1)
         timed_out = server.alive()

@@ -393,16 +393,55 @@ class SlurmTestbed:
         slurmd resumes and the node is brought back to service."""
         slurmd = self.current_pid(f"slurmd-{node}")
         os.kill(slurmd, signal.SIGSTOP)
+        left: set[str] = set()
         try:
-            for pid in self._job_processes_on(node, job_id):
+            pids = self._job_processes_on(node, job_id)
+            left = self._node_local_files_of(pids)
+            for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             yield
         finally:
+            # The machine comes back rebooted: what the job's processes had in its /dev/shm and
+            # /tmp is gone (the bed's nodes share this host's, so it goes by hand).
+            for path in left:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
             os.kill(slurmd, signal.SIGCONT)
             self.slurm(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, timeout=30)
             wait_until(lambda: self._node_state(node) in ("idle", "mix", "alloc"), 90,
                        f"{node} back in service", interval=0.5)
+
+    @staticmethod
+    def _node_local_files_of(pids: list[int]) -> set[str]:
+        """What processes hold in /dev/shm and /tmp/python_env_*: their mapped and open files,
+        their working folders and Open MPI's segment folders named in their environment."""
+        found: set[str] = set()
+
+        def keep(path: str) -> None:
+            if path.startswith("/dev/shm/"):
+                found.add("/dev/shm/" + path.split("/")[3])   # the top entry: a region or a folder
+            elif path.startswith("/tmp/python_env_"):
+                found.add("/".join(path.split("/")[:3]))
+
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6:
+                        keep(parts[5].removesuffix(" (deleted)"))
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    with contextlib.suppress(OSError):
+                        keep(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                keep(os.readlink(f"/proc/{pid}/cwd"))
+                for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    name, _, value = entry.decode(errors="replace").partition("=")
+                    if name.startswith("OMPI_MCA_btl_") and name.endswith("_backing_directory"):
+                        keep(value)
+        return found
 
     def _node_state(self, node: str) -> str:
         return self.slurm(["sinfo", "-h", "-n", node, "-o", "%t"], check=False, timeout=10).stdout.strip()

@@ -43,7 +43,9 @@ def _mpi4py_model(folder: Path) -> Path:
 
 
 def test_an_mpi4py_model_completes_its_collectives_under_local_ranks(tmp_path: Path) -> None:
-    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+    # Which MPI, without initialising it (a singleton Open MPI 5 leaves its segment in /dev/shm).
+    probe = subprocess.run([sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize = False; "
+                            "from mpi4py import MPI; print(MPI.Get_library_version())"],
                            capture_output=True, text=True, check=False)
     if probe.returncode:
         pytest.skip("mpi4py is not importable here")

@@ -59,13 +59,19 @@ def test_sbatch_three_nodes_runs_and_ends(slurm_cluster: SlurmTestbed) -> None:
     assert sorted(text.split()) == slurm_cluster.nodes
 
 
-def test_mpi4py_over_pmix_on_two_nodes(slurm_cluster: SlurmTestbed) -> None:
+def test_mpi4py_over_pmix_on_two_nodes(slurm_cluster: SlurmTestbed, tmp_path: Path) -> None:
     python = which("python3")
     if subprocess.run([python, "-c", "import mpi4py"], capture_output=True, check=False).returncode:
         pytest.skip(f"mpi4py is not importable by {python}")
     code = ("from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; "
             "print(c.Get_rank(), c.Get_size(), socket.gethostname(), c.allreduce(1))")
-    out = slurm_cluster.slurm(["srun", "--mpi=pmix", "-N2", "-n2", python, "-c", code]).stdout
+    # Open MPI's segments and session folder in the test's own folder (direct-launched ranks of
+    # Open MPI 5 leave them in /dev/shm and /tmp).
+    own = tmp_path / "mpi"
+    own.mkdir()
+    out = slurm_cluster.slurm(["srun", "--mpi=pmix", "-N2", "-n2", "env", f"OMPI_MCA_btl_sm_backing_directory={own}",
+                               f"OMPI_MCA_btl_vader_backing_directory={own}", f"TMPDIR={own}",
+                               python, "-c", code]).stdout
     rows = sorted(line.split() for line in out.splitlines())
     assert [r[0] for r in rows] == ["0", "1"]
     assert all(r[1] == "2" and r[3] == "2" for r in rows)
