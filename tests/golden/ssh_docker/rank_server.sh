@@ -99,7 +99,9 @@ mark_loaded() {
 # Triton's python backend makes /tmp/python_env_XXXXXX when it starts (a fixed path, not
 # $TMPDIR) and removes it only when it ends cleanly: a SIGKILLed rank leaves it behind. Those
 # that appeared while this rank loaded are noted in state/python_envs (never moved
-# with an incarnation) and claimed with a mark inside (.ftc+RUN+rR). Another run starting on
+# with an incarnation) and claimed with a mark inside (.ftc+RUN+rR): at each look of the load's
+# progress (a rank failed or stopped while it loads noted them too), at FT's load line and
+# when the server ended. Another run starting on
 # this node meanwhile may claim the same one: the teardown removes a folder only when no other
 # run's mark is left in it (that run's teardown removes it then).
 TMP_BEFORE=$(compgen -G '/tmp/python_env_*')
@@ -109,6 +111,7 @@ note_python_env() {
   # left by others, and a rank stopped meanwhile noted none).
   while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
+    [ -e "$d/.ftc+$RUN_ID+r$RANK" ] && continue   # noted already
     : >"$d/.ftc+$RUN_ID+r$RANK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs"
   done < <(compgen -G '/tmp/python_env_*' | grep -vxF -f <(printf '%s\n' "$TMP_BEFORE"))
 }
@@ -214,6 +217,7 @@ load_progress() {
     now=$(date +%s)
     if [ "$got $logsize $gpu" != "$figures" ]; then figures="$got $logsize $gpu"; moved=$now; fi
     printf '%s %s %s\n' "$moved" "$now" "$figures" >"$out.tmp" && mv -f "$out.tmp" "$out"
+    note_python_env
     nap_while_server 2 || break
   done
 }
@@ -259,6 +263,7 @@ if (( ! stopping )); then
   how=died
 fi
 note_exit "$rc" "$how"
+note_python_env
 # What the server left goes before the rank file says the rank ended: a stop waits for that
 # file, and a stub left behind would outlive the job.
 kill_server_leftovers
