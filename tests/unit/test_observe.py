@@ -29,12 +29,31 @@ def test_the_metrics_page_of_a_real_tritonserver() -> None:
     assert gpu == {"models": {}, "gpus": {"GPU-1": {"util": 0.75, "mem": 1e9}}}
 
 
+def test_the_latency_quantiles_of_a_real_tritonserver() -> None:
+    # Recorded from tritonserver 2.51 started with --metrics-config=summary_latencies=true, as
+    # rank 0 is where its tritonserver has the flag: three requests of the demo model.
+    got = parse_metrics((DATA / "triton_metrics_2.51_summaries.txt").read_text())
+    ft = got["models"]["fastertransformer"]
+    assert (ft["p50_us"], ft["p90_us"], ft["p99_us"]) == (1768, 2018, 2018)
+    assert ft["ok"] == 3 and ft["req_us"] == 37820   # the counters beside them, as before
+    # The queue's and compute's summaries are not taken for the request's.
+    assert set(ft) == {"ok", "fail", "inf", "exec", "req_us", "queue_us", "infer_us", "pending",
+                       "p50_us", "p90_us", "p99_us"}
+    # Two versions: the highest quantile (they do not add up).
+    two = parse_metrics('nv_inference_request_summary_us{model="m",version="1",quantile="0.99"} 10\n'
+                        'nv_inference_request_summary_us{model="m",version="2",quantile="0.99"} 30\n')
+    assert two["models"]["m"] == {"p99_us": 30}
+
+
 def test_rates_between_two_samples() -> None:
     a = {"t": 100.0, "i": 0, "models": {"m": {"ok": 10, "inf": 20, "fail": 0, "req_us": 10_000, "queue_us": 1000}}}
     b = {"t": 102.0, "i": 0, "models": {"m": {"ok": 30, "inf": 60, "fail": 2, "req_us": 50_000, "queue_us": 3000,
                                              "pending": 4}}}
     (r,) = rates(a, b)
     assert (r.requests_s, r.inferences_s, r.failures_s, r.latency_ms, r.queue_ms, r.pending) == (10, 20, 1, 2.0, 0.1, 4)
+    assert (r.p50_ms, r.p99_ms) == (None, None)   # a server without summaries
+    (q,) = rates(a, {**b, "models": {"m": {**b["models"]["m"], "p50_us": 1500, "p90_us": 2000, "p99_us": 9000}}})
+    assert (q.p50_ms, q.p90_ms, q.p99_ms) == (1.5, 2.0, 9.0)
     assert rates(a, {**b, "i": 1}) == []   # a restart's counters start again
     assert rates(b, a) == []
 
