@@ -147,7 +147,8 @@ def test_report_plots_a_history(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     t0 = 1795659016.0   # the recorded GPU samples' hour
     lines = [{"t": t0 + k, "i": 0 if k < 3 else 1, "models": {"m": {"ok": 10 * k * k, "req_us": 5000 * k * k,
-                                                                     "queue_us": 100 * k}}} for k in range(6)]
+                                                                     "queue_us": 100 * k, "p99_us": 900 * k}}}
+             for k in range(6)]
     (tmp_path / "state" / "metrics.jsonl.1").write_text(json.dumps(lines[0]) + "\n")
     (tmp_path / "state" / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[1:]))
     (tmp_path / "state" / "events").write_text(f"{t0 + 3} restarting 1 rank 0 died\n")
@@ -156,6 +157,7 @@ def test_report_plots_a_history(tmp_path: Path) -> None:
     # 6 samples; rates between 0-1, 1-2, 3-4, 4-5 (not across the restart's new counters).
     assert hist["samples"] == 6 and len(hist["models"]["m"]["t"]) == 4
     assert hist["models"]["m"]["requests_s"][:2] == [10.0, 30.0] and hist["models"]["m"]["latency_ms"][0] == 0.5
+    assert hist["models"]["m"]["p99_ms"] == [0.9, 1.8, 3.6, 4.5]   # the later sample's
     assert hist["gpus"]["rank0 gpu0"]["mem_used_mib"] == [0.0, 0.0, 0.0]
     assert [r["cause"] for r in hist["restarts"]] == ["rank 0 died"]
     out = tmp_path / "run.png"
