@@ -171,3 +171,35 @@ def _tritonserver() -> str:
 
     return str(find_tritonserver())
 
+
+
+@pytest.mark.cluster
+def test_on_slurm_a_taken_proxy_port_on_the_node_fails_the_run_naming_it(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """Bare Slurm, private: the endpoint's HTTP port is taken on the node (by someone else's
+    process there), which no check before submission can see. The job's proxy cannot listen:
+    the run fails at once naming the port and the node, and leaves nothing running."""
+    import subprocess
+    import sys
+
+    from tests.integration.test_launch_slurm import _job_gone, _write_spec
+
+    cluster = _write_spec(shared_tmp, server={"binary": _tritonserver(), "ready_timeout": 60, "exit_grace": 5})
+    port = int(yaml.safe_load(cluster.read_text()).get("ports", {}).get("http", 8000))
+    listen = ("import socket, sys, time; s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); "
+              "print('listening', flush=True); time.sleep(300)")
+    holders = [subprocess.Popen([*slurm_cluster.net.enter(n), sys.executable, "-c", listen, str(port)],
+                                stdout=subprocess.PIPE, text=True) for n in slurm_cluster.nodes]
+    try:
+        for h in holders:
+            assert h.stdout is not None and h.stdout.readline().strip() == "listening"
+        rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client")
+        assert rc != 0 and out.get("ok") is False, (out, err)
+        failure = str(out.get("failure", "")) + err
+        assert "the proxy (access: private) exited" in failure and f"ports.http {port}" in failure, failure
+        assert "Traceback" not in err
+        assert wait_for(lambda: _job_gone(str(out["job_id"])), 30)
+        assert wait_for(lambda: not processes_matching(str(out["run_id"])), 30), processes_matching(str(out["run_id"]))
+    finally:
+        for h in holders:
+            h.kill()
+            h.wait()
