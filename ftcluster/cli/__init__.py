@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("commands_runs", "Cancel a run's job and stop its servers (RUN left out: the newest run, once confirmed)."),
     "scale": ("commands_replicas", "Change a replica set's number of members while it serves."),
     "restart": ("commands_replicas", "Restart a replica set one member at a time, optionally with a new model or image."),
-    "top": ("commands_top", "A serving run's requests/s, latency, queue, GPUs, health and restarts, refreshed (default: the newest run)."),
+    "top": ("commands_top", "A serving run's requests/s, latency (mean, p50, p99), queue, GPUs, health and restarts, refreshed (default: the newest run)."),
     "report": ("commands_report", "A serving run's history from its samples: throughput, latency, GPUs, restarts (default: the newest run)."),
     "token": ("commands_runs", "Print a private run's token, which its clients send (default: the newest run)."),
     "tunnel": ("commands_tunnel", "Forward a local port through the login node to a run's endpoint (default: the newest run)."),
