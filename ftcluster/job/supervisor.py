@@ -59,6 +59,10 @@ class Fault(Exception):
         self.why = why
 
 
+# How long a rank's death seen in its exit line waits for the rank's own exit record.
+EXIT_RECORD_WAIT_S = 1.0
+
+
 class Job:
     def __init__(self, cfg: JobConfig):
         from .styles import style_for
@@ -256,6 +260,12 @@ class Job:
         assert self.exits is not None
         died = self.exits.died()
         if died is not None:
+            # The wrapper writes its rank file once it has reaped what its server left (ms): a
+            # start-up has the time to wait for it, so that the teardown's kill does not cut the
+            # record short. (While serving, a death stops the world at once.)
+            until = time.monotonic() + EXIT_RECORD_WAIT_S
+            while self.ranks.exit(died[0]) is None and time.monotonic() < until:
+                time.sleep(0.02)
             self.fail(self.cause_of("a server rank exited", died), named=True)
         if not self.style.servers_alive():
             self.fail("the server step ended")
