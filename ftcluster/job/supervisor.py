@@ -145,6 +145,12 @@ class Job:
     def cause_of(self, why: str, died: Optional[Tuple[int, str]] = None) -> str:
         """The failure in words: the rank that died first, when one did, and its own words.
         `died`: (rank, code) from its exit line, when its rank file may not be written yet."""
+        if died is not None:
+            # The wrapper writes its rank file once it has reaped what its server left (ms): wait
+            # that long for it, so that the teardown's kill does not cut the record short.
+            until = time.monotonic() + EXIT_RECORD_WAIT_S
+            while self.ranks.exit(died[0]) is None and time.monotonic() < until:
+                time.sleep(0.02)
         rank = self.ranks.first_died()
         if rank is None and died is not None:
             rank = died[0]
@@ -260,12 +266,6 @@ class Job:
         assert self.exits is not None
         died = self.exits.died()
         if died is not None:
-            # The wrapper writes its rank file once it has reaped what its server left (ms): a
-            # start-up has the time to wait for it, so that the teardown's kill does not cut the
-            # record short. (While serving, a death stops the world at once.)
-            until = time.monotonic() + EXIT_RECORD_WAIT_S
-            while self.ranks.exit(died[0]) is None and time.monotonic() < until:
-                time.sleep(0.02)
             self.fail(self.cause_of("a server rank exited", died), named=True)
         if not self.style.servers_alive():
             self.fail("the server step ended")
