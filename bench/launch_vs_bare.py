@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report  # noqa: E402
 import yaml  # noqa: E402
 
+from ftcluster.job.styles import remove_entry  # noqa: E402
 from ftcluster.spec import embedded_model_path  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
 from ftcluster.triton_probe import ours_ready  # noqa: E402
@@ -92,10 +93,7 @@ def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
         log.close()
         # What the ended servers' python backend left: its shared memory and /tmp folders.
         for path in [*glob.glob(f"/dev/shm/{BARE_SHM}*"), *(set(glob.glob("/tmp/python_env_*")) - envs_before)]:
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+            remove_entry(path)
 
 
 def main() -> None:

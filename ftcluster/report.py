@@ -1,7 +1,8 @@
 """`report`: a serving run's history from its samples, as series and as a plot (the `plot` extra).
 
 Series per model from consecutive samples of one incarnation (requests/s, mean latency and
-queue time, p99 where Triton keeps its summaries), each rank's GPUs (utilization, memory), and the restarts from the run's events.
+queue time, p99 where Triton keeps its summaries), each rank's GPUs (utilization, memory), and
+the restarts from the run's events.
 """
 
 from __future__ import annotations
@@ -86,22 +87,24 @@ def plot(hist: dict[str, Any], title: str, path: str) -> None:
     def when(ts: list[float]) -> list[dt.datetime]:
         return [dt.datetime.fromtimestamp(t) for t in ts]
 
+    def gaps(values: list[float | None]) -> list[float]:
+        """A missing figure as a gap in the line."""
+        return [v if v is not None else float("nan") for v in values]
+
     panels = 3 if hist["gpus"] else 2
     fig, axes = plt.subplots(panels, 1, figsize=(9, 2.6 * panels), sharex=True)
     for model, s in hist["models"].items():
         axes[0].plot(when(s["t"]), s["requests_s"], label=model)
-        axes[1].plot(when(s["t"]), [v if v is not None else float("nan") for v in s["latency_ms"]], label=f"{model} mean")
-        axes[1].plot(when(s["t"]), [v if v is not None else float("nan") for v in s["queue_ms"]], ":",
-                     label=f"{model} queue")
+        axes[1].plot(when(s["t"]), gaps(s["latency_ms"]), label=f"{model} mean")
+        axes[1].plot(when(s["t"]), gaps(s["queue_ms"]), ":", label=f"{model} queue")
         if any(v is not None for v in s["p99_ms"]):
-            axes[1].plot(when(s["t"]), [v if v is not None else float("nan") for v in s["p99_ms"]], "--",
-                         label=f"{model} p99")
+            axes[1].plot(when(s["t"]), gaps(s["p99_ms"]), "--", label=f"{model} p99")
     axes[0].set_ylabel("requests/s")
     axes[1].set_ylabel("ms")
     if hist["gpus"]:
         for name, s in hist["gpus"].items():
             t = [dt.datetime.strptime(x.split(".")[0], "%Y/%m/%d %H:%M:%S") for x in s["time"]]
-            axes[2].plot(t, [v if v is not None else float("nan") for v in s["util"]], label=name)
+            axes[2].plot(t, gaps(s["util"]), label=name)
         axes[2].set_ylabel("GPU util %")
     for ax in axes:
         for r in hist["restarts"]:

@@ -12,9 +12,9 @@ state/metrics.jsonl:
 Counters are Triton's own (they restart from 0 with each incarnation: `i` says which); a reader
 takes rates from two lines. The pNN_us are Triton's request-time quantiles over its own sliding
 window, as they stood at the sample (absent where the server has no summaries, or no request
-completed in the window). About 350 bytes a line: 3 MB a day at 10 s. Past `max_bytes` the
-file moves to metrics.jsonl.1 (the one before is dropped), so a run that serves for days keeps at
-most twice that. Ranks != 0 never open their metrics port under FT: their GPUs are sampled on
+completed in the window). About 250 bytes a line (bench/sampling_cost.py): 2.1 MB a day at
+10 s. Past `max_bytes` the file moves to metrics.jsonl.1 (the one before is dropped), so a run
+that serves for days keeps at most twice that. Ranks != 0 never open their metrics port under FT: their GPUs are sampled on
 their own nodes (rank_server.sh). Standard library only: this runs in the job (Python 3.8).
 """
 

@@ -65,13 +65,16 @@ class LoadWatch(RankLines):
         self.nodes = nodes
         self.loaded: Set[int] = set()
 
-    def has(self, rank: int) -> bool:
+    def _take_new(self) -> None:
         self.loaded.update(int(parts[0]) for parts in self.new())
+
+    def has(self, rank: int) -> bool:
+        self._take_new()
         return rank in self.loaded
 
     def not_loaded(self) -> List[int]:
         """The ranks != 0 whose server has not reached model load yet."""
-        self.has(0)
+        self._take_new()
         return [r for r in range(1, self.nodes) if r not in self.loaded]
 
 
@@ -151,10 +154,6 @@ class RankFiles:
                 continue
             said.append(f"rank {rank} on {self.node(rank)}, {age:.0f} s ago: {last}")
         return "; ".join(said)
-
-    def not_loaded(self) -> List[int]:
-        """The ranks != 0 whose server has not reached FT's model-instance initialisation yet."""
-        return [r for r in range(1, self.nodes) if not self.exists(r, "loaded")]
 
     def tail(self, rank: int, lines: int = 20) -> str:
         """The last lines of the rank's server log and its wrapper's output, as `tail` shows two files."""

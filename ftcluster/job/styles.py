@@ -144,13 +144,8 @@ class JobStyle:
         teardown's node steps leave them out). Not the batch host: this runs on it."""
         nodes = self.job_nodes()
         if len(nodes) > 1:
-            whole = self.job.start([*self.every_node(os.devnull), "true"], out=subprocess.DEVNULL)
-            try:
-                rc = whole.wait(timeout=ALL_NODES_S + 0.01 * len(nodes))
-            except subprocess.TimeoutExpired:
-                whole.kill()
-                whole.wait()
-                rc = -1
+            rc = self.job.run([*self.every_node(os.devnull), "true"], out=subprocess.DEVNULL,
+                              limit=ALL_NODES_S + 0.01 * len(nodes), kill_after=0, interruptible=False)
             if rc == 0:
                 self.lost = []
                 return self.lost
@@ -624,10 +619,7 @@ class LocalStyle(JobStyle):
         if self.mpi_tmp:
             shutil.rmtree(self.mpi_tmp, ignore_errors=True)
         for path in glob.glob(glob.escape(self.shm_glob()) + "*"):
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                _unlink(path)
+            remove_entry(path)
         envs = self.python_envs()
         if envs:
             self.job.run(["bash", "-c", FREE_PYTHON_ENVS, "_", self.cfg.run_id, *envs],
@@ -667,8 +659,13 @@ def file_size(path: str) -> int:
         return 0
 
 
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+def remove_entry(path: str) -> None:
+    """A folder with what is in it, or a file or link (a link is never followed); what is gone
+    already is no error."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from ftcluster.job.styles import remove_entry
 from tests.pyxis import bed as pyxis_bed
 
 from . import netns, slurmconf, sshd
@@ -405,11 +406,7 @@ class SlurmTestbed:
             # The machine comes back rebooted: what the job's processes had in its /dev/shm and
             # /tmp is gone (the bed's nodes share this host's, so it goes by hand).
             for path in left:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+                remove_entry(path)
             os.kill(slurmd, signal.SIGCONT)
             self.slurm(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, timeout=30)
             wait_until(lambda: self._node_state(node) in ("idle", "mix", "alloc"), 90,
