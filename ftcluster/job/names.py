@@ -57,7 +57,8 @@ class RunFiles:
     rank_loads: str = "loads"              # state/: "RANK EPOCH INCARNATION" per rank in model load
     health: str = "health.json"            # state/: the liveness probes while serving
     metrics: str = "metrics.jsonl"         # state/: rank 0's Triton metrics while serving (job/metrics.py)
-    gpu_samples: str = "gpu-rank{r}.csv"   # state/: a rank's node's GPUs while serving (nvidia-smi)
+    gpu_samples: str = "gpu-rank{r}.csv"   # state/: a rank's node's GPUs while serving (job/gpu_samples.py)
+    gpu_events: str = "gpu-events-rank{r}"  # state/: its XID and ECC events (NVML; job/gpu_samples.py)
     python_envs: str = "python_envs"       # state/: the python backend's /tmp folders the ranks made
     job_out: str = "job.out"               # logs/: the job's output (styles run here)
     client_log: str = "client.log"         # logs/
@@ -89,13 +90,16 @@ class RunFiles:
     def server_log(self, rank: Union[int, str]) -> str:   # logs/: tritonserver's log of a rank
         return f"server-rank{rank}.log"
 
-    # Shared memory the ranks name in /dev/shm: /dev/shm/ftc+RUN+r<R>+... ("+" is not in a run id,
-    # so no run's prefix is another's). A SIGKILLed rank leaves its entries there; each rank's
-    # wrapper removes its own at start (a restart) and the teardown every node's.
+    # Shared memory the ranks name in /dev/shm: /dev/shm/ftc+RUN+r<R>+i<INCARNATION>+... ("+" is
+    # not in a run id, so no run's prefix is another's). A SIGKILLed rank leaves its entries there:
+    # each rank's wrapper removes its earlier incarnations' at start and its own at its end, the
+    # teardown every node's, and a rank of a later run on the node those of runs no process there
+    # serves any more (a job Slurm ended without its teardown).
     shm_dir: str = "/dev/shm"
 
-    def shm_prefix(self, run_id: str, rank: Union[int, str] = "") -> str:
-        return f"ftc+{run_id}+" + (f"r{rank}+" if rank != "" else "")
+    def shm_prefix(self, run_id: str, rank: Union[int, str] = "", incarnation: Union[int, str] = "") -> str:
+        return (f"ftc+{run_id}+" + (f"r{rank}+" if rank != "" else "")
+                + (f"i{incarnation}+" if rank != "" and incarnation != "" else ""))
 
 
 FILES = RunFiles()

@@ -124,8 +124,8 @@ def restarted_and_serving(launched: tuple[int, dict[str, Any], str], cause: str,
         assert ftcluster("logs", run_id, "--incarnation", "1", env=env).returncode != 0
         # The python backend's regions of both ranks, under the run's prefix.
         named = shm_entries(run_id)
-        assert any(n.startswith(FILES.shm_prefix(run_id, 0) + "py+") for n in named), named
-        assert any(n.startswith(FILES.shm_prefix(run_id, 1) + "py+") for n in named), named
+        assert any(n.startswith(FILES.shm_prefix(run_id, 0, 1) + "py+") for n in named), named
+        assert any(n.startswith(FILES.shm_prefix(run_id, 1, 1) + "py+") for n in named), named
     finally:
         assert ftcluster("stop", run_id, env=env).returncode == 0
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)

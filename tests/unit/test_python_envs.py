@@ -14,14 +14,14 @@ def test_a_folder_goes_once_no_other_run_claims_it(tmp_path: Path) -> None:
     ours, shared, extracted = (tmp_path / n for n in ("python_env_aaaaaa", "python_env_bbbbbb", "python_env_cccccc"))
     for d in (ours, shared, extracted):
         d.mkdir()
-        (d / ".ftc+run-1+r0").touch()
-    (ours / ".ftc+run-1+r1").touch()                 # both ranks on one host claimed it
-    (shared / ".ftc+run-10+r0").touch()              # another run (a longer id sharing the prefix)
+        (d / ".ftc+run-1+r0+i0").touch()
+    (ours / ".ftc+run-1+r1+i2").touch()                 # both ranks on one host claimed it
+    (shared / ".ftc+run-10+r0+i0").touch()              # another run (a longer id sharing the prefix)
     (extracted / "env-hash").mkdir()                 # an extracted execution environment inside
     subprocess.run(["bash", "-c", FREE_PYTHON_ENVS, "_", "run-1", str(ours), str(shared), str(extracted),
                     str(tmp_path / "python_env_gone00")], check=True)
     assert not ours.exists() and not extracted.exists()
-    assert sorted(p.name for p in shared.iterdir()) == [".ftc+run-10+r0"]
+    assert sorted(p.name for p in shared.iterdir()) == [".ftc+run-10+r0+i0"]
 
 
 def test_only_the_backends_own_names_are_taken() -> None:

@@ -1,0 +1,149 @@
+"""What a rank leaves in /dev/shm and /tmp, on real files: the rendered rank_server.sh with a
+stand-in tritonserver that makes what Triton's python backend makes (a shm region under the
+prefix it is given, a /tmp/python_env_XXXXXX folder) and never removes them, as a SIGKILLed
+server does not. The wrapper frees its own when the server has ended; a rank starting later
+frees what runs that no process serves any more left (a job Slurm ended without its teardown)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from ftcluster.job.names import FILES
+from ftcluster.render import RenderedScripts
+from tests.unit.test_render import SPECS, render_style, shlex_quote
+
+SHM = Path(FILES.shm_dir)
+PID = os.getpid()
+RUN = "gpt-2n"   # render_style's run id
+
+
+def _server(path: Path, seconds: float) -> None:
+    """A tritonserver stand-in: a region under the python backend's prefix, a python_env folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/bash\n"
+        "for a; do case $a in --backend-config=python,shm-region-prefix-name=*) "
+        "p=${a#*=}; p=${p#*=}; : > \"/dev/shm/${p}region\";; esac; done\n"
+        "mktemp -d /tmp/python_env_XXXXXX >/dev/null\n"
+        f"sleep {seconds}\n"
+        "exit 3\n")
+    path.chmod(0o755)
+
+
+def _run(tmp: Path, seconds: float, incarnation: int = 0) -> tuple[subprocess.CompletedProcess[str], Path]:
+    binary = tmp / "bin" / "tritonserver"
+    _server(binary, seconds)
+    run_dir = tmp / "run"
+    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp / "ws"),
+                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
+    scripts.materialize(run_dir / "scripts")
+    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": str(incarnation)}
+    r = subprocess.run(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp, env=env,
+                       capture_output=True, text=True, timeout=60)
+    return r, run_dir
+
+
+def _ours() -> list[str]:
+    return sorted(p.name for p in SHM.glob(FILES.shm_prefix(RUN) + "*"))
+
+
+@pytest.fixture
+def clean() -> Iterator[list[Path]]:
+    """Entries a test makes outside its tmp_path, removed whatever happens."""
+    made: list[Path] = []
+    envs_before = set(Path("/tmp").glob("python_env_*"))
+    yield made
+    for p in [*made, *SHM.glob(FILES.shm_prefix(RUN) + "*")]:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    for d in set(Path("/tmp").glob("python_env_*")) - envs_before:
+        if any(m.name.startswith(f".ftc+{RUN}+") for m in d.iterdir()):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_rank_frees_its_own_entries_when_its_server_ends(tmp_path: Path, clean: list[Path]) -> None:
+    envs_before = set(Path("/tmp").glob("python_env_*"))
+    r, run_dir = _run(tmp_path, 2.5, incarnation=2)
+    assert r.returncode == 3, r.stdout + r.stderr
+    # The stand-in made them under this incarnation's prefix, and the rank noted its folder
+    # (at a look of the load's progress, every 2 s) ...
+    noted = (run_dir / "state" / FILES.python_envs).read_text().split()
+    assert len(noted) == 1 and noted[0].startswith("/tmp/python_env_"), noted
+    # ... and both went when the server had ended, before the rank's exit record.
+    assert _ours() == []
+    assert set(Path("/tmp").glob("python_env_*")) - envs_before == set()
+    assert (run_dir / "state" / "rank1.exit").read_text().split()[2] == "died"
+
+
+def _python_env() -> Path:
+    """A folder named as Triton's python backend names its own (mkdtemp /tmp/python_env_XXXXXX)."""
+    out = subprocess.run(["mktemp", "-d", "/tmp/python_env_XXXXXX"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def _aged(path: Path, seconds: float) -> Path:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+    return path
+
+
+def test_a_starting_rank_frees_what_dead_runs_left_on_its_node(tmp_path: Path, clean: list[Path]) -> None:
+    # Left by "gone-<pid>": a job Slurm ended without its teardown (no process carries its mark).
+    gone, live = f"gone-{PID}", f"live-{PID}"
+    old_region = SHM / f"ftc+{gone}+r0+i0+py+region"
+    old_mpi = SHM / f"ftc+{gone}+r1+i3+mpi"
+    young = SHM / f"ftc+{gone}x+r0+i0+py+region"   # just made: a run starting here now
+    live_region = SHM / f"ftc+{live}+r0+i0+py+region"
+    old_env, shared_env = _python_env(), _python_env()
+    clean.extend([old_region, old_mpi, young, live_region, old_env, shared_env])
+    for f in (old_region, young, live_region):
+        f.write_text("")
+    old_mpi.mkdir()
+    (old_mpi / "segment").write_text("")
+    (old_env / f".ftc+{gone}+r0+i0").write_text("")
+    # A folder both the dead run and a live one claimed: only the dead run's mark goes.
+    for m in (f".ftc+{gone}+r1+i0", f".ftc+{live}+r0+i0"):
+        (shared_env / m).write_text("")
+    for p in (old_region, old_mpi, live_region, old_env / f".ftc+{gone}+r0+i0", *shared_env.iterdir()):
+        _aged(p, 120)
+    # The live run: a process of this node carries its server mark.
+    server = subprocess.Popen(["sleep", "60"], env={**os.environ, "FTC_SERVER_OF": f"{live}/rank0/1"})
+    try:
+        r, _ = _run(tmp_path, 1.5)
+    finally:
+        server.kill()
+        server.wait()
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert wait_gone([old_region, old_mpi, old_env]), [p for p in (old_region, old_mpi, old_env) if p.exists()]
+    assert young.exists() and live_region.exists()
+    assert sorted(p.name for p in shared_env.iterdir()) == [f".ftc+{live}+r0+i0"]
+
+
+def wait_gone(paths: list[Path], timeout: float = 5.0) -> bool:
+    """The sweep runs beside the server, in the background: it may end just after the rank."""
+    end = time.monotonic() + timeout
+    while any(p.exists() for p in paths):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_sweep_reads_run_ids_as_data(tmp_path: Path, clean: list[Path]) -> None:
+    """An entry whose name holds shell syntax where a run id would be is left alone, unevaluated."""
+    odd = SHM / "ftc+$(touch PWNED)+r0+i0+py"
+    gone = SHM / f"ftc+gone-{PID}+r0+i0+py"   # a sound one beside it, which does go
+    clean.extend([odd, gone])
+    for f in (odd, gone):
+        f.write_text("")
+        _aged(f, 120)
+    r, run_dir = _run(tmp_path, 1.0)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert wait_gone([gone])
+    assert odd.exists()
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
