@@ -99,11 +99,13 @@ mark_loaded() {
 # Triton's python backend makes /tmp/python_env_XXXXXX when it starts (a fixed path, not
 # $TMPDIR) and removes it only when it ends cleanly: a SIGKILLed rank leaves it behind. Those
 # that appeared while this rank loaded are noted in state/python_envs (never moved
-# with an incarnation) and claimed with a mark inside (.ftc+RUN+rR): at each look of the load's
+# with an incarnation) and claimed with a mark inside (.ftc+RUN+rR+iN): at each look of the load's
 # progress (a rank failed or stopped while it loads noted them too), at FT's load line and
 # when the server ended. Another run starting on
 # this node meanwhile may claim the same one: the teardown removes a folder only when no other
-# run's mark is left in it (that run's teardown removes it then).
+# run's mark is left in it (that run's teardown removes it then). The wrapper frees its own when
+# its server has ended (free_own), the teardown every rank's.
+PY_MARK=".ftc+$RUN_ID+r$RANK+i$INCARNATION"
 TMP_BEFORE=$(compgen -G '/tmp/python_env_*')
 note_python_env() {
   local d
@@ -111,8 +113,8 @@ note_python_env() {
   # left by others, and a rank stopped meanwhile noted none).
   while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
-    [ -e "$d/.ftc+$RUN_ID+r$RANK" ] && continue   # noted already
-    : >"$d/.ftc+$RUN_ID+r$RANK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs"
+    [ -e "$d/$PY_MARK" ] && continue   # noted already
+    : >"$d/$PY_MARK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs"
   done < <(compgen -G '/tmp/python_env_*' | grep -vxF -f <(printf '%s\n' "$TMP_BEFORE"))
 }
 
@@ -132,14 +134,72 @@ kill_server_leftovers() {
   return 0
 }
 
+# This incarnation's /dev/shm entries and python_env folders, once its server has ended: a rank
+# whose job Slurm ends without the job's teardown (requeue, scancel, time limit; a TERM, then a
+# KILL after KillWait) leaves nothing when its server ends within KillWait.
+free_own() {
+  local d
+  rm -rf -- "${SHM_DIR:?}/$SHM_NAME"* 2>/dev/null
+  while IFS= read -r d; do
+    [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
+    [ -e "$d/$PY_MARK" ] || continue
+    rm -f -- "$d/$PY_MARK"
+    compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"
+  done < <(sort -u "$STATE/python_envs" 2>/dev/null)
+  return 0
+}
+
+# What earlier runs left on this node when not even that was possible (ranks SIGKILLed, the node
+# rebooted mid-way): this user's /dev/shm entries and marked python_env folders of runs that no
+# process here serves any more (none carries their FTC_SERVER_OF mark) and that are over a minute
+# old (a run starting here now has not started its server yet). Run ids are checked before use.
+sweep_orphans() {
+  local e r d m t found="" live now
+  for e in "$SHM_DIR"/ftc+*+r*; do
+    [[ $e != *$'\n'* ]] || continue   # one entry a line below
+    [ -O "$e" ] || continue
+    r=${e#"$SHM_DIR"/ftc+}
+    found+="${r%%+*} $e"$'\n'
+  done
+  for m in /tmp/python_env_*/.ftc+*+r*; do
+    d=${m%/*}
+    [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
+    [[ $m != *$'\n'* ]] || continue
+    [ -O "$m" ] || continue
+    r=${m#"$d"/.ftc+}
+    found+="${r%%+*} $m"$'\n'
+  done
+  [ -n "$found" ] || return 0
+  # Every live run's mark in one grep (the runs of this node's servers, this one's included).
+  now=$(date +%s)
+  live=$(grep -ahoz -e '^FTC_SERVER_OF=[^/]*/' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | sort -u)
+  while read -r r e; do
+    [[ $r =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || continue
+    [ "$r" != "$RUN_ID" ] || continue
+    grep -qxF "FTC_SERVER_OF=$r/" <<<"$live" && continue
+    t=$(stat -c %Y -- "$e" 2>/dev/null) || continue
+    [[ $t =~ ^[0-9]+$ ]] || continue
+    (( now - t > 60 )) || continue
+    if [[ $e == /tmp/* ]]; then
+      d=${e%/*}
+      rm -f -- "$e"
+      compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"
+    else
+      rm -rf -- "$e"
+    fi
+  done <<<"$found"
+  return 0
+}
+
 # Shared memory in /dev/shm under this rank's own prefix: the python backend's regions and Open
 # MPI's shared-memory segments (vader in 4.x, sm in 5.x). A SIGKILLed server leaves them there;
-# a restarted rank removes its earlier incarnation's, the teardown every rank's.
+# a restarted rank removes its earlier incarnations', the wrapper its own when its server has
+# ended (free_own), the teardown every rank's.
 SHM_DIR=/dev/shm
-SHM_NAME="ftc+gpt-2n+r$RANK+"
+SHM_NAME="ftc+gpt-2n+r$RANK+i$INCARNATION+"
 SHM_ARGS=()
 if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
-  rm -rf -- "${SHM_DIR:?}/$SHM_NAME"*
+  rm -rf -- "${SHM_DIR:?}/ftc+gpt-2n+r$RANK+"*
   if mkdir -p "$SHM_DIR/${SHM_NAME}mpi"; then
     export OMPI_MCA_btl_vader_backing_directory="$SHM_DIR/${SHM_NAME}mpi"
     export OMPI_MCA_btl_sm_backing_directory="$SHM_DIR/${SHM_NAME}mpi"
@@ -176,6 +236,7 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
   "${ADDRESS_ARGS[@]}" "${METRICS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
+sweep_orphans &
 
 # While this rank loads (FT's ranks have no HTTP then): what its server and the server's children
 # (the python backend's stubs) have read (/proc/PID/io rchar: the checkpoint), its log's size and
@@ -233,12 +294,18 @@ sampler=
 stopping=0
 # Asked to stop: a graceful stop (rank 0 finishes its requests), unless a rank of this world
 # died -- the world is broken, a graceful exit would wait on it in vain, and Slurm's step
-# termination (TERM to every task) would SIGKILL only after KillWait.
+# termination (TERM to every task) would SIGKILL only after KillWait -- or this rank has not
+# loaded yet: it has no request to finish, and Triton, told to stop, first waits for the load;
+# killed, its server ends at once. What the killed server held is freed right away: when Slurm
+# ends a job (requeue, time limit), srun, signalled twice, KILLs its tasks within a second.
 # shellcheck disable=SC2317  # run by the trap below
 stop_server() {
   stopping=1
-  if grep -qE "^[0-9]+ [0-9]+ [0-9.]+ died $INCARNATION\$" "$STATE/exits" 2>/dev/null; then
+  if [ ! -e "$STATE/rank$RANK.loaded" ] \
+    || grep -qE "^[0-9]+ [0-9]+ [0-9.]+ died $INCARNATION\$" "$STATE/exits" 2>/dev/null; then
     kill -KILL "$child" 2>/dev/null
+    note_python_env
+    free_own
   else
     kill -TERM "$child" 2>/dev/null
   fi
@@ -273,5 +340,6 @@ note_python_env
 # What the server left goes before the rank file says the rank ended: a stop waits for that
 # file, and a stub left behind would outlive the job.
 kill_server_leftovers
+free_own
 record_exit "$rc" "$how"
 exit "$rc"
