@@ -3,18 +3,21 @@ end to end on 2 and 3 nodes, the MPI check, faults, Ctrl-C, re-attaching, partit
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from ftcluster.job.names import FILES
 from ftcluster.triton_probe import server_id
 from tests.launch_helpers import (
     assert_served_like_ft,
@@ -51,6 +54,13 @@ def spec_dir(slurm_cluster: Any, shared_tmp: Path) -> Path:
 def _job_gone(job_id: str) -> bool:
     out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout
     return out.strip() == ""
+
+
+def _node_leftovers(run_id: str) -> list[str]:
+    """The run's entries in the nodes' /dev/shm and its marks in python_env folders (the bed's
+    nodes share this host's /dev/shm and /tmp)."""
+    return sorted(glob.glob(f"/dev/shm/{glob.escape(FILES.shm_prefix(run_id))}*")
+                  + glob.glob(f"/tmp/python_env_*/.ftc+{glob.escape(run_id)}+*"))
 
 
 def _assert_clean(out: dict[str, Any]) -> None:
@@ -161,6 +171,16 @@ def test_a_requeued_job_fails_cleanly(spec_dir: Path, slurm_cluster: Any) -> Non
     # signal) or the launcher saw the job PENDING again; both name the requeue.
     assert "requeue" in out["failure"], out["failure"]
     _assert_clean(out)
+    # Slurm ended the steps without the job's teardown. A rank that got to it freed its own
+    # /dev/shm entries and python_env folders; one that Slurm killed first (srun, signalled twice,
+    # KILLs its tasks) left them: the next run's rank on the node frees them once they are a
+    # minute old and no process there serves their run. Aged here rather than waited for.
+    left = _node_leftovers(out["run_id"])
+    for path in left:
+        os.utime(path, (time.time() - 120, time.time() - 120))
+    rc, again, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check")
+    assert rc == 0, err
+    assert _node_leftovers(out["run_id"]) == [], (left, _node_leftovers(out["run_id"]))
 
 
 def test_readiness_timeout_fails_cleanly(spec_dir: Path) -> None:

@@ -138,12 +138,19 @@ def test_the_sweep_reads_run_ids_as_data(tmp_path: Path, clean: list[Path]) -> N
     """An entry whose name holds shell syntax where a run id would be is left alone, unevaluated."""
     odd = SHM / "ftc+$(touch PWNED)+r0+i0+py"
     gone = SHM / f"ftc+gone-{PID}+r0+i0+py"   # a sound one beside it, which does go
-    clean.extend([odd, gone])
-    for f in (odd, gone):
+    # A name that would read as a second "RUN PATH" line, naming a file of the user's (relative
+    # to the rank's working directory, the run folder: a name holds no '/').
+    victim = tmp_path / "run" / "keep"
+    victim.parent.mkdir()
+    victim.write_text("")
+    _aged(victim, 120)
+    split = SHM / f"ftc+gone-{PID}n+r0+py\ngone-{PID}m keep"
+    clean.extend([odd, gone, split])
+    for f in (odd, gone, split):
         f.write_text("")
         _aged(f, 120)
     r, run_dir = _run(tmp_path, 1.0)
     assert r.returncode == 3, r.stdout + r.stderr
     assert wait_gone([gone])
-    assert odd.exists()
+    assert odd.exists() and victim.exists()
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
