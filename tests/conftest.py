@@ -53,11 +53,31 @@ def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
         monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path_factory.mktemp("ftc-state")))
 
 
+# What runs leave in /dev/shm when something was killed: Open MPI's segments (5.x, 4.x), the
+# python backend's regions, and entries under a run's own prefix.
+SHM_KINDS = ("sm_segment.", "vader_segment.", "triton_python_backend_shm_region", "ftc+")
+SHM_LEFT: list[tuple[str, list[str]]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Which test left what in /dev/shm (the test bed's nodes share it), named at the end."""
+    before = set(os.listdir("/dev/shm"))
+    yield
+    left = sorted(n for n in set(os.listdir("/dev/shm")) - before if n.startswith(SHM_KINDS))
+    if left:
+        SHM_LEFT.append((item.nodeid, left))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Name every test-bed daemon the supervisor had to restart: a crash the tests survived
-    is still a finding."""
+    """Name every test-bed daemon the supervisor had to restart (a crash the tests survived is
+    still a finding), and every test after which /dev/shm held more of what runs leave."""
     from tests.cluster.fixtures import SESSION_RESTARTS
 
+    if SHM_LEFT:
+        terminalreporter.section("left in /dev/shm, by test")
+        for nodeid, names in SHM_LEFT:
+            terminalreporter.line(f"{nodeid}: {' '.join(names)}")
     if not SESSION_RESTARTS:
         return
     terminalreporter.section("test bed: daemons restarted by the supervisor")

@@ -169,7 +169,8 @@ class JobStyle:
         job.event(EV.mpicheck_started)
         rc = job.run(self.mpi_world("python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes),
                                     "--tritonserver", cfg.tritonserver, "--rank0-host", self.rank0_host(),
-                                    "--out", os.path.join(cfg.results, FILES.mpicheck_json)),
+                                    "--out", os.path.join(cfg.results, FILES.mpicheck_json),
+                                    "--shm-prefix", self.shm_glob()),
                      out=log, limit=cfg.mpi_check_timeout)
         if rc:
             text = read_text(log)

@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -143,6 +144,28 @@ def _launcher_rank() -> str:
     return "a rank"
 
 
+def _own_shm(prefix: str | None) -> str | None:
+    """Open MPI's shared-memory segments (vader in 4.x, sm in 5.x) in a folder of this rank's
+    under the run's /dev/shm prefix, as the servers' are: a check that is aborted or killed
+    leaves them there, where the teardown and a later run's ranks find them; in the default
+    place they stay for good. The environment's own backing directory wins."""
+    if not prefix or any(v in os.environ for v in _BACKING):
+        return None
+    rank = next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+                 if os.environ.get(v, "").isdigit()), "0")
+    folder = f"{prefix}r{rank}+check+mpi"
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    for var in _BACKING:
+        os.environ[var] = folder
+    return folder
+
+
+_BACKING = ("OMPI_MCA_btl_vader_backing_directory", "OMPI_MCA_btl_sm_backing_directory")
+
+
 def _launched_tasks() -> int | None:
     """How many tasks the launcher started (mpirun's count first: it may run inside a step)."""
     for var in ("OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
@@ -199,7 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank0-host", default=None)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--shm-prefix", default=None, help="the run's /dev/shm prefix, for Open MPI's segments")
     args = ap.parse_args(argv)
+    shm = _own_shm(args.shm_prefix)
+    try:
+        return _check(args)
+    finally:
+        if shm:
+            shutil.rmtree(shm, ignore_errors=True)
+
+
+def _check(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     unwired = _no_mpi_wiring()
     if unwired:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
+import os
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,7 @@ def test_keep_serving_then_stop(tmp_path: Path, docker_nodes: DockerNodes) -> No
         assert all(len(dn.containers(n, f"org.ftcluster.run={run_dir.name}")) == 1 for n in dn.nodes[:2])
         for node in dn.nodes[:2]:
             assert_stock_container(dn, node, run_dir.name)
+        assert_runs_as_the_user(dn, dn.nodes[0], run_dir)
     finally:
         stop(dn, out["run_id"])
     kinds = [e[0] for e in events(run_dir)]
@@ -185,6 +187,31 @@ def assert_stock_container(dn: DockerNodes, node: str, run_id: str) -> None:
         assert "no-usr-bin-mpirun" in text and "usr-local-mpi" in text, text
     finally:
         client.close()
+
+
+def assert_runs_as_the_user(dn: DockerNodes, node: str, run_dir: Path) -> None:
+    """What serves in a container runs as the launching user, and the container's root has no
+    override of file permissions: nothing of the run folder is reached by a root that NFS's
+    root_squash would turn into nobody. Here a file of another user's (0600) stands in for the
+    run folder as a root-squashed root sees it."""
+    (c,) = dn.containers(node, f"org.ftcluster.run={run_dir.name}")
+    ranks = dn.docker(node, ["exec", c, "bash", "-c", "grep -l -- '--model-reposit[o]ry=' /proc/[0-9]*/cmdline 2>/dev/null; true"],
+                      check=True).stdout.split()
+    assert ranks, "no tritonserver in the container"
+    for cmdline in ranks:
+        status = dn.docker(node, ["exec", c, "cat", cmdline.replace("cmdline", "status")], check=True).stdout
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        assert fields["Uid"].split()[0] == str(os.getuid()) and fields["Gid"].split()[0] == str(os.getgid())
+        cap_eff = int(fields["CapEff"].strip(), 16)
+        assert not cap_eff & (1 << 1 | 1 << 2), hex(cap_eff)   # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    other = run_dir / "state" / "not-yours"
+    other.write_text("secret\n")
+    os.chown(other, 65534, 65534)
+    other.chmod(0o600)
+    for user in ([], ["-u", "0"]):
+        got = dn.docker(node, ["exec", *user, c, "cat", str(other)])
+        assert got.returncode != 0 and "Permission denied" in got.stderr, (user, got)
+    other.unlink()
 
 
 def test_gpu_request_without_the_nvidia_toolkit_fails_cleanly(tmp_path: Path, docker_nodes: DockerNodes) -> None:

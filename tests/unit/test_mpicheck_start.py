@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,27 @@ def test_srun_without_an_mpi_plugin_is_caught_before_mpi_init(scripts: Path) -> 
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "PROBLEM: rank 0 on " in p.stderr and "cannot join a world" in p.stderr
     assert "--mpi=none" in p.stderr and "set mpi:" in p.stderr
+
+
+OMPI5 = Path(sys.prefix) / "lib" / "libmpi.so.40"   # pip's Open MPI 5 (mpi4py's), where installed
+
+
+@pytest.mark.skipif(not OMPI5.exists(), reason="no pip Open MPI 5 here")
+def test_the_check_keeps_open_mpi_segments_under_the_run_prefix(scripts: Path) -> None:
+    """Open MPI 5's singleton leaves its sm_segment in /dev/shm even when it finalizes: the
+    check puts it in a folder of its rank's under the run's prefix and removes that."""
+    prefix = f"/dev/shm/ftc+check-test-{os.getpid()}+"
+    before = set(os.listdir("/dev/shm"))
+    try:
+        r = subprocess.run([sys.executable, "-S", str(scripts / "mpicheck.py"), "--nodes", "1",
+                            "--shm-prefix", prefix], capture_output=True, text=True, cwd=scripts, timeout=60,
+                           env={**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI", "OMPI_"))},
+                                "FTC_LIBMPI": str(OMPI5), "SLURM_PROCID": "0"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        left = sorted(set(os.listdir("/dev/shm")) - before)
+        assert left == [], left
+    finally:
+        for name in set(os.listdir("/dev/shm")) - before:
+            if name.startswith(("sm_segment.", f"ftc+check-test-{os.getpid()}+")):
+                path = Path("/dev/shm") / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

@@ -33,8 +33,16 @@ MPI_IF=10.0.0.0/16
 ENV_KEYS=()
 GPU_MODE=request
 GPUS=8
-# Inside a container: root-owned copies of the run's keys (sshd and ssh refuse loose modes).
+# Inside a container: private copies of the run's keys (sshd and ssh refuse loose modes).
 IN_SSH=/run/ftcluster-ssh
+# What runs in a container runs as you, the job's user, with your groups, as on Pyxis: nothing
+# of the run folder is read or written as root. On NFS with root_squash the containers' root is
+# nobody, who may not enter your 0700 run folder; and the container's root keeps no
+# DAC_OVERRIDE/DAC_READ_SEARCH, so it reads no file of yours that root squashing would hide.
+RUN_UID=$(id -u)
+RUN_GID=$(id -g)
+RUN_USER=$(id -un 2>/dev/null)
+[[ $RUN_USER =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || RUN_USER=ftcluster
 
 # The node's name as the job script knows it: FTC_NODE from the ssh fan-out (and passed into
 # the container), Slurm's node name, else the short hostname.
@@ -83,15 +91,28 @@ gpu_args() {
   esac
 }
 
+# The container's root, on the container's own files alone (it reads nothing of the run folder):
+# an account for you where the image has none (ssh and sshd look their user up) and the folder
+# for the run's keys, yours.
+ACCOUNT='getent passwd "$1" >/dev/null || printf "%s:x:%s:%s::/tmp:/bin/sh\n" "$3" "$1" "$2" >>/etc/passwd || exit 1
+getent group "$2" >/dev/null || printf "%s:x:%s:\n" "$3" "$2" >>/etc/group || exit 1
+mkdir -p "$4" && chown "$1:$2" "$4" && chmod 700 "$4"'
+
 up() {
-  local t0=$EPOCHREALTIME out GPU_ARGS=()
+  local t0=$EPOCHREALTIME out g GPU_ARGS=() USER_ARGS=(--user "$RUN_UID:$RUN_GID")
   rm -f "$STATE/docker/$NODE.up"
   command -v docker >/dev/null || node_fail "no docker CLI on $NODE"
   ensure_image
   gpu_args
+  for g in $(id -G); do
+    [[ $g =~ ^[0-9]+$ ]] && [ "$g" != "$RUN_GID" ] && USER_ARGS+=(--group-add "$g")
+  done
   # Kept alive by sleep (not the image's entrypoint); the work arrives through docker exec.
-  out=$(docker run -d --name "$CNAME" --label "$LABEL=$RUN_ID" "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" \
-    --entrypoint sleep "$IMAGE" infinity 2>&1) || node_fail "docker run failed: $(lastline "$out")"
+  out=$(docker run -d --name "$CNAME" --label "$LABEL=$RUN_ID" "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" "${USER_ARGS[@]}" \
+    --cap-drop DAC_OVERRIDE --cap-drop DAC_READ_SEARCH --entrypoint sleep "$IMAGE" infinity 2>&1) \
+    || node_fail "docker run failed: $(lastline "$out")"
+  out=$(docker exec -u 0 "$CNAME" sh -c "$ACCOUNT" _ "$RUN_UID" "$RUN_GID" "$RUN_USER" "$IN_SSH" 2>&1) \
+    || node_fail "could not add your account (uid $RUN_UID) to the container: $(lastline "$out")"
   out=$(docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" sshd 2>&1) || node_fail "$(lastline "$out")"
   record up "ok $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')"
 }
@@ -111,7 +132,8 @@ sshd_start() {
   sshd=$(command -v sshd || echo /usr/sbin/sshd)
   [ -x "$sshd" ] || { echo "image $IMAGE has no sshd (install openssh-server in it)"; exit 1; }
   command -v ssh >/dev/null || { echo "image $IMAGE has no ssh client (install openssh-client)"; exit 1; }
-  mkdir -p "$IN_SSH" /run/sshd && chmod 700 "$IN_SSH"
+  # sshd run as root wants its privilege-separation folder; as you, it needs none.
+  (( EUID )) || mkdir -p /run/sshd
   install -m 600 "$SSH_DIR/host_ed25519" "$IN_SSH/host_key"
   install -m 600 "$SSH_DIR/id_ed25519" "$IN_SSH/id_ed25519"
   install -m 600 "$SSH_DIR/id_ed25519.pub" "$IN_SSH/authorized_keys"
