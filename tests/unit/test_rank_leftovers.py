@@ -16,7 +16,7 @@ import pytest
 
 from ftcluster.job.names import FILES
 from ftcluster.render import RenderedScripts
-from tests.unit.test_render import SPECS, render_style, shlex_quote
+from tests.unit.test_render import SPECS, render_style
 
 SHM = Path(FILES.shm_dir)
 PID = os.getpid()
