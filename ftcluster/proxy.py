@@ -58,7 +58,8 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
     if not STYLES[style].proxy:
         problems.append(f"access: private needs the proxy beside rank 0, which the {STYLES[style].summary} style "
                         "cannot start yet (use access: cluster there)")
-    top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics) + cluster.proxy.loopback_offset
+    top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics, cluster.ports.gpus or 0) \
+        + cluster.proxy.loopback_offset
     if top > 65535:
         problems.append(f"proxy.loopback_offset: Triton's loopback ports would reach {top} (ports + "
                         f"{cluster.proxy.loopback_offset}; at most 65535): lower the offset or the ports")
@@ -67,8 +68,7 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
 
 def loopback_ports(ports: Ports, proxy: Proxy) -> Ports:
     """Triton's own ports on rank 0's loopback, behind the proxy."""
-    off = proxy.loopback_offset
-    return Ports(http=ports.http + off, grpc=ports.grpc + off, metrics=ports.metrics + off)
+    return ports.shifted(proxy.loopback_offset)
 
 
 def new_token() -> str:
@@ -149,6 +149,9 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = Tru
     }
     if proxy.expose_metrics or member and not token:
         servers["metrics"] = server(public.metrics, guarded_routes([], "", "", metrics_up, token))
+        if public.gpus is not None and loopback.gpus is not None:   # the job's GPU exporter, likewise
+            gpus_up = {"handler": "reverse_proxy", "upstreams": [{"dial": f"127.0.0.1:{loopback.gpus}"}]}
+            servers["gpus"] = server(public.gpus, guarded_routes([], "", "", gpus_up, token))
     config: dict[str, Any] = {
         # No admin endpoint, nothing persisted (Caddy's autosave would copy the token).
         "admin": {"disabled": True, "config": {"persist": False}},

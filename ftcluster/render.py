@@ -58,8 +58,9 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "front.py", "handover.py", "liveness.py", "metrics.py",
-                      "names.py", "poll.py", "ranks.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "exporter.py", "front.py", "gpu_sampler.py",
+                      "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py", "nvml.py", "poll.py",
+                      "ranks.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -446,6 +447,10 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         stall_timeout=ctx.server.stall_timeout,
         metrics_port=ctx.triton_ports.metrics, metrics_max_bytes=int(ctx.server.metrics_max_mb * (1 << 20)),
         targets_file=targets_file(ctx), public_metrics_port=ctx.ports.metrics,
+        # The GPU exporter listens where Triton does: the loopback behind a proxy.
+        gpu_exporter_address="127.0.0.1" if ctx.proxied else "",
+        gpu_exporter_port=(ctx.triton_ports.gpus or 0) if ctx.keep_serving else 0,
+        public_gpu_exporter_port=(ctx.ports.gpus or 0) if ctx.keep_serving else 0,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
                           http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc) if ctx.proxied else None,

@@ -41,9 +41,7 @@ def member_ports(cluster: ClusterSpec, k: int) -> Ports:
     """Member k's endpoint ports: the spec's, `balancer.port_step` x (k+1) above (the front
     takes the spec's own). Members on one machine (the local style) or sharing a node with the
     front must not meet; on separate nodes the step costs nothing."""
-    off = cluster.balancer.port_step * (k + 1)
-    p = cluster.ports
-    return Ports(http=p.http + off, grpc=p.grpc + off, metrics=p.metrics + off)
+    return cluster.ports.shifted(cluster.balancer.port_step * (k + 1))
 
 
 def member_cluster(cluster: ClusterSpec, k: int) -> ClusterSpec:
@@ -65,6 +63,8 @@ def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stri
                 for n in names:
                     who = f"replica {k}" + (f" rank {r}" if ranks_per_host > 1 else "")
                     taken.append((f"{who}'s {n}{what}", getattr(cluster.ports, n) + off + extra + r * rank_stride))
+            if cluster.ports.gpus is not None:   # one GPU exporter a member: its job's
+                taken.append((f"replica {k}'s gpus{what}", cluster.ports.gpus + off + extra))
     return taken
 
 

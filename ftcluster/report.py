@@ -1,22 +1,22 @@
 """`report`: a serving run's history from its samples, as series and as a plot (the `plot` extra).
 
 Series per model from consecutive samples of one incarnation (requests/s, mean latency and
-queue time, p99 where Triton keeps its summaries), each rank's GPUs (utilization, memory), and
-the restarts from the run's events.
+queue time, p99 where Triton keeps its summaries, the mean batch), each rank's GPUs
+(utilization, memory, uncorrected ECC errors), the nodes' XID/ECC events and the restarts
+from the run's events.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.events import EV, parse_events
+from ftcluster.job.gpu_samples import parse_samples, read_events
 from ftcluster.job.names import FILES
-from ftcluster.observe import GPU_FIELDS, rates
+from ftcluster.observe import rates
 
 
 def _lines(path: Path) -> list[str]:
@@ -42,30 +42,28 @@ def history(run_dir: Path, nodes: int) -> dict[str, Any]:
     for prev, cur in zip(samples, samples[1:]):
         for r in rates(prev, cur):
             s = models.setdefault(r.model, {"t": [], "requests_s": [], "latency_ms": [], "queue_ms": [],
-                                            "p99_ms": []})
+                                            "p99_ms": [], "mean_batch": []})
             s["t"].append(cur["t"])
             s["requests_s"].append(round(r.requests_s, 3))
-            for key in ("latency_ms", "queue_ms", "p99_ms"):
+            for key in ("latency_ms", "queue_ms", "p99_ms", "mean_batch"):
                 v = getattr(r, key)
                 s[key].append(None if v is None else round(v, 3))
     gpus: dict[str, dict[str, list[Any]]] = {}
+    gpu_events: list[dict[str, Any]] = []
     for rank in range(nodes):
-        for row in csv.reader(io.StringIO("\n".join(_lines(run_dir / "state" / FILES.gpu_samples.format(r=rank)))),
-                              skipinitialspace=True):
-            if len(row) != len(GPU_FIELDS):
-                continue
-            rec = dict(zip(GPU_FIELDS, row))
-            s = gpus.setdefault(f"rank{rank} gpu{rec['index']}", {"time": [], "util": [], "mem_used_mib": []})
+        for rec in parse_samples(_lines(run_dir / "state" / FILES.gpu_samples.format(r=rank))):
+            s = gpus.setdefault(f"rank{rank} gpu{rec['index']}", {"time": [], "util": [], "mem_used_mib": [],
+                                                                  "ecc_uncorrected": []})
             s["time"].append(rec["timestamp"])
-            for key in ("util", "mem_used_mib"):
-                try:
-                    s[key].append(float(rec[key]))
-                except ValueError:
-                    s[key].append(None)
+            for key in ("util", "mem_used_mib", "ecc_uncorrected"):
+                s[key].append(rec[key])
+        gpu_events += [{"rank": rank, **e._asdict(), "words": e.words()}
+                       for e in read_events(str(run_dir / "state" / FILES.gpu_events.format(r=rank)))]
     events_file = run_dir / "state" / FILES.events
     events = parse_events(events_file.read_text()) if events_file.is_file() else []
     restarts = [{"t": e.time, "cause": " ".join(e.args[1:])} for e in events if e.kind == EV.restarting]
-    return {"samples": len(samples), "models": models, "gpus": gpus, "restarts": restarts}
+    return {"samples": len(samples), "models": models, "gpus": gpus, "gpu_events": sorted(gpu_events, key=lambda e: e["t"]),
+            "restarts": restarts}
 
 
 def plot(hist: dict[str, Any], title: str, path: str) -> None:
@@ -109,9 +107,17 @@ def plot(hist: dict[str, Any], title: str, path: str) -> None:
     for ax in axes:
         for r in hist["restarts"]:
             ax.axvline(dt.datetime.fromtimestamp(r["t"]), color="red", linestyle="--", linewidth=1)
+        for e in hist.get("gpu_events", []):   # an XID or ECC event: dotted, the GPU panel names it
+            ax.axvline(dt.datetime.fromtimestamp(e["t"]), color="darkorange", linestyle=":", linewidth=1)
         ax.legend(loc="upper left", fontsize="small")
         ax.grid(alpha=0.3)
-    axes[0].set_title(title + (f" ({len(hist['restarts'])} restart(s), dashed)" if hist["restarts"] else ""))
+    if hist["gpus"]:
+        for e in hist.get("gpu_events", [])[-10:]:
+            axes[2].annotate(f"rank {e['rank']}: {e['words']}", (dt.datetime.fromtimestamp(e["t"]), 0),
+                             fontsize="x-small", color="darkorange", rotation=90, va="bottom")
+    notes = ([f"{len(hist['restarts'])} restart(s), dashed"] if hist["restarts"] else []) + (
+        [f"{len(hist['gpu_events'])} GPU event(s), dotted"] if hist.get("gpu_events") else [])
+    axes[0].set_title(title + (f" ({'; '.join(notes)})" if notes else ""))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -313,12 +313,21 @@ class Ports(_Strict):
     http: int = Field(8000, ge=1, le=65535)
     grpc: int = Field(8001, ge=1, le=65535)
     metrics: int = Field(8002, ge=1, le=65535)
+    # The job's own GPU exporter (every node's GPU samples for Prometheus), for clusters where
+    # no DCGM exporter runs; unset: none. Behind the run's access like Triton's metrics.
+    gpus: int | None = Field(None, ge=1, le=65535)
 
     @model_validator(mode="after")
     def _distinct(self) -> "Ports":
-        if len({self.http, self.grpc, self.metrics}) != 3:
-            raise ValueError("http, grpc and metrics ports must differ")
+        taken = [p for p in (self.http, self.grpc, self.metrics, self.gpus) if p is not None]
+        if len(set(taken)) != len(taken):
+            raise ValueError("http, grpc, metrics (and gpus) ports must differ")
         return self
+
+    def shifted(self, by: int) -> "Ports":
+        """Every port `by` higher (a member's, Triton's on the loopback behind a proxy)."""
+        return Ports(http=self.http + by, grpc=self.grpc + by, metrics=self.metrics + by,
+                     gpus=None if self.gpus is None else self.gpus + by)
 
 
 class Proxy(_Strict):
@@ -399,7 +408,8 @@ class Server(_Strict):
     # successor's wait in the queue plus its start-up. 0: no hand-over (the run ends at the limit).
     handover_lead: int = Field(900, ge=0, le=7 * 24 * 3600)
     # While serving: rank 0's Triton metrics (state/metrics.jsonl) and every node's GPUs
-    # (state/gpu-rank<R>.csv, nvidia-smi from the image) every this many seconds; 0: none. Each
+    # (state/gpu-rank<R>.csv from the image's nvidia-smi, XID/ECC events from its NVML in
+    # state/gpu-events-rank<R>) every this many seconds; 0: none. Each
     # file moves to <file>.1 past metrics_max_mb, so it takes at most twice that.
     metrics_interval: float = Field(10.0, ge=0, le=DAY)
     # A rank whose model load shows no progress this long (nothing more read from the

@@ -41,15 +41,17 @@ def render(view: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(title=f"run {view['run_id']} at {view['endpoint'] or '-'}  ({time.strftime('%H:%M:%S')})")
-    for col in ("member", "state", "model", "req/s", "inf/s", "fail/s", "mean ms", "p50 ms", "p99 ms", "queue ms", "pending",
-                "GPUs (util %, mem MiB)", "health", "restarts"):
+    # No tokens/s: Triton's metrics do not count FT's tokens (ftcluster/observe.py); inf/s are
+    # sequences, batch the mean inferences per execution.
+    for col in ("member", "state", "model", "req/s", "inf/s", "batch", "fail/s", "mean ms", "p50 ms", "p99 ms",
+                "queue ms", "pending", "GPUs (util %, mem MiB)", "GPU events", "health", "restarts"):
         t.add_column(col, overflow="fold")
     for r in view["runs"]:
         who = r["run_id"] if r["replica"] is None else f"#{r['replica']} {r['run_id']}"
         state = r["phase"] + ("" if r["in_rotation"] in (None, True) else " (out of rotation)")
-        gpu = "; ".join(f"{node}: " + ", ".join(f"{g['util'] if g['util'] is not None else '?':.0f}%/"
-                                                  f"{g['mem_used_mib'] or 0:.0f}" for g in gs)
-                        for node, gs in r["gpus"].items() if gs) or "-"
+        gpu = "; ".join(f"{node}: " + ", ".join(gpu_cell(g) for g in gs) for node, gs in r["gpus"].items() if gs) or "-"
+        events = "; ".join(f"{node}: {evs[-1]['words']}" + (f" (+{len(evs) - 1})" if len(evs) > 1 else "")
+                           for node, evs in r.get("gpu_events", {}).items() if evs) or "-"
         h = r["health"] or {}
         health = f"{h.get('consecutive_misses', 0)} missed" if h else "-"
         models = r["models"] or [None]
@@ -58,10 +60,17 @@ def render(view: dict[str, Any]) -> Any:
                 v = None if m is None else m.get(key)
                 return "-" if v is None else format(v, fmt)
             t.add_row(who, state, m["model"] if m else "(no samples yet)", f("requests_s"), f("inferences_s"),
-                      f("failures_s"), f("latency_ms", ".2f"), f("p50_ms", ".2f"), f("p99_ms", ".2f"), f("queue_ms", ".2f"), f("pending", ".0f"), gpu, health,
-                      str(r["restarts"]))
-            who, state, gpu, health = "", "", "", ""
+                      f("mean_batch"), f("failures_s"), f("latency_ms", ".2f"), f("p50_ms", ".2f"), f("p99_ms", ".2f"),
+                      f("queue_ms", ".2f"), f("pending", ".0f"), gpu, events, health, str(r["restarts"]))
+            who, state, gpu, events, health = "", "", "", "", ""
     return t
+
+
+def gpu_cell(g: dict[str, Any]) -> str:
+    """One GPU in `top`: util %/MiB, and its uncorrected ECC errors where there are any."""
+    util = "?" if g["util"] is None else f"{g['util']:.0f}"
+    ecc = f" ECC {g['ecc_uncorrected']:.0f}!" if g.get("ecc_uncorrected") else ""
+    return f"{util}%/{g['mem_used_mib'] or 0:.0f}{ecc}"
 
 
 @cli.command("top")
@@ -73,8 +82,11 @@ def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
     """A serving run's requests/s, latency (mean, p50, p99), queue, GPUs, health and restarts, refreshed (default: the newest run).
 
     The figures come from the samples the run's job writes every server.metrics_interval
-    seconds (rank 0's Triton metrics; every node's GPUs where nvidia-smi is), so `top` asks no
-    server and works for a detached run. A replica set shows each member.
+    seconds (rank 0's Triton metrics; every node's GPUs where nvidia-smi is, and their XID/ECC
+    events where NVML is), so `top` asks no server and works for a detached run. A replica set
+    shows each member. inf/s counts sequences and batch is the mean inferences per execution:
+    Triton's metrics hold no token counts for FT, so there is no tokens/s here (`client bench`
+    measures it).
 
     \b
     Examples:

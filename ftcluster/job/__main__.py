@@ -1,5 +1,6 @@
 """`python3 scripts/ftcluster_job scripts/job.json` (a run folder's copy) or `python -m ftcluster.job`;
-`... front scripts/front.json`: a replica set's balancer (ftcluster_job.front)."""
+`... front scripts/front.json`: a replica set's balancer (ftcluster_job.front); `... gpus ...`: a
+node's GPU sampler beside its rank (ftcluster_job.gpu_sampler)."""
 
 import importlib
 import os
@@ -7,8 +8,9 @@ import sys
 
 _args = sys.argv[1:]
 _module = "supervisor"
-if _args[:1] == ["front"]:
-    _module, _args = "front", _args[1:]
+_commands = {"front": "front", "gpus": "gpu_sampler"}
+if _args[:1] and _args[0] in _commands:
+    _module, _args = _commands[_args[0]], _args[1:]
 if __package__:
     main = importlib.import_module(f"{__package__}.{_module}").main
 else:

@@ -108,6 +108,11 @@ class JobConfig:
     # network (written while it serves, removed at its end); "": none.
     targets_file: str = ""
     public_metrics_port: int = 0
+    # The job's GPU exporter (ports.gpus; 0: none): every node's GPU samples for Prometheus, on
+    # the loopback behind a proxy ("127.0.0.1"), else on every address (""), as Triton listens.
+    gpu_exporter_address: str = ""
+    gpu_exporter_port: int = 0
+    public_gpu_exporter_port: int = 0       # what its published target names (the proxy's port when private)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

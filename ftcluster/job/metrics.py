@@ -14,8 +14,9 @@ takes rates from two lines. The pNN_us are Triton's request-time quantiles over 
 window, as they stood at the sample (absent where the server has no summaries, or no request
 completed in the window). About 250 bytes a line (bench/sampling_cost.py): 2.1 MB a day at
 10 s. Past `max_bytes` the file moves to metrics.jsonl.1 (the one before is dropped), so a run
-that serves for days keeps at most twice that. Ranks != 0 never open their metrics port under FT: their GPUs are sampled on
-their own nodes (rank_server.sh). Standard library only: this runs in the job (Python 3.8).
+that serves for days keeps at most twice that. Ranks != 0 never open their metrics port under
+FT: every node's GPUs are sampled on the node itself (gpu_samples.py). Standard library only:
+this runs in the job (Python 3.8).
 """
 
 from __future__ import annotations
@@ -103,28 +104,3 @@ class Sampler:
         with open(self.path, "a") as f:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
 
-
-def gpu_words(state: str, nodes: int, max_age: float = 120.0) -> str:
-    """Each rank's node's GPUs as last sampled (state/gpu-rank<R>.csv), for a failure message:
-    a hung world whose GPUs stay busy is spinning in a collective, one whose GPUs idle waits on a
-    rank. "" where nothing was sampled lately (no nvidia-smi, metrics_interval 0)."""
-    said = []
-    for rank in range(nodes):
-        path = os.path.join(state, f"gpu-rank{rank}.csv")
-        try:
-            if time.time() - os.path.getmtime(path) > max_age:
-                continue
-            with open(path, "rb") as f:
-                start = max(0, os.path.getsize(path) - 8192)
-                f.seek(start)
-                lines = f.read().decode(errors="replace").splitlines()[1 if start else 0:]   # a cut first line
-        except OSError:
-            continue
-        last: Dict[str, str] = {}
-        for line in lines:
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) == 10:
-                last[cells[1]] = f"GPU {cells[1]} {cells[3]}% busy, {cells[5]} MiB"
-        if last:
-            said.append(f"rank {rank}: " + ", ".join(last[k] for k in sorted(last)))
-    return "; ".join(said)

@@ -21,9 +21,11 @@ import time
 from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import PROXY_TOKEN_ENV, JobConfig
+from .exporter import Exporter
+from .gpu_samples import event_words, gpu_words
 from .handover import HandOver
 from .liveness import Liveness
-from .metrics import Sampler, gpu_words
+from .metrics import Sampler
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
@@ -92,6 +94,8 @@ class Job:
         self.exits: Optional[ExitWatch] = None
         self.loads: Optional[LoadWatch] = None
         self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
+        self.exporter: Optional[Exporter] = None   # every node's GPUs for Prometheus (ports.gpus)
+        self.incarnation_since = 0.0   # when this incarnation's servers started: its GPU events count
         self.style = style_for(self)
 
     # --- events, signals, failure -------------------------------------------------------------
@@ -173,7 +177,14 @@ class Job:
                 node = self.ranks.node(rank)
                 self.event(EV.rank_failed, rank, node, "?")
                 why = f"rank {rank} on {node} failed {self.phase} (the step was ended with it): {line[:300]}"
-        return why
+        return why + self.gpu_events_said()
+
+    def gpu_events_said(self) -> str:
+        """The XID and ECC events the nodes' samplers recorded in this incarnation, for a failure
+        message: a GPU that fell off the bus explains a rank's death or a hung world."""
+        said = event_words(self.cfg.state, self.cfg.nodes, [self.ranks.node(r) for r in range(self.cfg.nodes)],
+                           self.incarnation_since)
+        return f"; GPU events: {said}" if said else ""
 
     # --- children -----------------------------------------------------------------------------
 
@@ -252,6 +263,7 @@ class Job:
         """The servers of a new incarnation, their exit and load lines followed from before
         their start (a reader opened later would miss a quick one)."""
         self._close_watches()
+        self.incarnation_since = time.time()
         self.exits = ExitWatch(self.cfg.state)
         self.loads = LoadWatch(self.cfg.state, self.cfg.nodes)
         self.style.start_servers()
@@ -502,6 +514,7 @@ class Job:
                           self.cfg.metrics_interval, self.cfg.metrics_max_bytes,
                           int(self.child_env.get("FTC_INCARNATION", "0")))
         next_cut = time.monotonic() + LOG_CUT_S
+        self.start_exporter()
         self.publish_targets()
         # A rank's death is seen in its exit line within 0.1 s; srun or mpirun end the step
         # seconds later (Slurm) and the teardown need not wait for them.
@@ -522,7 +535,8 @@ class Job:
             if fault:
                 self.leave_rotation(fault)
                 gpus = gpu_words(self.cfg.state, self.cfg.nodes)
-                return f"{fault}; last log lines: {self.ranks.last_words()}" + (f"; GPUs: {gpus}" if gpus else "")
+                return f"{fault}; last log lines: {self.ranks.last_words()}" + (f"; GPUs: {gpus}" if gpus else "") \
+                    + self.gpu_events_said()
             if self.rotation is not None and live is not None:
                 # Out of rotation at the first missed probe, back in at the next answer: the
                 # balancer sends nothing to a world that may hang while the verdict is out.
@@ -544,17 +558,41 @@ class Job:
         self.leave_rotation(self.style.ended_while_serving)
         return self.cause_of(self.style.ended_while_serving)
 
-    # --- Prometheus targets ------------------------------------------------------------------
+    # --- Prometheus targets and the GPU exporter ----------------------------------------------
+
+    def start_exporter(self) -> None:
+        """The GPU exporter (ports.gpus), once for the run: it outlives restarts of the world."""
+        cfg = self.cfg
+        if self.exporter is not None or not cfg.gpu_exporter_port or cfg.metrics_interval <= 0:
+            return
+        where = f"{cfg.gpu_exporter_address or '*'}:{cfg.gpu_exporter_port}"
+        try:
+            # A node whose samples are three intervals old is not shown as it was.
+            self.exporter = Exporter(cfg.gpu_exporter_address, cfg.gpu_exporter_port, cfg.state, cfg.nodes,
+                                     max(3 * cfg.metrics_interval, 60.0))
+        except OSError as e:   # the samples are still written: the run serves on without it
+            self.say(f"ftcluster: the GPU exporter cannot listen on {where} (ports.gpus): {e}; serving without it")
+            return
+        self.say(f"ftcluster: the GPU exporter serves every node's GPUs on {where}")
+
+    def _stop_exporter(self) -> None:
+        if self.exporter is not None:
+            self.exporter.stop()
+            self.exporter = None
 
     def publish_targets(self) -> None:
-        """The serving run's metrics target, for a user's Prometheus (file_sd): rank 0's metrics
-        port where it serves them on the cluster network."""
+        """The serving run's metrics targets, for a user's Prometheus (file_sd): rank 0's metrics
+        port, and the GPU exporter's, where they are served on the cluster network."""
         path = self.cfg.targets_file
         if not path:
             return
+        labels = {"ftcluster_run": self.cfg.run_id, "ftcluster_model": self.cfg.served_model}
         target = [{"targets": [f"{self.rank0_host}:{self.cfg.public_metrics_port}"],
-                   "labels": {"job": "ftcluster", "ftcluster_run": self.cfg.run_id,
-                              "ftcluster_model": self.cfg.served_model}}]
+                   "labels": {"job": "ftcluster", **labels}}]
+        if self.exporter is not None and self.cfg.public_gpu_exporter_port:
+            # The job's host: rank 0's node on Slurm, where a private run's proxy serves it too.
+            target.append({"targets": [f"{socket.gethostname()}:{self.cfg.public_gpu_exporter_port}"],
+                           "labels": {"job": "ftcluster-gpus", **labels}})
         try:
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
             write_json(path, target, 0o644)   # Prometheus rereads it; others' may read it
@@ -733,7 +771,8 @@ class Job:
         ok = True
         # The proxy before the servers: it ends gracefully (its requests in flight finish) and lets
         # go of its connections to rank 0, which would hold rank 0's own graceful exit up.
-        for stage in (self._stop_client, self._end_foreground, self._withdraw_targets, self._drain, self._stop_proxy,
+        for stage in (self._stop_client, self._end_foreground, self._withdraw_targets, self._stop_exporter, self._drain,
+                      self._stop_proxy,
                       self._stop_servers, self.style.down, self._abandon_successor):
             try:
                 ok = stage() is not False and ok

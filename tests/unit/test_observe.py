@@ -58,6 +58,23 @@ def test_rates_between_two_samples() -> None:
     assert rates(b, a) == []
 
 
+def test_what_the_recorded_pages_give_per_second_and_what_they_cannot() -> None:
+    # Each recorded page against an empty sample 10 s before: three requests, as three executions
+    # of one sequence each, then of two sequences each (the client's batch of 2).
+    for name, inf_s, batch in (("triton_metrics_2.51.txt", 0.3, 1.0), ("triton_metrics_2.51_summaries.txt", 0.6, 2.0)):
+        page = (DATA / name).read_text()
+        cur = {"t": 110.0, "i": 0, **parse_metrics(page)}
+        (r,) = rates({"t": 100.0, "i": 0, "models": {}}, cur)
+        assert (r.requests_s, r.inferences_s, r.batches_s, r.mean_batch) == (0.3, inf_s, 0.3, batch)
+        # No token figure on Triton's page for an FT model: tokens/s is not derivable from it.
+        assert not [ln for ln in page.splitlines() if "token" in ln.lower()]
+    a = {"t": 0.0, "i": 0, "models": {"m": {"ok": 0, "inf": 0, "exec": 0}}}
+    (full,) = rates(a, {"t": 2.0, "i": 0, "models": {"m": {"ok": 8, "inf": 32, "exec": 4}}})
+    assert (full.batches_s, full.mean_batch) == (2.0, 8.0)
+    (idle,) = rates(a, {"t": 2.0, "i": 0, "models": {"m": {}}})
+    assert idle.mean_batch is None   # no execution between the samples
+
+
 def test_gpus_from_nvidia_smi(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "gpu-rank1.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text())
@@ -114,11 +131,14 @@ def test_top_once_and_json(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     (run_dir / "state").mkdir(parents=True)
     now = time.time()
-    samples = [{"t": now - 10, "i": 0, "models": {"fastertransformer": {"ok": 100, "req_us": 1_000_000}}},
-               {"t": now, "i": 0, "models": {"fastertransformer": {"ok": 300, "req_us": 3_000_000}}}]
+    samples = [{"t": now - 10, "i": 0, "models": {"fastertransformer": {"ok": 100, "req_us": 1_000_000,
+                                                                        "inf": 100, "exec": 50}}},
+               {"t": now, "i": 0, "models": {"fastertransformer": {"ok": 300, "req_us": 3_000_000, "inf": 700,
+                                                                   "exec": 100}}}]
     (run_dir / "state" / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     (run_dir / "state" / "events").write_text(f"{now} serving 127.0.0.1:8000\n")
     (run_dir / "state" / "gpu-rank0.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text())
+    (run_dir / "state" / "gpu-events-rank0").write_text(f"{now - 5:.3f} 0 GPU-fe8f xid 79\n")
     state = tmp_path / "store"
     RunStore(state / "runs.sqlite").add(RunRecord(run_id="r1", created=now, cluster_name="c", cluster_source="",
                                                   scheduler="local", style="local", run_dir=str(run_dir), nodes=1,
@@ -130,10 +150,14 @@ def test_top_once_and_json(tmp_path: Path) -> None:
     doc = json.loads(got.stdout)
     assert doc["kind"] == "top" and doc["runs"][0]["models"][0]["requests_s"] == 20.0
     assert doc["runs"][0]["models"][0]["latency_ms"] == 10.0 and doc["runs"][0]["gpus"]["0"][0]["util"] == 0
+    assert doc["runs"][0]["models"][0]["mean_batch"] == 12.0
+    (ev,) = doc["runs"][0]["gpu_events"]["0"]
+    assert (ev["gpu"], ev["kind"], ev["data"]) == (0, "xid", 79) and "fallen off the bus" in ev["words"]
     shown = subprocess.run([sys.executable, "-m", "ftcluster", "top", "r1", "--once"], capture_output=True, text=True,
                            env=env, check=False)
     assert shown.returncode == 0, shown.stderr
     assert "fastertransformer" in shown.stdout and "20.0" in shown.stdout and "10.00" in shown.stdout
+    assert "12.0" in shown.stdout and "XID 79" in shown.stdout
 
 
 def test_report_plots_a_history(tmp_path: Path) -> None:
@@ -160,6 +184,10 @@ def test_report_plots_a_history(tmp_path: Path) -> None:
     assert hist["models"]["m"]["p99_ms"] == [0.9, 1.8, 3.6, 4.5]   # the later sample's
     assert hist["gpus"]["rank0 gpu0"]["mem_used_mib"] == [0.0, 0.0, 0.0]
     assert [r["cause"] for r in hist["restarts"]] == ["rank 0 died"]
+    assert hist["gpus"]["rank0 gpu0"]["ecc_uncorrected"] == [None, None, None]   # the H200's lines have none
+    (tmp_path / "state" / "gpu-events-rank0").write_text(f"{t0 + 4} 0 GPU-fe8f xid 79\n")
+    hist = history(tmp_path, 1)
+    assert [(e["rank"], e["data"]) for e in hist["gpu_events"]] == [(0, 79)]
     out = tmp_path / "run.png"
     plot(hist, "run r", str(out))
     img = imread(str(out))
@@ -167,7 +195,7 @@ def test_report_plots_a_history(tmp_path: Path) -> None:
 
 
 def test_a_hangs_message_names_the_gpus(tmp_path: Path) -> None:
-    from ftcluster.job.metrics import gpu_words
+    from ftcluster.job.gpu_samples import gpu_words
 
     (tmp_path / "gpu-rank1.csv").write_text((DATA / "nvidia_smi_h200.csv").read_text().split("\n", 1)[1])
     assert gpu_words(str(tmp_path), 2) == "rank 1: GPU 0 0% busy, 0 MiB"
@@ -176,7 +204,7 @@ def test_a_hangs_message_names_the_gpus(tmp_path: Path) -> None:
 
 
 def test_one_gpu_sample_is_enough(tmp_path: Path) -> None:
-    from ftcluster.job.metrics import gpu_words
+    from ftcluster.job.gpu_samples import gpu_words
 
     line = (DATA / "nvidia_smi_h200.csv").read_text().splitlines()[-1]
     (tmp_path / "gpu-rank0.csv").write_text(line + "\n")

@@ -95,3 +95,43 @@ def test_the_dry_run_names_the_token_file_and_shows_no_token(tmp_path: Path) -> 
     assert res.rc == 0, res.stderr
     assert "scripts/token (0600)" in res.stdout and "--http-address=127.0.0.1" in res.stdout
     assert "scripts/proxy.json" in res.stdout and not (tmp_path / "ws").exists()
+
+
+def test_the_gpu_exporter_port_follows_the_access_of_tritons_metrics() -> None:
+    from ftcluster.job.config import JobConfig
+    from ftcluster.replicas import member_ports, ports_of
+    from ftcluster.render import RenderOptions, RunPaths, render
+    from tests.unit.test_render import RUN_DIR, _model, _plan
+
+    with pytest.raises(ValueError, match="must differ"):
+        Ports(gpus=8002)
+    public = Ports(gpus=8003)
+    triton = loopback_ports(public, Proxy())
+    assert triton.gpus == 8103 and loopback_ports(Ports(), Proxy()).gpus is None
+    # Behind the proxy it is served where the metrics are, with the token; hidden where they are.
+    exposed = caddy_config(public, triton, Proxy(expose_metrics=True))["apps"]["http"]["servers"]
+    assert exposed["gpus"]["listen"] == [":8003"]
+    assert exposed["gpus"]["routes"][0]["handle"][0]["status_code"] == 401
+    assert exposed["gpus"]["routes"][-1]["handle"][0]["upstreams"] == [{"dial": "127.0.0.1:8103"}]
+    assert "gpus" not in caddy_config(public, triton, Proxy())["apps"]["http"]["servers"]
+    assert "gpus" not in caddy_config(Ports(), loopback_ports(Ports(), Proxy()), Proxy(expose_metrics=True))[
+        "apps"]["http"]["servers"]
+    # A replica set's members take it step by step, as every other port.
+    spec = cluster(**{**SPECS["none"], "ports": {"http": 8000, "grpc": 8001, "metrics": 8002, "gpus": 8003}})
+    assert member_ports(spec, 1).gpus == 8043
+    assert ("replica 1's gpus (loopback)", 8143) in ports_of(spec, 2, 1, 0)
+    high = cluster(**{**SPECS["none"], "ports": {"http": 8000, "grpc": 8001, "metrics": 8002, "gpus": 65500}})
+    assert access_problems(high)[0].startswith("proxy.loopback_offset:")
+
+    def job(style: str, keep_serving: bool, **kw: object) -> JobConfig:
+        c = cluster(**{**SPECS[style], "ports": {"http": 18000, "grpc": 18001, "metrics": 18002, "gpus": 18003},
+                       "server": {"liveness": {"interval": 0}}, **kw})   # the model's config is not here
+        files = render(c, _model(), _plan(c), RunPaths("gpt-2n", RUN_DIR),
+                       RenderOptions(python="/p/python", keep_serving=keep_serving)).files
+        return JobConfig.from_json(files["job.json"])
+    private = job("none", True)
+    assert (private.gpu_exporter_address, private.gpu_exporter_port, private.public_gpu_exporter_port) == (
+        "127.0.0.1", 18103, 18003)
+    open_ = job("none", True, access="cluster")
+    assert (open_.gpu_exporter_address, open_.gpu_exporter_port, open_.public_gpu_exporter_port) == ("", 18003, 18003)
+    assert job("none", False).gpu_exporter_port == 0   # a one-shot run serves no exporter
