@@ -49,11 +49,45 @@ def access_of(cluster: ClusterSpec) -> str:
     return "private" if STYLES[style].proxy and not STYLES[style].one_host else "cluster"
 
 
+def tls_name(cert: str) -> str | None:
+    """The first name a PEM certificate is for (its subjectAltName's DNS or IP entries, else its
+    CN), or None where it cannot be read."""
+    import ssl
+
+    try:
+        decoded = ssl._ssl._test_decode_cert(os.path.expanduser(cert))  # type: ignore[attr-defined]
+    except (OSError, ValueError, AttributeError, ssl.SSLError):
+        return None
+    for kind, value in decoded.get("subjectAltName", ()):
+        if kind in ("DNS", "IP Address"):
+            return str(value)
+    for rdn in decoded.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def tls_policy(proxy: Proxy) -> dict[str, Any]:
+    """Caddy's TLS connection policy: its certificate for every connection, whatever name (or
+    none, as an IP address gives) the client asked for -- Caddy picks a certificate by that name
+    and would otherwise end the handshake. Clients verify the name themselves."""
+    name = tls_name(proxy.tls_cert) if proxy.tls_cert else None
+    return {"default_sni": name, "fallback_sni": name} if name else {}
+
+
 def access_problems(cluster: ClusterSpec) -> list[str]:
     """Why this spec's access cannot be had, each naming the field (empty: it can)."""
-    if access_of(cluster) != "private":
-        return []
     problems = []
+    cert = cluster.proxy.tls_cert
+    if cert is not None and tls_name(cert) is None:
+        problems.append(f"proxy.tls_cert: {cert} is not a PEM certificate this machine can read (give the "
+                        "certificate the endpoint serves, a file readable here and on the job's host)")
+    if cert is not None and access_of(cluster) != "private" and cluster.replicas == 1:
+        problems.append("proxy.tls_cert: TLS is served by the run's proxy, which runs with access: private "
+                        "(or in front of replicas): set access: private, or leave the certificate out")
+    if access_of(cluster) != "private":
+        return problems
     style = style_name(cluster.scheduler, cluster.container.runtime)
     if not STYLES[style].proxy:
         problems.append(f"access: private needs the proxy beside rank 0, which the {STYLES[style].summary} style "
@@ -132,7 +166,7 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = Tru
                              "protocols": ["h1", "h2"] if tls else ["h1", "h2c"],
                              "automatic_https": {"disable": True}}
         if tls:
-            s["tls_connection_policies"] = [{}]
+            s["tls_connection_policies"] = [tls_policy(proxy)]
         if member:
             # Caddy answers a failed upstream with 502, which a balancer passes on; a dropped
             # connection it retries elsewhere (the request body is kept there).

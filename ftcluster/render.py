@@ -247,6 +247,7 @@ class RenderContext:
     front_rotation: str            # a member's front's state/rotation.json ("": no set)
     expose_metrics: bool           # proxy.expose_metrics
     proxy_binary: str
+    proxy_tls_cert: str | None        # the proxy serves TLS with this certificate
     port_stride: int               # between ranks' ports: only where ranks share one host
     ssh_port: int
     env: dict[str, str]
@@ -343,6 +344,7 @@ def context(
         front_rotation=opts.front_rotation if rotation else "",
         expose_metrics=cluster.proxy.expose_metrics,
         proxy_binary=cluster.proxy.binary,
+        proxy_tls_cert=cluster.proxy.tls_cert,
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
         env=env,
@@ -453,7 +455,8 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         public_gpu_exporter_port=(ctx.ports.gpus or 0) if ctx.keep_serving else 0,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
-                          http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc) if ctx.proxied else None,
+                          http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc,
+                          tls_cert=ctx.proxy_tls_cert) if ctx.proxied else None,
     )
 
 

@@ -53,7 +53,7 @@ def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
         caddy=proxy_binary(cluster.proxy) if build else cluster.proxy.binary,
         config=str(paths.scripts / FRONT_CADDY), members=str(paths.run_dir / MEMBERS_FILE),
         token_file=str(paths.scripts / FILES.token) if private else "", admin_socket=ADMIN_SOCKET,
-        state=str(paths.state), logs=str(paths.logs))
+        state=str(paths.state), logs=str(paths.logs), tls_cert=cluster.proxy.tls_cert or "")
     python = cluster.python or sys.executable
     listen = "127.0.0.1" if style_of(cluster).one_host else ""
     return JobStep(FRONT_STEP, "the balancer",

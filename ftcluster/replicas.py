@@ -23,7 +23,7 @@ from typing import Any
 
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan import Plan
-from ftcluster.proxy import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, access_of, guarded_routes
+from ftcluster.proxy import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, access_of, guarded_routes, tls_policy
 from ftcluster.spec import ClusterSpec, Ports
 
 # A member's run id: the set's, then -r<K>; a member started again (restart, scale) adds .<N>.
@@ -45,8 +45,10 @@ def member_ports(cluster: ClusterSpec, k: int) -> Ports:
 
 
 def member_cluster(cluster: ClusterSpec, k: int) -> ClusterSpec:
-    """The spec member k runs with: its ports, one member."""
-    return cluster.model_copy(update={"ports": member_ports(cluster, k), "replicas": 1})
+    """The spec member k runs with: its ports, one member. TLS (proxy.tls_cert) ends at the
+    front: the members' doors speak plain HTTP to it, with the set's token where private."""
+    proxy = cluster.proxy.model_copy(update={"tls_cert": None, "tls_key": None})
+    return cluster.model_copy(update={"ports": member_ports(cluster, k), "replicas": 1, "proxy": proxy})
 
 
 def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stride: int) -> list[tuple[str, int]]:
@@ -113,6 +115,7 @@ class FrontSettings:
     state: str                  # the front's state folder: rotation.json, the socket
     logs: str
     poll: float = 0.5           # seconds between readings of the members' rotation files
+    tls_cert: str = ""          # the front serves TLS with this certificate (proxy.tls_cert)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=1, sort_keys=True) + "\n"
@@ -150,9 +153,15 @@ def front_config(cluster: ClusterSpec, listen_host: str) -> dict[str, Any]:
     h2c = {"protocol": "http", "versions": ["h2c", "2"]}
     grpc_routes = [{"match": [{"path": [GRPC_UNARY_RETRIED]}], "terminal": True, "handle": [proxy(h2c, True)]}]
 
+    tls = cluster.proxy.tls_cert is not None
+
     def server(port: int, routes: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"listen": [f"{listen_host}:{port}"], "routes": routes, "protocols": ["h1", "h2c"],
-                "automatic_https": {"disable": True}}
+        s: dict[str, Any] = {"listen": [f"{listen_host}:{port}"], "routes": routes,
+                             "protocols": ["h1", "h2"] if tls else ["h1", "h2c"],
+                             "automatic_https": {"disable": True}}
+        if tls:
+            s["tls_connection_policies"] = [tls_policy(cluster.proxy)]
+        return s
 
     if private:
         http_routes = guarded_routes([], PRIVATE_HTTP_PATHS, "the repository API", http_up)
@@ -160,12 +169,16 @@ def front_config(cluster: ClusterSpec, listen_host: str) -> dict[str, Any]:
     else:
         http_routes = [{"handle": [http_up]}]
         grpc_all = [*grpc_routes, {"handle": [proxy(h2c, False)]}]
-    return {
+    config: dict[str, Any] = {
         "admin": {"listen": f"unix/{ADMIN_SOCKET}|0600", "config": {"persist": False}},
         "logging": {"logs": {"default": {"level": "WARN"}}},
         "apps": {"http": {"servers": {"http": server(cluster.ports.http, http_routes),
                                       "grpc": server(cluster.ports.grpc, grpc_all)}}},
     }
+    if tls:
+        config["apps"]["tls"] = {"certificates": {"load_files": [
+            {"certificate": cluster.proxy.tls_cert, "key": cluster.proxy.tls_key}]}}
+    return config
 
 
 def front_config_text(cluster: ClusterSpec, listen_host: str) -> str:

@@ -39,9 +39,10 @@ def read_token(run_dir: Path) -> str | None:
 
 
 def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeout: float, token: str | None,
-                     token_file: str | None, url_option: str = "--url") -> Endpoint:
+                     token_file: str | None, url_option: str = "--url", ca: str | None = None) -> Endpoint:
     """Where a client sends its requests: `url`, or a recorded run's endpoint; a private run's
-    token from `token_file`, else `token` ($FTCLUSTER_TOKEN or --token), else the run's own."""
+    token from `token_file`, else `token` ($FTCLUSTER_TOKEN or --token), else the run's own.
+    TLS where the URL asks for it, `ca` is given, or the run's proxy serves it."""
     if (url is None) == (run_ref is None):
         raise UserError("give the endpoint as HOST:PORT or as --run RUN (one of them)", field=url_option)
     if token_file is not None:
@@ -56,10 +57,31 @@ def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeou
         rec = RunStore().get(run_ref)
         url = endpoint_of(rec, protocol)
         token = token or token_of(rec)
+        ca = ca or tls_cert_of(Path(rec.run_dir))
     assert url is not None
     from ftcluster.client.endpoint import Endpoint
 
-    return Endpoint.parse(url, protocol, timeout, token)
+    return Endpoint.parse(url, protocol, timeout, token, tls=ca is not None, ca=ca)
+
+
+def tls_cert_of(run_dir: Path) -> str | None:
+    """The certificate a run's endpoint serves TLS with (proxy.tls_cert): a run's proxy, or a
+    replica set's front; None for plain HTTP."""
+    import json
+
+    from ftcluster.replica_set import FRONT_SETTINGS
+
+    scripts = run_dir / "scripts"
+    try:
+        front = json.loads((scripts / FRONT_SETTINGS).read_text())
+        return str(front.get("tls_cert") or "") or None
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        cfg = JobConfig.from_json((scripts / FILES.job_config).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    return cfg.proxy.tls_cert if cfg.proxy is not None else None
 
 
 def endpoint_of(rec: RunRecord, protocol: str) -> str:

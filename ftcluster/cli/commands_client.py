@@ -26,8 +26,8 @@ def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     recorded run's endpoint, with a private run's token (token_options)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, url: str | None, run_ref: str | None, protocol: str, timeout: float,
-                token: str | None, token_file: str | None, **kwargs: Any) -> Any:
-        return fn(*args, endpoint=resolve_endpoint(url, run_ref, protocol, timeout, token, token_file), **kwargs)
+                token: str | None, token_file: str | None, ca: str | None, **kwargs: Any) -> Any:
+        return fn(*args, endpoint=resolve_endpoint(url, run_ref, protocol, timeout, token, token_file, ca=ca), **kwargs)
 
     opts = [
         click.option("--url", default=None, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),

@@ -29,7 +29,8 @@ from ftcluster.errors import UserError
 @click.option("--max-batch", type=count(), default=64, show_default=True)
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | None, token: str | None, model: str,
+def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | None, token: str | None,
+                ca: str | None, model: str,
                 tokenizer: str | None, host: str, port: int, timeout: float,
                 max_input_tokens: int, max_tokens: int, max_batch: int, log_level: str) -> None:
     """Serve a JSON generation API (OpenAPI docs at /docs) in front of Triton.
@@ -50,11 +51,11 @@ def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | N
     from ftcluster.run_access import resolve_endpoint
 
     # A bad --triton, run or token file fails here, naming its option.
-    endpoint = resolve_endpoint(triton_url, run_ref, "http", timeout, token, token_file, url_option="--triton")
+    endpoint = resolve_endpoint(triton_url, run_ref, "http", timeout, token, token_file, url_option="--triton", ca=ca)
     triton_url = endpoint.url
     cfg = GatewayConfig(triton_url, model, tokenizer, timeout,
                         Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch),
-                        token=endpoint.token)
+                        token=endpoint.token, ssl_context=endpoint.ssl_context() if endpoint.tls else None)
     click.echo(f"gateway for {model!r} at {triton_url}: http://{host}:{port}/v1/generate (docs: /docs)", err=True)
     # uvicorn takes uvloop and httptools when they are installed (the gateway extra).
     if not all(importlib.util.find_spec(m) is not None for m in ("uvloop", "httptools")):

@@ -19,6 +19,9 @@ def token_options(url_option: str) -> Callable[[Callable[..., Any]], Callable[..
                      help="A private run's token, read from this file (`ftcluster token RUN > FILE`)."),
         click.option("--token", envvar="FTCLUSTER_TOKEN", default=None, show_envvar=True,
                      help="A private run's token (visible in `ps`: prefer the variable or --token-file)."),
+        click.option("--ca", type=click.Path(dir_okay=False), default=None,
+                     help="TLS (as an https:// or grpcs:// endpoint asks): trust this certificate besides the "
+                          "system's. --run trusts the run's own proxy.tls_cert."),
     ]
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:

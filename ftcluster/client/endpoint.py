@@ -12,8 +12,10 @@ import itertools
 import os
 import random
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Self
 
 import numpy as np
@@ -32,9 +34,35 @@ class Endpoint:
     protocol: Protocol = "http"
     timeout_s: float = 60.0
     token: str | None = None   # a private run's bearer token (its proxy refuses requests without)
+    tls: bool = False          # https (gRPC over TLS): a run whose proxy has proxy.tls_cert
+    ca: str | None = None      # a certificate to trust besides the system's (the run's own)
 
     def __repr__(self) -> str:   # never the token
-        return f"Endpoint({self.url!r}, {self.protocol!r}, {self.timeout_s!r}, token={'<hidden>' if self.token else None})"
+        return (f"Endpoint({self.url!r}, {self.protocol!r}, {self.timeout_s!r}, "
+                f"token={'<hidden>' if self.token else None}, tls={self.tls!r})")
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The system's trust, and the run's own certificate (a self-signed one works)."""
+        ctx = ssl.create_default_context()
+        if self.ca:
+            try:
+                ctx.load_verify_locations(cafile=self.ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise UserError(f"cannot read the certificate {self.ca}: {getattr(exc, 'strerror', None) or exc}",
+                                field="proxy.tls_cert") from None
+        return ctx
+
+    def root_certificates(self) -> str | None:
+        """gRPC's trust (tritonclient takes a file): the run's certificate where there is one,
+        else gRPC's default roots."""
+        if not self.ca:
+            return None
+        try:
+            Path(self.ca).read_bytes()
+            return self.ca
+        except OSError as exc:
+            raise UserError(f"cannot read the certificate {self.ca}: {exc.strerror or exc}",
+                            field="proxy.tls_cert") from None
 
     @property
     def headers(self) -> dict[str, str] | None:
@@ -44,14 +72,17 @@ class Endpoint:
         return {"authorization" if self.protocol == "grpc" else "Authorization": f"Bearer {self.token}"}
 
     @staticmethod
-    def parse(url: str, protocol: str = "http", timeout_s: float = 60.0, token: str | None = None) -> Endpoint:
+    def parse(url: str, protocol: str = "http", timeout_s: float = 60.0, token: str | None = None,
+              tls: bool = False, ca: str | None = None) -> Endpoint:
+        """HOST:PORT, or a URL: https:// and grpcs:// ask for TLS."""
         if protocol not in PROTOCOLS:
             raise UserError(f"unknown protocol {protocol!r}", field="--protocol", hint="http or grpc")
-        bare = re.sub(r"^(https?|grpc)://", "", url.strip()).rstrip("/")
+        tls = tls or bool(re.match(r"^(https|grpcs)://", url.strip()))
+        bare = re.sub(r"^(https?|grpcs?)://", "", url.strip()).rstrip("/")
         m = _HOST_PORT.fullmatch(bare)
         if not m or not 0 < int(m.group(2)) < 65536:
             raise UserError(f"{url!r} is not HOST:PORT", field="--url", hint="e.g. localhost:8000")
-        return Endpoint(bare, protocol, timeout_s, token or None)  # type: ignore[arg-type]
+        return Endpoint(bare, protocol, timeout_s, token or None, tls, ca)  # type: ignore[arg-type]
 
 
 # Correlation ids: unique per process (pid in the high bits) so that several load processes
@@ -87,13 +118,15 @@ class AsyncTriton:
 
             self._mod: Any = mod
             self._client: Any = aio.InferenceServerClient(
-                endpoint.url, conn_limit=max_connections, conn_timeout=endpoint.timeout_s)
+                endpoint.url, conn_limit=max_connections, conn_timeout=endpoint.timeout_s,
+                **({"ssl": True, "ssl_context": endpoint.ssl_context()} if endpoint.tls else {}))
         else:
             gmod = need("tritonclient.grpc", "the Triton client over gRPC")
             import tritonclient.grpc.aio as gaio
 
             self._mod = gmod
-            self._client = gaio.InferenceServerClient(endpoint.url)
+            self._client = gaio.InferenceServerClient(
+                endpoint.url, **({"ssl": True, "root_certificates": endpoint.root_certificates()} if endpoint.tls else {}))
         self._headers = endpoint.headers
         self._max_connections = max_connections
         self._closers: list[Callable[[], Awaitable[Any]]] = []
@@ -153,7 +186,8 @@ class AsyncTriton:
     async def _http_status(self, path: str) -> int | None:
         from ftcluster.client.rawhttp import HttpError, HttpPool, request_head
 
-        pool = HttpPool(self.endpoint.url, self.endpoint.timeout_s)
+        pool = HttpPool(self.endpoint.url, self.endpoint.timeout_s,
+                        ssl_context=self.endpoint.ssl_context() if self.endpoint.tls else None)
         try:
             return (await pool.request(request_head("GET", path, self.endpoint.url))).status
         except HttpError:
@@ -256,7 +290,8 @@ class AsyncTriton:
             self.make_inputs(arrays), outputs=self.make_outputs(output_names))
         # The hand-written keep-alive client: it sends up to 5.8x the requests per second of
         # tritonclient's for a third to a sixth of its CPU (bench/http_transport.py).
-        triton = TritonHttp(self.endpoint.url, self.endpoint.timeout_s, token=self.endpoint.token)
+        triton = TritonHttp(self.endpoint.url, self.endpoint.timeout_s, token=self.endpoint.token,
+                            ssl_context=self.endpoint.ssl_context() if self.endpoint.tls else None)
         self._closers.append(triton.close)
         payload = triton.infer_payload(model, body, json_size)
 

@@ -13,6 +13,7 @@ bodies, no pipelining (one request in flight per connection).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import NamedTuple, cast
 
 
@@ -125,9 +126,11 @@ class HttpPool:
     response byte came back is sent once more on a new connection.
     """
 
-    def __init__(self, host_port: str, timeout: float, limit: int | None = None):
+    def __init__(self, host_port: str, timeout: float, limit: int | None = None,
+                 ssl_context: ssl.SSLContext | None = None):
         host, _, port = host_port.rpartition(":")
         self.host_port = host_port
+        self._ssl = ssl_context   # TLS (an https endpoint), verified against the host's name
         self._host = host.strip("[]")
         self._port = int(port)
         self.timeout = timeout
@@ -139,7 +142,7 @@ class HttpPool:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(loop), self._host, self._port), timeout)
+                loop.create_connection(lambda: _Conn(loop), self._host, self._port, ssl=self._ssl), timeout)
         except (TimeoutError, OSError) as exc:
             raise HttpConnectError(f"cannot connect to {self.host_port}: "
                                    f"{exc or type(exc).__name__}") from exc

@@ -11,6 +11,7 @@ config reads, readiness -- uses tritonclient (`endpoint.AsyncTriton`) or `triton
 from __future__ import annotations
 
 import json
+import ssl
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -133,10 +134,10 @@ class TritonHttp:
     """
 
     def __init__(self, host_port: str, timeout: float, max_connections: int | None = None,
-                 token: str | None = None):
+                 token: str | None = None, ssl_context: ssl.SSLContext | None = None):
         self.url = host_port
-        self.pool = HttpPool(host_port, timeout, max_connections)
-        self._control = HttpPool(host_port, timeout)
+        self.pool = HttpPool(host_port, timeout, max_connections, ssl_context)
+        self._control = HttpPool(host_port, timeout, ssl_context=ssl_context)
         self._infer_heads: dict[str, bytes] = {}
         # A private run's proxy passes a request on only with the run's token.
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}

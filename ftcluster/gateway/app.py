@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class GatewayConfig:
     max_connections: int = 256       # to Triton, at once
     max_body_bytes: int | None = None  # request bodies above are a 413; None: from the limits
     token: str | None = field(default=None, repr=False)   # a private run's token, sent to its proxy
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)   # an https endpoint's trust
 
     @property
     def body_limit(self) -> int:
@@ -101,7 +103,8 @@ class _State:
         self.cfg = cfg
         self.tok = tok
         # Our own deadline (timeout_s) answers 504; connections are capped at max_connections.
-        self.triton = TritonHttp(cfg.triton, cfg.timeout_s, cfg.max_connections, token=cfg.token)
+        self.triton = TritonHttp(cfg.triton, cfg.timeout_s, cfg.max_connections, token=cfg.token,
+                                 ssl_context=cfg.ssl_context)
         self.layout: rq.Layout | None = None
         self._lock = asyncio.Lock()
 

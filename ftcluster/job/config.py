@@ -46,6 +46,7 @@ class ProxyConfig:
     token_file: str                 # the run's token (0600)
     http_port: int                  # Triton's own ports, on the loopback
     grpc_port: int
+    tls_cert: Optional[str] = None  # the proxy serves TLS with this certificate (clients trust it)
 
 
 @dataclass(frozen=True)

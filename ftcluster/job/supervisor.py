@@ -349,7 +349,7 @@ class Job:
             said = squeeze(last_line(read_text(self.log_path(FILES.proxy_log))))
             return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
                     f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {socket.gethostname()}?)")
-        if http_get("127.0.0.1", self.cfg.http_port, "/v2/health/ready",
+        if http_get("127.0.0.1", self.cfg.http_port, "/v2/health/ready", tls=p.tls_cert is not None,
                     headers={"Authorization": f"Bearer {self.proxy_token}"} if self.proxy_token else None) is None:
             return "the proxy (access: private) does not pass requests on to rank 0"
         return None
@@ -445,6 +445,7 @@ class Job:
         self.client = self.start(
             [cfg.python, "-m", "ftcluster.client", "identity", "--url", self.rank0_url, "--model", cfg.served_model,
              *cfg.client_args, *(["--token-file", cfg.proxy.token_file] if cfg.proxy is not None else []),
+             *(["--ca", cfg.proxy.tls_cert] if cfg.proxy is not None and cfg.proxy.tls_cert else []),
              "--result-file", os.path.join(cfg.results, FILES.client_json)],
             out=self.log_path(FILES.client_log))
         while self.client.poll() is None:

@@ -166,6 +166,51 @@ def test_on_slurm_another_node_reaches_the_proxy_but_not_triton(slurm_cluster: A
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
 
 
+def self_signed(folder: Path, names: list[str]) -> tuple[Path, Path]:
+    """A certificate for `names` (and its key, 0600), as a user brings their own."""
+    import subprocess
+
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=ftcluster test",
+                    "-addext", "subjectAltName=" + ",".join(f"DNS:{n}" for n in names)], check=True, capture_output=True)
+    key.chmod(0o600)
+    return cert, key
+
+
+@pytest.mark.cluster
+def test_on_slurm_a_tls_endpoint_serves_https_and_grpcs_with_the_token(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """proxy.tls_cert/tls_key: the proxy serves HTTPS and gRPC over TLS with the user's
+    certificate. The job's own client checks the run through it, clients with --run trust the
+    run's certificate, plain HTTP gets no answer, and a client that does not trust it fails."""
+    from tests.integration.test_launch_slurm import _write_spec
+
+    cert, key = self_signed(shared_tmp, list(slurm_cluster.nodes))
+    cluster = _write_spec(shared_tmp, server={"binary": _tritonserver(), "ready_timeout": 60, "exit_grace": 5},
+                          proxy={"tls_cert": str(cert), "tls_key": str(key)})
+    rc, out, err = launch_json(cluster, "--nodes", "2")   # serves, the job's client check, ends
+    assert rc == 0 and out["client"]["ok"], (out, err)
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--detach", "--no-client")
+    assert rc == 0, err
+    run_id = out["run_id"]
+    try:
+        st = _serving(run_id)
+        host, port = st["endpoint"].split(":")
+        token = ftcluster("token", run_id).stdout.strip()
+        for protocol in ("http", "grpc"):
+            ok = ftcluster("client", "identity", "--run", run_id, "--protocol", protocol)
+            assert ok.returncode == 0, ok.stdout + ok.stderr
+        url = f"https://{host}:{port}"
+        with_ca = ftcluster("client", "identity", "--url", url, "--ca", str(cert), "--token", token)
+        assert with_ca.returncode == 0, with_ca.stdout + with_ca.stderr
+        untrusted = ftcluster("client", "identity", "--url", url, "--token", token)
+        assert untrusted.returncode != 0 and "certificate" in (untrusted.stdout + untrusted.stderr).lower()
+        assert _http_status(host, int(port), "/v2/health/ready", token) == 400   # plain HTTP to a TLS port
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
 def _tritonserver() -> str:
     from ftcluster.triton_local import find_tritonserver
 

@@ -71,9 +71,11 @@ def test_docker_world_is_mpirun_from_rank0s_container() -> None:
 # ------------------------------------------------------------------ the teardown runs to its end
 
 STUBBORN_TRITON = """#!/bin/bash
-# A tritonserver that ignores SIGTERM: the job's graceful stop waits for it.
+# A loaded tritonserver (FT's instance line: a rank still loading is killed at once) that
+# ignores SIGTERM: the job's graceful stop waits for it.
 [ "$1" = --help ] && exit 0
 trap '' TERM
+echo 'I1124 "TRITONBACKEND_ModelInstanceInitialize: m_0 (count 1) (instance_id 0)"'
 echo "I1124 started"
 exec sleep 600
 """
