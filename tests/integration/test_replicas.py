@@ -200,16 +200,20 @@ def _rank_processes(run_id: str, rank: int) -> list[int]:
 
 
 @pytest.mark.cluster
+@pytest.mark.bed5
 def test_two_replicas_of_two_nodes_on_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
-    """Bare Slurm, 2 replicas x 2 nodes (the CPU bed's nodes are shared), private: a member's
-    rank 1 frozen and the other's rank 0 killed under load, then a rolling restart under load:
-    no request fails; stop ends every job."""
-    set_id = _slurm_set(shared_tmp, 2, restarts=5, restart_backoff=1)
+    """Bare Slurm on the bed of 5 nodes, 2 replicas x 2 whole nodes (exclusive) and the balancer
+    beside them, private: a member's rank 1 frozen and the other's rank 0 killed under load,
+    then a rolling restart under load: no request fails; stop ends every job."""
+    need_nodes(slurm_cluster, 5)
+    set_id = _slurm_set(shared_tmp, 2, exclusive=True, restarts=5, restart_backoff=1)
     jobs: list[str] = []
     try:
         st = _status(set_id)
         assert st["access"] == "private" and len(st["replicas"]) == 2
         assert all(m["num_nodes"] == 2 and len(m["nodes"]) == 2 for m in st["replicas"]), st["replicas"]
+        # Whole nodes: no node serves two members.
+        assert len({n for m in st["replicas"] for n in m["nodes"]}) == 4, st["replicas"]
         members = [m["run_id"] for m in st["replicas"]]
         jobs = [st["job_id"], *(m["job_id"] for m in st["replicas"])]
         # The balancer wants the set's token, as each member's own proxy does.
@@ -246,12 +250,23 @@ def test_two_replicas_of_two_nodes_on_slurm(slurm_cluster: Any, shared_tmp: Path
         _stop_leaving_nothing(set_id, jobs)
 
 
-def _slurm_set(folder: Path, nodes: int, **server: Any) -> str:
+def need_nodes(bed: Any, n: int) -> None:
+    """A test for the larger bed (tests/run.sh's second pass): skipped on a smaller one, except
+    in CI, where that is a failure."""
+    if len(bed.nodes) < n:
+        why = f"needs the Slurm test bed with {n} nodes (FTC_TESTBED_NODES={n}); this one has {len(bed.nodes)}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+
+
+def _slurm_set(folder: Path, nodes: int, exclusive: bool = False, **server: Any) -> str:
     """Two replicas of `nodes` nodes each on the bare Slurm test bed, serving; the set's run id."""
     from tests.integration.test_launch_slurm import _write_spec
 
     cluster = _write_spec(folder, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
-                                          "liveness": LIVENESS, **server}, balancer={"port_step": 20})
+                                          "liveness": LIVENESS, **server}, balancer={"port_step": 20},
+                          exclusive=exclusive)
     rc, out, err = launch_json(cluster, "--nodes", str(nodes), "--keep-serving", "--no-client", "--replicas", "2",
                                timeout=300)
     assert rc == 0 and out["ok"], err
