@@ -172,6 +172,7 @@ class JobStyle:
                                     "--out", os.path.join(cfg.results, FILES.mpicheck_json),
                                     "--shm-prefix", self.shm_glob()),
                      out=log, limit=cfg.mpi_check_timeout)
+        self.first_step_seen(rc != 0, [log])
         if rc:
             text = read_text(log)
             job.say(text.rstrip("\n"))
@@ -187,6 +188,11 @@ class JobStyle:
     def mpi_world(self, *argv: str) -> List[str]:
         """One process per node of one MPI world, as the servers start."""
         return [*self.srun_world(), *self.in_image(list(argv))]
+
+    def first_step_seen(self, failed: bool, logs: List[str]) -> None:
+        """After the first step that runs in the image (the MPI check, a job step) ended, or once
+        the servers' rank 0 started (or their step ended first: `failed`): a style that
+        creates its containers in that step checks them here. `logs`: that step's output."""
 
     def rank0_host(self) -> str:
         return socket.gethostname()
@@ -346,46 +352,61 @@ class NodeContainers:
         return True
 
 
+# Pyxis's first step in the image (the MPI check, a job step or the servers) creates the named
+# containers. Each of its tasks first records its / ("dev:inode") in $1/NODE.root, then runs
+# the step's command: a / that is the node's own means the step did not run in the image.
+PROVE_IN_IMAGE = ('stat -Lc "%d:%i" / >"$1/${SLURMD_NODENAME:-$(hostname -s)}.root" || exit 1; '
+                  'shift; exec "$@"')
+
+
 class PyxisStyle(JobStyle):
-    """Pyxis: the first step creates the named container on every node and the MPI check and
-    server steps reuse it (mounts repeated: a named container keeps its filesystem, not its
-    mounts). Nothing enters it while the servers run: the client runs here."""
+    """Pyxis: the first step that runs in the image (the MPI check, a job step or the servers)
+    creates the named container on every node, and the later steps reuse it (mounts repeated: a
+    named container keeps its filesystem, not its mounts). Nothing enters it while the servers
+    run: the client runs here."""
 
     def __init__(self, job: Job):
         super().__init__(job)
         self.containers = NodeContainers(self, "pyxis", self.script("pyxis_node.sh"),
                                          f"enroot remove -f pyxis_{self.cfg.container_name}")
+        self.proven = False   # a step ran in the image: the containers exist
 
     def container_flags(self) -> List[str]:
         return list(self.cfg.container_flags)
 
 
     def up(self) -> None:
-        """The container on every node, and proof that the steps run in the image: a step's /
-        must not be this node's /. Pyxis loaded by srun but not by the nodes' slurmd accepts
-        --container-image and runs the step on the host."""
-        job, cfg = self.job, self.cfg
-        job.event(EV.containers_starting)
+        """The guards; the containers come with the first step that runs in the image (one
+        step launch and one container start fewer than a step of their own)."""
+        self.job.event(EV.containers_starting)
         self.containers.start_guards()
-        st = os.stat("/")
-        host_root = f"{st.st_dev}:{st.st_ino}"
-        rc = job.run([*self.srun_world(mpi=False), f"--output={cfg.logs}/container-%N.log",
-                      "bash", "-c", 'stat -Lc "%d:%i" / >"$1/pyxis/${SLURMD_NODENAME:-$(hostname -s)}.root"',
-                      "_", cfg.state])
-        if rc:
-            problem = ""
-            for name in sorted(os.listdir(cfg.logs)):
-                if name.startswith("container-") and name.endswith(".log"):
-                    problem = first_match(read_text(os.path.join(cfg.logs, name)), r"pyxis|enroot|error")
-                    if problem:
-                        break
-            job.fail(f"the container did not start: {squeeze(problem) or 'see logs/container-*.log'}")
+
+    def in_image(self, argv: List[str]) -> List[str]:
+        """Until a step has run in the image, a step's tasks prove where they run first."""
+        if self.proven:
+            return list(argv)
+        return ["bash", "-c", PROVE_IN_IMAGE, "_", self.containers.dir(), *argv]
+
+    def first_step_seen(self, failed: bool, logs: List[str]) -> None:
+        """Proof that the steps run in the image: a step's / must not be this node's /. Pyxis
+        loaded by srun but not by the nodes' slurmd accepts --container-image and runs the step
+        on the host. A step that failed before its task wrote its / did not get its container."""
+        if self.proven:
+            return
+        job = self.job
         node0 = this_node()
-        if read_text(os.path.join(self.containers.dir(), f"{node0}.root")).strip() == host_root:
+        root = read_text(os.path.join(self.containers.dir(), f"{node0}.root")).strip()
+        st = os.stat("/")
+        if root == f"{st.st_dev}:{st.st_ino}":
             job.fail(f"Pyxis is not active on the compute nodes: a step with --container-image ran on {node0}'s own "
                      "filesystem, not in the image (srun accepts the flags when only the submitting side loads "
-                     "Pyxis; check plugstack.conf on the nodes)")
-        job.event(EV.containers_ready)
+                     "Pyxis; check plugstack.conf on the nodes)", named=True)
+        if failed and not root:
+            problem = next(filter(None, (first_match(read_text(log), r"pyxis|enroot") for log in logs)), "")
+            job.fail(f"the container did not start: {squeeze(problem) or 'see ' + ', '.join(logs)}", named=True)
+        if root:
+            self.proven = True
+            job.event(EV.containers_ready)
 
     def clear_servers(self) -> None:
         self.containers.reap()

@@ -280,10 +280,18 @@ class Job:
         if died is not None:
             self.fail(self.cause_of("a server rank exited", died), named=True)
         if not self.style.servers_alive():
-            self.fail("the server step ended")
+            self.server_step_ended()
         if time.monotonic() >= deadline:
             self.fail(f"not ready after {self.cfg.ready_timeout}s (server.ready_timeout): {self.not_ready_why()}")
         self.check_stalls()
+
+    def server_step_ended(self) -> NoReturn:
+        """The servers' step ended by itself: where it was the first in the image, the style
+        says first whether its containers came up."""
+        logs = sorted(os.path.join(self.cfg.logs, n) for n in os.listdir(self.cfg.logs)
+                      if n.startswith("rank") and n.endswith(".stdout"))
+        self.style.first_step_seen(True, logs)
+        self.fail("the server step ended")
 
     def check_stalls(self) -> None:
         """A rank whose load has not moved for server.stall_timeout fails the start, named: the
@@ -419,6 +427,7 @@ class Job:
             self.nap(files.next(False))
         self.rank0_host = self.ranks.node(0)
         self.rank0_url = f"{self.rank0_host}:{self.cfg.http_port}"
+        self.style.first_step_seen(False, [])   # rank 0's task ran its wrapper: its / is recorded
         self._check_rank0_here()
         self.event(EV.servers_starting, self.rank0_host)
         files_at = 0.0
@@ -428,7 +437,7 @@ class Job:
                 self.check_servers(deadline)
                 files_at = now + files.next(loads.has(0))
             elif not self.style.servers_alive():
-                self.fail("the server step ended")
+                self.server_step_ended()
             self.nap(RANK_FILES.fast)
         self.check_servers(deadline)
         self.wait_proxy()
@@ -472,6 +481,7 @@ class Job:
         self.event(EV.step_started, step.what)
         argv, env = self.style.step_command(step)
         rc = self.run(argv, out=self.log_path(FILES.step_log), limit=step.timeout, kill_after=10, env=env)
+        self.style.first_step_seen(rc != 0, [self.log_path(FILES.step_log)])
         self.event(EV.step_done, step.what, rc)
         if rc == 124 and step.timeout:
             self.fail(f"{step.label} did not finish in {step.timeout}s")

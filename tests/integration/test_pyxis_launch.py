@@ -256,6 +256,22 @@ def test_missing_image_is_refused_before_submitting(pb: PyxisBed, spec_dir: Path
     assert not pb.jobs()
 
 
+@pytest.mark.parametrize("first", ["the MPI check", "the servers"])
+def test_an_image_enroot_cannot_unpack_fails_naming_the_container(pb: PyxisBed, spec_dir: Path, first: str) -> None:
+    """The containers come with the first step that runs in the image: when Enroot cannot create
+    them (a file that is no squashfs), that step fails and the run says the container did not
+    start, with Pyxis's own words; nothing is left."""
+    broken = spec_dir / "broken.sqsh"
+    broken.write_bytes(b"not a squashfs\n" * 64)
+    cluster = _write_spec(spec_dir, pb, image=str(broken))
+    rc, out, err = launch_json(cluster, "--nodes", "2", *(["--no-mpi-check"] if first == "the servers" else []))
+    assert rc == 1 and "Traceback" not in err, err
+    assert out["failure"].startswith("the container did not start: "), out["failure"]
+    assert re.search(r"pyxis|enroot", out["failure"], re.I), out["failure"]
+    _assert_run_gone(out["run_id"])
+    assert wait_for(lambda: not pb.jobs(), 30), pb.jobs()
+
+
 @pytest.mark.parametrize(("override", "named"), [
     # The image's MPI has no libmpi where the rank looks: each rank says so and why.
     ({"env": {"FTC_LIBMPI": "/nonexistent/libmpi.so.40"}},
