@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from ftcluster.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.events import EV, parse_events
-from ftcluster.job.ranks import LoadProgress, load_progress
 from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
@@ -23,6 +23,7 @@ from ftcluster.store import RunRecord, RunStore
 from ftcluster.styles import STEP_STYLES
 
 if TYPE_CHECKING:
+    from ftcluster.job.ranks import LoadProgress
     from ftcluster.slurm import JobInfo
 
 # A rank's state (machine value) -> the words `ftcluster status` shows.
@@ -45,11 +46,16 @@ def paths_of(rec: RunRecord) -> RunPaths:
 def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bool) -> list[dict[str, Any]]:
     """Each rank's state from the files its wrapper writes: never an HTTP probe (FT's ranks != 0
     never answer; only rank 0's readiness, which the job script saw, is known)."""
+    # One listing of state/ rather than a look per rank and file: on a shared filesystem each
+    # look, a missing file's too, is a round trip to its metadata server.
+    try:
+        present = set(os.listdir(paths.state))
+    except OSError:
+        present = set()
     ranks = []
     for r in range(nodes):
-        host_file = paths.rank_file(r, "host")
-        node = host_file.read_text().strip() if host_file.is_file() else None
-        exit_info = rank_exit(paths.state, r)
+        node = _rank_host(paths, r) if FILES.rank(r, "host") in present else None
+        exit_info = rank_exit(paths.state, r) if FILES.rank(r, "exit") in present else None
         code: str | None = None
         if exit_info is not None:
             code, state = exit_info
@@ -58,14 +64,14 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
             if r == 0:
                 state = "ready" if rank0_ready else "loading"
             else:
-                state = "loaded" if paths.rank_file(r, "loaded").exists() else "loading"
+                state = "loaded" if FILES.rank(r, "loaded") in present else "loading"
         elif node:
             state = "ended"
         else:
             state = "not_started"
         label = RANK_STATES[state] + (f" (exit {code})" if code is not None else "")
         # A loading rank's figures from its node (no HTTP then under FT): what it read, its log.
-        progress = _progress(paths, r) if state == "loading" else None
+        progress = _progress(paths, r) if state == "loading" and FILES.rank(r, "progress") in present else None
         if progress is not None:
             label += f" ({progress.words()}; last moved {progress.still_for:.0f} s ago)"
         ranks.append({"rank": r, "node": node, "state": state, "exit_code": exit_number(code), "state_label": label,
@@ -75,6 +81,13 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
     return ranks
 
 
+def _rank_host(paths: RunPaths, rank: int) -> str | None:
+    try:
+        return paths.rank_file(rank, "host").read_text().strip()
+    except OSError:
+        return None
+
+
 def exit_number(code: str | None) -> int | None:
     """An exit code as a number: sacct's CODE:SIGNAL gives its code; none or "?" gives null."""
     head = (code or "").split(":", 1)[0].strip()
@@ -82,6 +95,10 @@ def exit_number(code: str | None) -> int | None:
 
 
 def _progress(paths: RunPaths, rank: int) -> LoadProgress | None:
+    # Imported for a loading rank only: ftcluster.job.ranks brings http.client, ssl and email
+    # (~25 ms, more than the rest of this module's imports together).
+    from ftcluster.job.ranks import load_progress
+
     try:
         return load_progress(paths.rank_file(rank, "progress").read_text())
     except OSError:
@@ -138,18 +155,18 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         # private: the endpoint is the proxy's, which wants the run's token (`ftcluster token`).
         "access": "private" if (paths.scripts / FILES.token).is_file() else "cluster",
     }
-    hosts = run_hosts(rec.run_dir, rec.nodes, rec.plan)
+    scheduler_nodes: list[str] = []
     if rec.job_id:
         info = launcher_for_record(rec).info(rec.job_id, paths)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
                   source=info.source, exit_code=exit_number(info.exit_code))
-        # The scheduler's node list where it has one (Slurm), else the ranks' own records.
-        hosts = list(dict.fromkeys(info.nodes)) or hosts
+        scheduler_nodes = list(dict.fromkeys(info.nodes))
         running = info.state.value == "RUNNING"
     else:
         st.update(state=rec.status, source="store")
         running = False
-    st["nodes"] = hosts
+    # The scheduler's node list where it has one (Slurm), else the ranks' own records.
+    st["nodes"] = scheduler_nodes or run_hosts(rec.run_dir, rec.nodes, rec.plan)
     st["health"] = _health(paths)
     # Every restart of the world while serving: when, why, in which job (this allocation; a
     # requeue keeps the job id), and the nodes of the incarnation it ended.

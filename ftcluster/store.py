@@ -6,7 +6,6 @@ A small SQLite file under the state directory ($FTCLUSTER_STATE_DIR, default
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -169,6 +168,8 @@ def run_name(model_name: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", model_name).lstrip("._-") or "run"
     if len(name) <= RUN_NAME_MAX:
         return name
+    import hashlib   # here: loading OpenSSL costs every `status`/`list` a few ms, for long names only
+
     digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
     return f"{name[:RUN_NAME_MAX - 9].rstrip('._-')}-{digest}"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
 from ftcluster.cli import ARGV, cli
 from ftcluster.cli.commands_runs import forward_record  # noqa: F401  (re-exported)
@@ -25,18 +25,30 @@ from ftcluster.layout import FILES
 from ftcluster.spec import MAX_RESTARTS, default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
 
-err = console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@lru_cache(maxsize=None)
+def err() -> Console:
+    """The progress console, made at its first line: `launch --json` prints none and so never
+    imports rich (~30 ms of the command's start-up)."""
+    return console(stderr=True)
 
 
 def _progress(phase: str, t: float, detail: str) -> None:
+    from rich.markup import escape
+
     if phase == "log":
-        err.print(f"[dim]{t:7.2f}s   rank0 | {escape(detail)}[/dim]", soft_wrap=True)
+        err().print(f"[dim]{t:7.2f}s   rank0 | {escape(detail)}[/dim]", soft_wrap=True)
         return
     label = PHASES.get(phase, phase)
-    err.print(f"[dim]{t:7.2f}s[/dim] {label}" + (f" [dim]({detail})[/dim]" if detail else ""))
+    err().print(f"[dim]{t:7.2f}s[/dim] {label}" + (f" [dim]({detail})[/dim]" if detail else ""))
 
 
 def _report(outcome: LaunchOutcome) -> None:
+    from rich.markup import escape
+
     out = console()
     rec = outcome.record
     if outcome.detached:
@@ -69,13 +81,13 @@ def _report(outcome: LaunchOutcome) -> None:
     out.print(t)
     if outcome.failed_rank:
         fr = outcome.failed_rank
-        err.print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:",
+        err().print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:",
                   markup=False)
     if outcome.log_tail:
         if not outcome.failed_rank:
-            err.print("last lines of the log:")
+            err().print("last lines of the log:")
         for line in outcome.log_tail:
-            err.print(f"  {line}", markup=False, soft_wrap=True)
+            err().print(f"  {line}", markup=False, soft_wrap=True)
     if outcome.ok and outcome.record.status == "SERVING":
         out.print(f"serving at http://{outcome.endpoint}; stop it with `ftcluster stop {rec.run_id}`", markup=False)
         if (Path(rec.run_dir) / "scripts" / FILES.token).is_file():
@@ -201,7 +213,7 @@ def preflight_gate(kw: dict[str, Any]) -> int | None:
     from ftcluster.rank.preflight import InventoryError, RankReport, detect_gpus_per_node
 
     cluster = load_cluster(kw.get("cluster_path") or default_cluster_path())
-    err.print("running the GPU preflight on every rank ...")
+    err().print("running the GPU preflight on every rank ...")
     report = run_preflight(cluster, int(kw.get("nodes") or 1))
     errors = report_errors(cluster, report, require_gpus=True)
     if errors:
@@ -212,7 +224,7 @@ def preflight_gate(kw: dict[str, Any]) -> int | None:
         detected = detect_gpus_per_node([RankReport.from_dict(d) for d in report["ranks"]])
     except InventoryError as exc:
         raise UserError(str(exc), field="preflight") from None
-    err.print(f"preflight passed: {detected} GPU(s) per node")
+    err().print(f"preflight passed: {detected} GPU(s) per node")
     return detected if cluster.gpus_per_node == "auto" else None
 
 
