@@ -230,8 +230,10 @@ def test_on_slurm_a_taken_proxy_port_on_the_node_fails_the_run_naming_it(slurm_c
 
     cluster = _write_spec(shared_tmp, server={"binary": _tritonserver(), "ready_timeout": 60, "exit_grace": 5})
     port = int(yaml.safe_load(cluster.read_text()).get("ports", {}).get("http", 8000))
-    listen = ("import socket, sys, time; s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); "
-              "print('listening', flush=True); time.sleep(300)")
+    # SO_REUSEADDR: a port an earlier test's proxy served on may still have connections in
+    # TIME_WAIT, which refuse a plain bind; a listener holds the port all the same.
+    listen = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('listening', flush=True); time.sleep(300)")
     holders = [subprocess.Popen([*slurm_cluster.net.enter(n), sys.executable, "-c", listen, str(port)],
                                 stdout=subprocess.PIPE, text=True) for n in slurm_cluster.nodes]
     try:
