@@ -75,6 +75,13 @@ def _step_command(req: JobRequest) -> list[str]:
     return job.style.step_command(job.cfg.step)[0]
 
 
+def _proven_first(req: JobRequest) -> list[str]:
+    """Pyxis's first step in the image: each task records its / before the step's command."""
+    from ftcluster.job.styles import PROVE_IN_IMAGE
+
+    return ["bash", "-c", PROVE_IN_IMAGE, "_", os.path.join(_job(req).cfg.state, "pyxis")]
+
+
 def _check_shell(req: JobRequest, tmp_path: Path) -> None:
     folder = tmp_path / "sh"
     folder.mkdir()
@@ -111,7 +118,7 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     flags = _job(req).cfg.container_flags
     assert flags and flags == _job(serve).cfg.container_flags
     assert _step_command(req) == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                                  "--kill-on-bad-exit=1", *flags, *_step_argv(req)]
+                                  "--kill-on-bad-exit=1", *flags, *_proven_first(req), *_step_argv(req)]
     assert _job(req).cfg.step.timeout == 720   # type: ignore[union-attr]  # its gather timeout + 120 s
     # Inside the image: its python3 and the copy in the run folder; the report in results/.
     assert _step_argv(req) == ["python3", f"{req.paths.scripts}/preflight.py", "--sizes", "1M,64M",
@@ -174,7 +181,8 @@ def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None
     assert mounts[:2] == ["/data:/data:ro", f"{req.paths.run_dir}:{req.paths.run_dir}"]
     assert sorted(mounts[2:]) == sorted(["/hf/gpt2:/hf/gpt2", f"{TEST_CONVERTER}:{TEST_CONVERTER}",
                                          f"{tmp_path / 'ckpt'}:{tmp_path / 'ckpt'}"])
-    assert _step_command(req) == ["srun", "--nodes=1", "--ntasks=1", *_job(req).cfg.container_flags, *_step_argv(req)]
+    assert _step_command(req) == ["srun", "--nodes=1", "--ntasks=1", *_job(req).cfg.container_flags,
+                                  *_proven_first(req), *_step_argv(req)]
     assert _job(req).cfg.step.timeout is None   # type: ignore[union-attr]  # the job's time limit bounds a conversion
     assert "#SBATCH --nodes=1" in script and "#SBATCH --gpus-per-node=1" in script
     assert _step_argv(req)[:2] == ["python3", str(TEST_CONVERTER / "examples/pytorch/gpt/utils/huggingface_gpt_convert.py")]
