@@ -149,47 +149,9 @@ free_own() {
   return 0
 }
 
-# What earlier runs left on this node when not even that was possible (ranks SIGKILLed, the node
-# rebooted mid-way): this user's /dev/shm entries and marked python_env folders of runs that no
-# process here serves any more (none carries their FTC_SERVER_OF mark) and that are over a minute
-# old (a run starting here now has not started its server yet). Run ids are checked before use.
-sweep_orphans() {
-  local e r d m t found="" live now
-  for e in "$SHM_DIR"/ftc+*+r*; do
-    [[ $e != *$'\n'* ]] || continue   # one entry a line below
-    [ -O "$e" ] || continue
-    r=${e#"$SHM_DIR"/ftc+}
-    found+="${r%%+*} $e"$'\n'
-  done
-  for m in /tmp/python_env_*/.ftc+*+r*; do
-    d=${m%/*}
-    [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
-    [[ $m != *$'\n'* ]] || continue
-    [ -O "$m" ] || continue
-    r=${m#"$d"/.ftc+}
-    found+="${r%%+*} $m"$'\n'
-  done
-  [ -n "$found" ] || return 0
-  # Every live run's mark in one grep (the runs of this node's servers, this one's included).
-  now=$(date +%s)
-  live=$(grep -ahoz -e '^FTC_SERVER_OF=[^/]*/' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | sort -u)
-  while read -r r e; do
-    [[ $r =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || continue
-    [ "$r" != "$RUN_ID" ] || continue
-    grep -qxF "FTC_SERVER_OF=$r/" <<<"$live" && continue
-    t=$(stat -c %Y -- "$e" 2>/dev/null) || continue
-    [[ $t =~ ^[0-9]+$ ]] || continue
-    (( now - t > 60 )) || continue
-    if [[ $e == /tmp/* ]]; then
-      d=${e%/*}
-      rm -f -- "$e"
-      compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"
-    else
-      rm -rf -- "$e"
-    fi
-  done <<<"$found"
-  return 0
-}
+# No sweep of what dead runs left in a Docker container: it sees the node's /dev/shm (--ipc host)
+# but not the node's processes, so it cannot tell a live run's entries from a dead one's. A rank
+# of a later run on the node itself does it (the containers' processes run as you: it sees them).
 
 # Shared memory in /dev/shm under this rank's own prefix: the python backend's regions and Open
 # MPI's shared-memory segments (vader in 4.x, sm in 5.x). A SIGKILLed server leaves them there;
@@ -236,7 +198,6 @@ env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFI
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
   "${ADDRESS_ARGS[@]}" "${METRICS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
-sweep_orphans &
 
 # While this rank loads (FT's ranks have no HTTP then): what its server and the server's children
 # (the python backend's stubs) have read (/proc/PID/io rchar: the checkpoint), its log's size and
