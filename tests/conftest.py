@@ -53,31 +53,47 @@ def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
         monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path_factory.mktemp("ftc-state")))
 
 
-# What runs leave in /dev/shm when something was killed: Open MPI's segments (5.x, 4.x), the
-# python backend's regions, and entries under a run's own prefix.
-SHM_KINDS = ("sm_segment.", "vader_segment.", "triton_python_backend_shm_region", "ftc+")
-SHM_LEFT: list[tuple[str, list[str]]] = []
+# What runs leave when something was killed: in /dev/shm Open MPI's segments (5.x, 4.x), the
+# python backend's regions and entries under a run's own prefix; in /tmp Open MPI's session
+# folders, the python backend's folders and ftcluster's own.
+LEFTOVER_KINDS = {"/dev/shm": ("sm_segment.", "vader_segment.", "triton_python_backend_shm_region", "ftc+"),
+                  "/tmp": ("ompi.", "python_env_", "ftc-mpi.", "ftc-ranks-")}
+LEFT: list[tuple[str, list[str]]] = []
+
+
+def _leftovers() -> set[str]:
+    found = set()
+    for folder, kinds in LEFTOVER_KINDS.items():
+        try:
+            found |= {os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(kinds)}
+        except OSError:
+            pass
+    return found
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Which test left what in /dev/shm (the test bed's nodes share it), named at the end."""
-    before = set(os.listdir("/dev/shm"))
+    """Which test made what is still left at the end (the test bed's nodes share /dev/shm and
+    /tmp with this machine), named in the session's summary."""
+    before = _leftovers()
     yield
-    left = sorted(n for n in set(os.listdir("/dev/shm")) - before if n.startswith(SHM_KINDS))
-    if left:
-        SHM_LEFT.append((item.nodeid, left))
+    made = sorted(_leftovers() - before)
+    if made:
+        LEFT.append((item.nodeid, made))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Name every test-bed daemon the supervisor had to restart (a crash the tests survived is
-    still a finding), and every test after which /dev/shm held more of what runs leave."""
+    still a finding), and what tests left in /dev/shm and /tmp that is still there."""
     from tests.cluster.fixtures import SESSION_RESTARTS
 
-    if SHM_LEFT:
-        terminalreporter.section("left in /dev/shm, by test")
-        for nodeid, names in SHM_LEFT:
-            terminalreporter.line(f"{nodeid}: {' '.join(names)}")
+    still = _leftovers()
+    left = [(nodeid, [p for p in paths if p in still]) for nodeid, paths in LEFT]
+    if any(paths for _, paths in left):
+        terminalreporter.section("left in /dev/shm and /tmp at the end, by the test that made it")
+        for nodeid, paths in left:
+            if paths:
+                terminalreporter.line(f"{nodeid}: {' '.join(paths)}")
     if not SESSION_RESTARTS:
         return
     terminalreporter.section("test bed: daemons restarted by the supervisor")
