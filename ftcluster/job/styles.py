@@ -401,10 +401,14 @@ class PyxisStyle(JobStyle):
             job.fail(f"Pyxis is not active on the compute nodes: a step with --container-image ran on {node0}'s own "
                      "filesystem, not in the image (srun accepts the flags when only the submitting side loads "
                      "Pyxis; check plugstack.conf on the nodes)", named=True)
-        if failed and not root:
+        # Any task that ran in the image shows the containers come up: a step that failed after
+        # that (a rank that ended at once, and srun killed the others, even before they started)
+        # failed for its own reasons, which the step's caller names.
+        ran = root or any(n.endswith(".root") for n in os.listdir(self.containers.dir()))
+        if failed and not ran:
             problem = next(filter(None, (first_match(read_text(log), r"pyxis|enroot") for log in logs)), "")
             job.fail(f"the container did not start: {squeeze(problem) or 'see ' + ', '.join(logs)}", named=True)
-        if root:
+        if ran:
             self.proven = True
             job.event(EV.containers_ready)
 
