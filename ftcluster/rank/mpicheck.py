@@ -145,10 +145,12 @@ def _launcher_rank() -> str:
 
 
 def _own_shm(prefix: str | None) -> str | None:
-    """Open MPI's shared-memory segments (vader in 4.x, sm in 5.x) in a folder of this rank's
-    under the run's /dev/shm prefix, as the servers' are: a check that is aborted or killed
-    leaves them there, where the teardown and a later run's ranks find them; in the default
-    place they stay for good. The environment's own backing directory wins."""
+    """Open MPI's shared-memory segments (vader in 4.x, sm in 5.x) and its session folder (in
+    $TMPDIR: /tmp/ompi.HOST.UID, which a singleton -- a world that could not form -- leaves
+    behind) in a folder of this rank's under the run's /dev/shm prefix, as the servers' are: a
+    check that is aborted or killed leaves them there, where the teardown and a later run's
+    ranks find them; in the default places they stay for good. The environment's own backing
+    directory wins."""
     if not prefix or any(v in os.environ for v in _BACKING):
         return None
     rank = next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -158,7 +160,7 @@ def _own_shm(prefix: str | None) -> str | None:
         os.makedirs(folder, exist_ok=True)
     except OSError:
         return None
-    for var in _BACKING:
+    for var in (*_BACKING, "TMPDIR"):
         os.environ[var] = folder
     return folder
 

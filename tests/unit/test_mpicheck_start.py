@@ -65,6 +65,7 @@ def test_the_check_keeps_open_mpi_segments_under_the_run_prefix(scripts: Path) -
     check puts it in a folder of its rank's under the run's prefix and removes that."""
     prefix = f"/dev/shm/ftc+check-test-{os.getpid()}+"
     before = set(os.listdir("/dev/shm"))
+    sessions = {n for n in os.listdir("/tmp") if n.startswith("ompi.")}   # its session folder
     try:
         r = subprocess.run([sys.executable, "-S", str(scripts / "mpicheck.py"), "--nodes", "1",
                             "--shm-prefix", prefix], capture_output=True, text=True, cwd=scripts, timeout=60,
@@ -73,6 +74,7 @@ def test_the_check_keeps_open_mpi_segments_under_the_run_prefix(scripts: Path) -
         assert r.returncode == 0, r.stdout + r.stderr
         left = sorted(set(os.listdir("/dev/shm")) - before)
         assert left == [], left
+        assert {n for n in os.listdir("/tmp") if n.startswith("ompi.")} == sessions
     finally:
         for name in set(os.listdir("/dev/shm")) - before:
             if name.startswith(("sm_segment.", f"ftc+check-test-{os.getpid()}+")):
