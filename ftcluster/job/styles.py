@@ -71,6 +71,7 @@ class JobStyle:
         self.job = job
         self.cfg = job.cfg
         self.servers: Optional[subprocess.Popen[bytes]] = None
+        self.checked = False   # the MPI check ran on the nodes (what a killed rank of it leaves goes too)
         self.lost: List[str] = []   # nodes of the job that stopped answering (lost_nodes)
 
     # --- who am I -----------------------------------------------------------------------------
@@ -91,8 +92,9 @@ class JobStyle:
 
     def down(self) -> bool:
         """Removes the run's containers on every node; False when a node failed. Bare metal has
-        none: what SIGKILLed ranks leave in /dev/shm is removed on every node instead."""
-        if self.started_servers():
+        none: what SIGKILLed ranks (the servers', the MPI check's) leave in /dev/shm is removed
+        on every node instead."""
+        if self.started_servers() or self.checked:
             self.job.run([*self.every_node("/dev/null"), "bash", "-c", NODE_TEARDOWN,
                           "_", self.cfg.run_id, str(self.marked_grace()), self.shm_glob(), *self.python_envs()],
                          out=subprocess.DEVNULL, limit=60, interruptible=False)
@@ -167,6 +169,7 @@ class JobStyle:
         job, cfg = self.job, self.cfg
         log = job.log_path(FILES.mpicheck_log)
         job.event(EV.mpicheck_started)
+        self.checked = True
         rc = job.run(self.mpi_world("python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes),
                                     "--tritonserver", cfg.tritonserver, "--rank0-host", self.rank0_host(),
                                     "--out", os.path.join(cfg.results, FILES.mpicheck_json),
