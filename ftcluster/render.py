@@ -169,6 +169,7 @@ class JobStep:
     timeout: int | None = None       # seconds the step may take (None: the job's time limit)
     files: tuple[tuple[str, str], ...] = ()   # more files of scripts/: (name, text)
     token: bool = False              # the run has a token (scripts/token): a private replica set's front
+    notice: bool = False             # on Slurm, the step takes the time-limit notice (USR1) itself: a front
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ class RenderContext:
     # lost; it hands over before its limit.
     serving_on_slurm: bool
     handover_lead: int             # seconds before the time limit; 0: no hand-over
+    notice_to_steps: bool          # the notice goes to the job's steps (a front), not the batch shell
     stop_lead: int                 # seconds before the time limit Slurm asks the job to stop (TERM)
     sbatch_dir: str                # the run folder as #SBATCH --chdir takes it; "": it cannot
     mpi_check: bool
@@ -313,6 +315,7 @@ def context(
     env = {**cluster.env, **opts.extra_env}
     serving_on_slurm = opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm"
     extra = opts.step.paths if opts.step else ()
+    step_notice = opts.step is not None and opts.step.notice and cluster.scheduler == "slurm"
     private = access_of(cluster) == "private" and opts.servers and opts.step is None
     rotation = opts.rotation and opts.servers and opts.step is None
     return RenderContext(
@@ -362,7 +365,8 @@ def context(
         keep_serving=opts.keep_serving,
         serving_on_slurm=serving_on_slurm,
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
-        handover_lead=handover_lead(cluster) if serving_on_slurm else 0,
+        handover_lead=handover_lead(cluster) if serving_on_slurm or step_notice else 0,
+        notice_to_steps=step_notice,
         stop_lead=stop_lead(cluster),
         sbatch_dir=str(paths.run_dir) if _SBATCH_SAFE.fullmatch(str(paths.run_dir)) else "",
         # A world on this machine alone is its own mpirun's; there is nothing to check.

@@ -25,7 +25,7 @@ from ftcluster.launchers import launcher_for
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.plan import Plan
 from ftcluster.proxy import access_of, new_token, proxy_binary
-from ftcluster.render import JobStep, write_private
+from ftcluster.render import JobStep, handover_lead, write_private
 from ftcluster.replicas import (ADMIN_SOCKET, FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.request import job_shape
@@ -49,18 +49,23 @@ def front_cluster(cluster: ClusterSpec) -> ClusterSpec:
 
 def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
     private = access_of(cluster) == "private"
+    python = cluster.python or sys.executable
+    # On Slurm the front hands over to a job of its own before its time limit (ftcluster.job.front).
+    lead = handover_lead(cluster) if cluster.scheduler == "slurm" else 0
     settings = FrontSettings(
         caddy=proxy_binary(cluster.proxy) if build else cluster.proxy.binary,
         config=str(paths.scripts / FRONT_CADDY), members=str(paths.run_dir / MEMBERS_FILE),
         token_file=str(paths.scripts / FILES.token) if private else "", admin_socket=ADMIN_SOCKET,
-        state=str(paths.state), logs=str(paths.logs), tls_cert=cluster.proxy.tls_cert or "")
-    python = cluster.python or sys.executable
+        state=str(paths.state), logs=str(paths.logs), tls_cert=cluster.proxy.tls_cert or "",
+        handover_lead=lead, script=str(paths.job_script(style_of(front_cluster(cluster)).name)) if lead else "",
+        run_dir=str(paths.run_dir) if lead else "",
+        record=(python, "-m", "ftcluster", "successor", str(paths.run_dir), "--took-over") if lead else ())
     listen = "127.0.0.1" if style_of(cluster).one_host else ""
     return JobStep(FRONT_STEP, "the balancer",
                    (python, str(paths.scripts / FILES.supervisor), "front", str(paths.scripts / FRONT_SETTINGS)),
                    per_node=False,
                    files=((FRONT_SETTINGS, settings.to_json()), (FRONT_CADDY, front_config_text(cluster, listen))),
-                   token=private)
+                   token=private, notice=bool(lead))
 
 
 # --- the members file ----------------------------------------------------------------------

@@ -116,6 +116,13 @@ class FrontSettings:
     logs: str
     poll: float = 0.5           # seconds between readings of the members' rotation files
     tls_cert: str = ""          # the front serves TLS with this certificate (proxy.tls_cert)
+    # Its time limit (Slurm): the notice comes this long before it (0: none); the front then
+    # submits `script` again from `run_dir` on its node and, once that job serves, runs
+    # `record` + the new job's id (the run's record names it).
+    handover_lead: int = 0
+    script: str = ""
+    run_dir: str = ""
+    record: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=1, sort_keys=True) + "\n"

@@ -20,6 +20,7 @@ from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.plan import Plan, make_plan
 from ftcluster.run_access import read_token
 from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
+from ftcluster.store import RunRecord, RunStore
 
 
 def hostlist_items(text: str) -> list[str]:
@@ -104,3 +105,16 @@ def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = N
                          member_of=replica["set"] if replica else None,
                          member=int(replica["index"]) if replica else None)
     return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()
+
+
+def record_job(run_dir: Path, job_id: str) -> RunRecord:
+    """The run in `run_dir` is served by job `job_id` now (a replica set's balancer that handed
+    over to a job of its own on its node): its record names that job, so that `status`, `stop`
+    and `logs` follow it."""
+    if not job_id.isdigit():
+        raise UserError(f"not a Slurm job id: {job_id!r}", field="--took-over", hint="give the job's number")
+    store = RunStore()
+    found = [r for r in store.all() if Path(r.run_dir).resolve() == run_dir.resolve()]
+    if not found:
+        raise UserError(f"no run is recorded for {run_dir}", field="RUN_DIR")
+    return store.update(found[-1], job_id=job_id)

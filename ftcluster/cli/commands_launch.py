@@ -266,13 +266,21 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
 @click.option("--exclude", default="", help="Nodes the successor must not use (comma-separated).")
 @click.option("--restarts", type=count(0, MAX_RESTARTS), default=None,
               help="Restarts left to the successor (default: the run's own).")
-def successor_cmd(run_dir: str, exclude: str, restarts: int | None) -> None:
+@click.option("--took-over", "took_over", default=None, metavar="JOB",
+              help="Record JOB as the run's job: another job of the run serves in its place (a replica set's "
+                   "balancer hands over on its node before its time limit).")
+def successor_cmd(run_dir: str, exclude: str, restarts: int | None, took_over: str | None) -> None:
     """Submit a serving run's successor (the job does this before its time limit); prints
     {"run_id", "job_id", "run_dir"} as one JSON line."""
     import json
     import re
 
-    from ftcluster.successor import submit_successor
+    from ftcluster.successor import record_job, submit_successor
+
+    if took_over is not None:
+        rec = record_job(Path(run_dir), took_over)
+        click.echo(json.dumps({"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir}))
+        return
 
     nodes = [n for n in exclude.split(",") if n]
     bad = [n for n in nodes if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)]

@@ -12,6 +12,13 @@ rotation (`status` reads it).
 
 A config load is graceful: requests in flight finish on the old upstreams; idle client
 connections are closed (clients reconnect).
+
+Its time limit (a front on Slurm): Slurm's notice (USR1 to the job's steps, `handover_lead`
+before the limit) makes the front submit its own job script again, on its own node, and that
+job's front takes over the endpoint in place: Caddy binds its ports with SO_REUSEPORT, so both
+listen until the new one serves (it writes state/front-job.json); the old one then records the
+new job as the run's, stops its Caddy gracefully (its listener closes first, so clients'
+reconnects reach the new one) and ends. The endpoint's address never changes.
 """
 
 from __future__ import annotations
@@ -26,10 +33,29 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from .handover import submit_env
+from .names import FILES
 from .rotation import ROTATION
-from .text import write_json
+from .text import squeeze, write_json
 
 CADDY_RESTARTS = 5
+# How often a successor that has not served yet is looked for in Slurm's queue.
+SUCCESSOR_LOOK_S = 5.0
+
+
+def successor_decision(now: float, notice_at: Optional[float], lead: float) -> str:
+    """What a front that is told to stop does with a successor that does not serve yet: at its
+    time limit ("keep": it starts when this job's node is free, a short gap), else ("cancel") it
+    is a stop of the run. Slurm's TERM at the limit comes `lead` seconds after the notice."""
+    if notice_at is not None and now >= notice_at + lead - 60:
+        return "keep"
+    return "cancel"
+
+
+def job_id_of(text: str) -> Optional[str]:
+    """sbatch --parsable's answer ("JOBID" or "JOBID;CLUSTER"), else None."""
+    word = text.strip().split(";")[0]
+    return word if word.isdigit() else None
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -110,10 +136,21 @@ class Front:
             with open(settings["token_file"]) as f:
                 self.env["FTC_PROXY_TOKEN"] = f.read().strip()
         self.dir_fd = os.open(self.state, os.O_RDONLY)
-        self.socket = f"/proc/self/fd/{self.dir_fd}/admin.sock"
+        self.job_id = os.environ.get("SLURM_JOB_ID", "")
+        # Per job: two fronts of the run (a hand-over) run side by side in the same state folder.
+        tag = self.job_id or str(os.getpid())
+        self.admin_name = f"admin-{tag}.sock"
+        self.config_path = os.path.join(self.state, f"front_caddy-{tag}.json")
+        self.socket = f"/proc/self/fd/{self.dir_fd}/{self.admin_name}"
+        self.serving = False
+        self.notice_at: Optional[float] = None     # Slurm's notice of the time limit (USR1)
+        self.successor: Optional[str] = None       # the job that takes over the endpoint
+        self.successor_looked = 0.0
+        self.handing_over = True                   # False once a hand-over was given up
 
     def config(self, ups: List[Tuple[str, int, int]]) -> Dict[str, Any]:
         cfg = json.loads(json.dumps(self.template))
+        cfg.setdefault("admin", {})["listen"] = f"unix/{self.admin_name}|0600"
         for name, servers in cfg["apps"]["http"]["servers"].items():
             for route in servers["routes"]:
                 for h in route.get("handle", []):
@@ -123,10 +160,10 @@ class Front:
         return cfg
 
     def start_caddy(self) -> None:
-        path = os.path.join(self.state, "front_caddy.json")
+        path = self.config_path
         write_json(path, self.config(self.applied or []))
         try:
-            os.unlink(os.path.join(self.state, "admin.sock"))
+            os.unlink(os.path.join(self.state, self.admin_name))
         except OSError:
             pass
         log = open(os.path.join(self.s["logs"], "front_caddy.log"), "ab")
@@ -198,11 +235,96 @@ class Front:
         write_json(os.path.join(self.state, "rotation.json"),
                    {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in self.applied or []],
                     "in_rotation": in_rotation, "members": seen})
+        if not self.serving:
+            # Caddy answers with the members loaded: this front serves the endpoint (a predecessor
+            # on this node waits for this word to go).
+            self.serving = True
+            write_json(os.path.join(self.state, FILES.front_job),
+                       {"job_id": self.job_id, "host": socket.gethostname(), "time": time.time()})
+
+    # --- the hand-over before the time limit ----------------------------------------------
+
+    def on_notice(self, signum: int, frame: Any) -> None:
+        if self.notice_at is None:
+            self.notice_at = time.time()
+
+    def hand_over_step(self) -> None:
+        """Submit this job's script again on this node; once that job's front serves, record it
+        as the run's job and stop (the main loop ends). A successor that fails leaves this front
+        serving to its end."""
+        if self.successor is None:
+            self.successor = self.submit()
+            if self.successor is None:
+                self.handing_over = False
+            return
+        serving = read_json(os.path.join(self.state, FILES.front_job)) or {}
+        if serving.get("job_id") == self.successor:
+            self.record_successor()
+            self.stopping = True
+            return
+        if time.monotonic() - self.successor_looked >= SUCCESSOR_LOOK_S:
+            self.successor_looked = time.monotonic()
+            state = self.job_state(self.successor)
+            if state is not None and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+                print(f"ftcluster: the balancer's successor job {self.successor} ended ({state or 'gone'}) before "
+                      "it served; this balancer serves to its time limit", flush=True)
+                self.handing_over = False
+
+    def submit(self) -> Optional[str]:
+        host = socket.gethostname()
+        argv = ["sbatch", "--parsable", f"--nodelist={host}", self.s["script"]]
+        try:
+            r = subprocess.run(argv, cwd=self.s["run_dir"], env=submit_env(dict(os.environ)),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"ftcluster: the balancer's successor could not be submitted: {e}", flush=True)
+            return None
+        job = job_id_of(r.stdout.decode(errors="replace")) if r.returncode == 0 else None
+        if job is None:
+            print("ftcluster: the balancer's successor could not be submitted: "
+                  f"{squeeze(r.stderr.decode(errors='replace'))[:500]}", flush=True)
+            return None
+        print(f"ftcluster: the time limit is near: job {job} takes the balancer over on {host}", flush=True)
+        return job
+
+    def job_state(self, job: str) -> Optional[str]:
+        """The job's state in Slurm's queue: "" when it is gone, None when squeue did not answer."""
+        try:
+            r = subprocess.run(["squeue", "--noheader", "--jobs", job, "--format=%T"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30,
+                               env=submit_env(dict(os.environ)))
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        out = r.stdout.decode(errors="replace").strip()
+        if r.returncode != 0:
+            return "" if "Invalid job id" in out else None
+        return out
+
+    def record_successor(self) -> None:
+        """The run's record names the job that serves it now (`status`, `stop` and `logs` follow
+        it); this job's last events go apart."""
+        assert self.successor is not None
+        with open(os.path.join(self.state, FILES.taken_over.format(job=self.job_id)), "w"):
+            pass
+        argv = [*self.s["record"], self.successor]
+        try:
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=120)
+            said = squeeze(r.stdout.decode(errors="replace"))[-500:] if r.returncode else ""
+        except (OSError, subprocess.TimeoutExpired) as e:
+            said = str(e)
+        if said:
+            print(f"ftcluster: the run's record could not be given job {self.successor}: {said}", flush=True)
+        print(f"ftcluster: job {self.successor} serves the endpoint; this balancer stops", flush=True)
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
 
     def stop(self) -> None:
+        if self.successor is not None and self.handing_over and not self.stopping_for_successor():
+            if successor_decision(time.time(), self.notice_at, float(self.s.get("handover_lead", 0))) == "cancel":
+                subprocess.run(["scancel", self.successor], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=submit_env(dict(os.environ)), timeout=60, check=False)
         if self.caddy is not None and self.caddy.poll() is None:
             # Caddy's graceful stop: requests in flight finish.
             self.caddy.send_signal(signal.SIGTERM)
@@ -211,19 +333,28 @@ class Front:
             except subprocess.TimeoutExpired:
                 self.caddy.kill()
                 self.caddy.wait()
-        try:
-            os.unlink(os.path.join(self.state, "admin.sock"))
-        except OSError:
-            pass
+        for path in (os.path.join(self.state, self.admin_name), self.config_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def stopping_for_successor(self) -> bool:
+        """This front stops because its successor serves (the run's record names it)."""
+        return os.path.exists(os.path.join(self.state, FILES.taken_over.format(job=self.job_id)))
 
     def main(self) -> int:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
+        if self.s.get("handover_lead") and self.job_id:
+            signal.signal(signal.SIGUSR1, self.on_notice)
         print(f"ftcluster: the balancer starts on {socket.gethostname()}", flush=True)
         try:
             while not self.stopping:
                 try:
                     self.step()
+                    if self.notice_at is not None and self.handing_over and self.serving:
+                        self.hand_over_step()
                 except OSError as e:
                     print(f"ftcluster: the balancer: {e}", flush=True)
                 time.sleep(float(self.s.get("poll", 0.5)))

@@ -67,6 +67,10 @@ class RunFiles:
     step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
     on_failure_log: str = "on_failure.log"  # logs/: the on_failure command's output
     handover_log: str = "handover.log"     # logs/: the successor's submission
+    front_job: str = "front-job.json"      # state/: the job whose front serves a replica set's endpoint now
+    # state/: the marker of a job whose run another job took over (a front's hand-over on its
+    # node); that job's last events go to events.job<JOB>, the run's events go on as the new job's.
+    taken_over: str = "taken-over-{job}"
     incarnation_dir: str = "incarnation-{n}"  # logs/: an earlier incarnation's rank logs and files
     preflight_dir: str = "preflight"       # results/: the preflight's rank files and preflight.json
     client_json: str = "client.json"       # results/

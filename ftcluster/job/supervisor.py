@@ -102,7 +102,14 @@ class Job:
 
     def event(self, kind: str, *args: object) -> None:
         line = " ".join([f"{time.time():.9f}", kind, *(str(a) for a in args)])
-        with open(os.path.join(self.cfg.state, FILES.events), "a") as f:
+        path = os.path.join(self.cfg.state, FILES.events)
+        job = os.environ.get("SLURM_JOB_ID", "")
+        if job and self.cfg.step is not None \
+                and os.path.exists(os.path.join(self.cfg.state, FILES.taken_over.format(job=job))):
+            # Another job of the run took it over (a front's hand-over): the run's events are that
+            # job's now, this one's last words go apart.
+            path += f".job{job}"
+        with open(path, "a") as f:
             f.write(line + "\n")
 
     def say(self, text: str) -> None:

@@ -13,6 +13,7 @@ import urllib.request
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -316,5 +317,45 @@ def test_a_members_hand_over_before_its_time_limit_loses_no_request(slurm_cluste
         assert now["replicas"][0]["nodes"] != first["nodes"]
         got = load.result()
         assert got["errors"] == 0 and got["requests"] > 50 and got["rc"] == 0, got
+    finally:
+        _stop_leaving_nothing(set_id, jobs)
+
+
+@pytest.mark.cluster
+def test_the_balancers_hand_over_before_its_time_limit_loses_no_request(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """Slurm's notice of the front's time limit (USR1 to its job's steps, as --signal=USR1@lead
+    sends it): a job of the front's own starts on its node and takes the endpoint over in place
+    (both Caddys listen until the new one serves), the old job ends, under load: no request
+    fails, the endpoint's address stays, the set's record names the new job and `stop` ends it."""
+    from tests.integration.test_launch_slurm import _job_gone
+
+    set_id = _slurm_set(shared_tmp, 1)
+    jobs: list[str] = []
+    try:
+        st = _status(set_id)
+        old = st["job_id"]
+        jobs = [old, *(m["job_id"] for m in st["replicas"])]
+        run_dir = Path(st["run_dir"])
+        assert re.search(r"^#SBATCH --signal=USR1@\d+$", (run_dir / "scripts" / "job.sbatch").read_text(), re.M)
+        load = Load(set_id, 25)
+        t0 = time.monotonic()
+        subprocess.run(["scancel", "--signal=USR1", old], check=True)
+
+        def handed_over() -> bool:
+            return _status(set_id)["job_id"] != old and _job_gone(old)
+        assert wait_for(handed_over, 120), _story(set_id) + (run_dir / "logs" / "step.log").read_text()[-3000:]
+        print(f"the balancer handed over in {time.monotonic() - t0:.1f} s")
+        now = _status(set_id)
+        jobs.append(now["job_id"])
+        assert now["endpoint"] == st["endpoint"] and now["state"] == "RUNNING", now
+        assert now["nodes"][0] == st["nodes"][0]
+        assert all(m["in_rotation"] for m in now["replicas"]), now["replicas"]
+        got = load.result()
+        assert got["errors"] == 0 and got["requests"] > 50 and got["rc"] == 0, got
+        # The run's events go on as the new job's; the old job's last words are apart.
+        assert (run_dir / "state" / f"events.job{old}").read_text().split("\n")[-2].split()[1] == "done"
+        assert now["phase"] != "done"
+        out = ftcluster("client", "identity", "--run", set_id, timeout=120)
+        assert out.returncode == 0, out.stderr
     finally:
         _stop_leaving_nothing(set_id, jobs)

@@ -4,7 +4,9 @@ config and the member's proxy config, and what the front reads from the members'
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 from ftcluster.job.front import Front, ended, needs_load, successors
 from ftcluster.plan import Plan, RankSlot
@@ -137,3 +139,48 @@ def test_only_an_added_address_loads_a_config() -> None:
     assert needs_load([a, b], [a, c])           # one moved: c is new
     assert not needs_load([a, b], [a])          # one went: passed over until the next load
     assert not needs_load([a, b], [b, a])
+
+
+def test_the_front_takes_its_time_limit_notice_itself_on_slurm() -> None:
+    """On Slurm the front's job asks for the time-limit notice on its steps (the front, not the
+    batch shell), and its settings say how to submit its own script again and record the new job."""
+    from ftcluster.launch import LaunchOptions
+    from ftcluster.plan import make_plan
+    from ftcluster.replica_set import ReplicaSet
+    from ftcluster.spec import embedded_model_path, load_model
+
+    demo = load_model(embedded_model_path())
+
+    def model() -> Any:
+        return demo
+
+    spec = cluster(scheduler="slurm", time_limit="02:00:00", server={"handover_lead": 300})
+    rs = ReplicaSet(spec, model(), make_plan(spec, model(), 1), LaunchOptions(keep_serving=True), 2, run_id="s1")
+    text = rs.dry_run()
+    front = text.split("# run s1-r0")[0]
+    assert re.search(r"^#SBATCH --signal=USR1@300$", front, re.M), front[:1500]
+    members = text[len(front):]
+    assert re.search(r"^#SBATCH --signal=B:USR1@300$", members, re.M)   # a member's supervisor hands over
+    settings = json.loads(front.split("scripts/front.json (0644) =====\n")[1].split("\n# =====")[0])
+    run_dir = str(rs.paths.run_dir)
+    assert settings["handover_lead"] == 300 and settings["script"] == f"{run_dir}/scripts/job.sbatch"
+    assert settings["run_dir"] == run_dir
+    assert settings["record"][1:] == ["-m", "ftcluster", "successor", run_dir, "--took-over"]
+    # Without Slurm, no notice comes: nothing to hand over.
+    local = cluster(time_limit="02:00:00")
+    text = ReplicaSet(local, model(), make_plan(local, model(), 1), LaunchOptions(keep_serving=True), 2,
+                      run_id="s2").dry_run()
+    assert "--signal" not in text and '"handover_lead": 0' in text
+
+
+def test_a_stopped_front_keeps_its_successor_only_at_its_time_limit() -> None:
+    from ftcluster.job.front import job_id_of, successor_decision
+
+    # Slurm's TERM at the limit comes `lead` seconds after the notice: the successor starts when
+    # this job's node frees. A stop before that is the run's stop: the successor goes too.
+    assert successor_decision(1000.0 + 300, 1000.0, 300) == "keep"
+    assert successor_decision(1000.0 + 250, 1000.0, 300) == "keep"
+    assert successor_decision(1000.0 + 100, 1000.0, 300) == "cancel"
+    assert successor_decision(1000.0, None, 300) == "cancel"
+    assert job_id_of("4242\n") == "4242" and job_id_of("4242;cluster2") == "4242"
+    assert job_id_of("sbatch: error: nope") is None and job_id_of("") is None and job_id_of("1;$(x)") == "1"
