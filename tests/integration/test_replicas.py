@@ -261,13 +261,14 @@ def need_nodes(bed: Any, n: int) -> None:
         pytest.skip(why)
 
 
-def _slurm_set(folder: Path, nodes: int, exclusive: bool = False, **server: Any) -> str:
+def _slurm_set(folder: Path, nodes: int, exclusive: bool = False, proxy: dict[str, Any] | None = None,
+               **server: Any) -> str:
     """Two replicas of `nodes` nodes each on the bare Slurm test bed, serving; the set's run id."""
     from tests.integration.test_launch_slurm import _write_spec
 
     cluster = _write_spec(folder, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
                                           "liveness": LIVENESS, **server}, balancer={"port_step": 20},
-                          exclusive=exclusive)
+                          exclusive=exclusive, **({"proxy": proxy} if proxy else {}))
     rc, out, err = launch_json(cluster, "--nodes", str(nodes), "--keep-serving", "--no-client", "--replicas", "2",
                                timeout=300)
     assert rc == 0 and out["ok"], err
@@ -326,13 +327,20 @@ def test_the_balancers_hand_over_before_its_time_limit_loses_no_request(slurm_cl
     """Slurm's notice of the front's time limit (USR1 to its job's steps, as --signal=USR1@lead
     sends it): a job of the front's own starts on its node and takes the endpoint over in place
     (both Caddys listen until the new one serves), the old job ends, under load: no request
-    fails, the endpoint's address stays, the set's record names the new job and `stop` ends it."""
+    fails, the endpoint's address stays, the set's record names the new job and `stop` ends it.
+    With a TLS certificate: the front serves TLS (the load and the clients trust the run's
+    certificate), plain HTTP to it gets 400."""
+    from tests.integration.test_access import _http_status, self_signed
     from tests.integration.test_launch_slurm import _job_gone
 
-    set_id = _slurm_set(shared_tmp, 1)
+    cert, key = self_signed(shared_tmp, list(slurm_cluster.nodes))
+    set_id = _slurm_set(shared_tmp, 1, proxy={"tls_cert": str(cert), "tls_key": str(key)})
     jobs: list[str] = []
     try:
         st = _status(set_id)
+        host, port = st["endpoint"].split(":")
+        token = ftcluster("token", set_id).stdout.strip()
+        assert _http_status(host, int(port), "/v2/health/ready", token) == 400   # plain HTTP to a TLS port
         old = st["job_id"]
         jobs = [old, *(m["job_id"] for m in st["replicas"])]
         run_dir = Path(st["run_dir"])
@@ -355,7 +363,10 @@ def test_the_balancers_hand_over_before_its_time_limit_loses_no_request(slurm_cl
         # The run's events go on as the new job's; the old job's last words are apart.
         assert (run_dir / "state" / f"events.job{old}").read_text().split("\n")[-2].split()[1] == "done"
         assert now["phase"] != "done"
-        out = ftcluster("client", "identity", "--run", set_id, timeout=120)
-        assert out.returncode == 0, out.stderr
+        for protocol in ("http", "grpc"):
+            out = ftcluster("client", "identity", "--run", set_id, "--protocol", protocol, timeout=120)
+            assert out.returncode == 0, out.stdout + out.stderr
+        out = ftcluster("client", "identity", "--url", f"https://{host}:{port}", "--ca", str(cert), "--token", token)
+        assert out.returncode == 0, out.stdout + out.stderr
     finally:
         _stop_leaving_nothing(set_id, jobs)
