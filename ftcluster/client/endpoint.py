@@ -46,23 +46,27 @@ class Endpoint:
         ctx = ssl.create_default_context()
         if self.ca:
             try:
-                ctx.load_verify_locations(cafile=self.ca)
-            except (OSError, ssl.SSLError) as exc:
-                raise UserError(f"cannot read the certificate {self.ca}: {getattr(exc, 'strerror', None) or exc}",
-                                field="proxy.tls_cert") from None
+                ctx.load_verify_locations(cafile=self._readable_ca())
+            except ssl.SSLError as exc:
+                raise self._ca_problem(exc) from None
         return ctx
 
     def root_certificates(self) -> str | None:
         """gRPC's trust (tritonclient takes a file): the run's certificate where there is one,
         else gRPC's default roots."""
-        if not self.ca:
-            return None
+        return self._readable_ca() if self.ca else None
+
+    def _readable_ca(self) -> str:
+        assert self.ca
         try:
             Path(self.ca).read_bytes()
-            return self.ca
         except OSError as exc:
-            raise UserError(f"cannot read the certificate {self.ca}: {exc.strerror or exc}",
-                            field="proxy.tls_cert") from None
+            raise self._ca_problem(exc) from None
+        return self.ca
+
+    def _ca_problem(self, exc: Exception) -> UserError:
+        return UserError(f"cannot read the certificate {self.ca}: {getattr(exc, 'strerror', None) or exc}",
+                         field="proxy.tls_cert")
 
     @property
     def headers(self) -> dict[str, str] | None:

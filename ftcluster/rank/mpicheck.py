@@ -136,12 +136,16 @@ def check_reports(reports: list[RankReport], nodes: int, rank0_host: str | None,
     return problems
 
 
+def _launcher_rank_number() -> str | None:
+    """This process's rank as its launcher numbered it (MPI cannot say when it did not start);
+    None where no launcher did."""
+    return next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+                 if os.environ.get(v, "").isdigit()), None)
+
+
 def _launcher_rank() -> str:
-    """This process's rank as its launcher numbered it: MPI cannot say when it did not start."""
-    for var in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
-        if os.environ.get(var, "").isdigit():
-            return f"rank {os.environ[var]}"
-    return "a rank"
+    number = _launcher_rank_number()
+    return f"rank {number}" if number is not None else "a rank"
 
 
 def _own_shm(prefix: str | None) -> str | None:
@@ -153,9 +157,7 @@ def _own_shm(prefix: str | None) -> str | None:
     directory wins."""
     if not prefix or any(v in os.environ for v in _BACKING):
         return None
-    rank = next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
-                 if os.environ.get(v, "").isdigit()), "0")
-    folder = f"{prefix}r{rank}+check+mpi"
+    folder = f"{prefix}r{_launcher_rank_number() or '0'}+check+mpi"
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError:
