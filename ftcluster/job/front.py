@@ -259,8 +259,8 @@ class Front:
             return
         serving = read_json(os.path.join(self.state, FILES.front_job)) or {}
         if serving.get("job_id") == self.successor:
-            self.record_successor()
-            self.stopping = True
+            if self.record_successor():
+                self.stopping = True
             return
         if time.monotonic() - self.successor_looked >= SUCCESSOR_LOOK_S:
             self.successor_looked = time.monotonic()
@@ -300,22 +300,37 @@ class Front:
             return "" if "Invalid job id" in out else None
         return out
 
-    def record_successor(self) -> None:
+    def record_successor(self) -> bool:
         """The run's record names the job that serves it now (`status`, `stop` and `logs` follow
-        it); this job's last events go apart."""
+        it); this job's last events go apart. False where the record could not be changed: the
+        successor is cancelled (a job no record names would outlive `stop`) and this front
+        serves on to its time limit."""
         assert self.successor is not None
-        with open(os.path.join(self.state, FILES.taken_over.format(job=self.job_id)), "w"):
-            pass
         argv = [*self.s["record"], self.successor]
         try:
             r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                timeout=120)
             said = squeeze(r.stdout.decode(errors="replace"))[-500:] if r.returncode else ""
         except (OSError, subprocess.TimeoutExpired) as e:
-            said = str(e)
+            said = str(e) or type(e).__name__
         if said:
-            print(f"ftcluster: the run's record could not be given job {self.successor}: {said}", flush=True)
+            print(f"ftcluster: the run's record could not be given job {self.successor} ({said}); that job is "
+                  "cancelled and this balancer serves to its time limit", flush=True)
+            self.cancel_successor()
+            return False
+        with open(os.path.join(self.state, FILES.taken_over.format(job=self.job_id)), "w"):
+            pass
         print(f"ftcluster: job {self.successor} serves the endpoint; this balancer stops", flush=True)
+        return True
+
+    def cancel_successor(self) -> None:
+        assert self.successor is not None
+        self.handing_over = False
+        try:
+            subprocess.run(["scancel", self.successor], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env=submit_env(dict(os.environ)), timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"ftcluster: the balancer's successor job {self.successor} could not be cancelled: {e}", flush=True)
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
@@ -323,8 +338,7 @@ class Front:
     def stop(self) -> None:
         if self.successor is not None and self.handing_over and not self.stopping_for_successor():
             if successor_decision(time.time(), self.notice_at, float(self.s.get("handover_lead", 0))) == "cancel":
-                subprocess.run(["scancel", self.successor], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=submit_env(dict(os.environ)), timeout=60, check=False)
+                self.cancel_successor()
         if self.caddy is not None and self.caddy.poll() is None:
             # Caddy's graceful stop: requests in flight finish.
             self.caddy.send_signal(signal.SIGTERM)

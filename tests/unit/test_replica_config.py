@@ -4,6 +4,7 @@ config and the member's proxy config, and what the front reads from the members'
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,35 @@ def test_a_stopped_front_keeps_its_successor_only_at_its_time_limit() -> None:
     assert successor_decision(1000.0, None, 300) == "cancel"
     assert job_id_of("4242\n") == "4242" and job_id_of("4242;cluster2") == "4242"
     assert job_id_of("sbatch: error: nope") is None and job_id_of("") is None and job_id_of("1;$(x)") == "1"
+
+
+def test_a_successor_that_no_record_can_name_is_cancelled(tmp_path: Path, monkeypatch: Any,
+                                                          capsys: Any) -> None:
+    """The run's record cannot be given the new job (here: no run is recorded for the folder, as
+    when the store cannot be reached from the node): the new job is cancelled (a job that no
+    record names would outlive `stop`) and the old front serves on, its events not set apart."""
+    import sys
+
+    from ftcluster.job.front import Front
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "cfg.json").write_text(json.dumps(front_config(cluster(), "")))
+    # scancel stands in for Slurm's (not on a unit test's machine): it notes what it was asked.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scancel.args\n")
+    (bin_dir / "scancel").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    front = Front({"members": str(tmp_path / "replicas.json"), "state": str(state), "config": str(state / "cfg.json"),
+                   "token_file": "", "handover_lead": 300,
+                   "record": [sys.executable, "-m", "ftcluster", "successor", str(tmp_path), "--took-over"]})
+    front.successor, front.notice_at, front.serving = "42", 1.0, True
+    (state / "front-job.json").write_text(json.dumps({"job_id": "42"}))
+    front.hand_over_step()
+    assert not front.stopping and not front.handing_over
+    assert (tmp_path / "scancel.args").read_text().split() == ["42"]
+    assert not (state / "taken-over-41").exists()
+    assert "could not be given job 42" in capsys.readouterr().out
