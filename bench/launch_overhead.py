@@ -42,6 +42,11 @@ from ftcluster.triton_probe import ours_ready
 # The columns every launch-overhead bench prints (metric, header, format).
 COLUMNS = [("wall", "wall s", ".2f"), ("server_startup", "server s", ".2f"), ("client", "client s", ".2f"),
            ("overhead", "overhead s", ".2f")]
+# Where the overhead goes, from the events (where a variant has them): until the job is
+# submitted, until its batch script runs, until rank 0's server starts, from the first ready
+# answer until the launcher (or the recipe) saw it, from the client's end to the command's.
+PHASES = [("pre_submit", "submit s", ".2f"), ("batch_start", "batch s", ".2f"), ("to_rank0", "to rank0 s", ".2f"),
+          ("ready_seen", "ready seen s", ".2f"), ("after_client", "after client s", ".2f")]
 
 
 class Poller(threading.Thread):
@@ -105,7 +110,10 @@ def ftcluster_once(cluster_path: Path, ws: Path, nodes: int, mpi_check: bool) ->
     return {"wall": wall, "server_startup": server_startup, "client": client,
             "overhead": wall - server_startup - client,
             "lag_script_ms": (events["ready"] - poller.first_ready) * 1000,
-            "lag_launcher_ms": (seen["ready"] - poller.first_ready) * 1000}
+            "lag_launcher_ms": (seen["ready"] - poller.first_ready) * 1000,
+            "pre_submit": seen["submitted"] - t0, "batch_start": events["job_started"] - seen["submitted"],
+            "to_rank0": rank0_start - events["job_started"], "ready_seen": seen["ready"] - poller.first_ready,
+            "after_client": t0 + wall - events["client_done"]}
 
 
 HAND = """\
@@ -168,6 +176,7 @@ def main() -> None:
     med = report.medians(results)
     report.table(med, [*COLUMNS, ("lag_script_ms", "lag ms script", ".0f"),
                        ("lag_launcher_ms", "lag ms launcher", ".0f")])
+    report.table(med, PHASES)
     report.print_ratios(med, "overhead", [("ftcluster", "hand"), ("ftcluster+mpicheck", "hand")])
     report.print_json(med, repeats=args.repeats, nodes=args.nodes)
 

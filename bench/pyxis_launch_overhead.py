@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import report
 import yaml  # noqa: E402
-from launch_overhead import COLUMNS, ftcluster_once  # noqa: E402
+from launch_overhead import COLUMNS, PHASES, ftcluster_once  # noqa: E402
 
 from ftcluster.spec import embedded_model_path, load_model  # noqa: E402
 from tests.pyxis import bed, image  # noqa: E402
@@ -48,6 +48,7 @@ HAND = """\
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --output={out}/slurm-%j.out
+echo $(date +%s.%N) > {out}/script_start
 srun --mpi=pmix --ntasks-per-node=1 --container-image={sqsh} --container-mounts={mounts} \\
   --container-name={name} bash -c 'echo $(date +%s.%N) > {out}/rank$SLURM_PROCID.start; exec {triton} --model-repository={repo} --http-port=8000 --id=hand-$SLURM_PROCID' &
 until curl -fsS -m 2 -o /dev/null http://$(hostname):8000/v2/models/{model}/ready; do sleep 0.05; done
@@ -73,10 +74,13 @@ def hand_once(tmp: Path, repo: Path, nodes: int, model: str, sqsh: Path, i: int)
     while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
         time.sleep(0.05)
     wall = time.time() - t0
-    f = {name: float((out / name).read_text()) for name in ("ready", "client_start", "client_end", "rank0.start")}
+    f = {name: float((out / name).read_text())
+         for name in ("ready", "client_start", "client_end", "rank0.start", "script_start")}
     return {"wall": wall, "server_startup": f["ready"] - f["rank0.start"],
             "client": f["client_end"] - f["client_start"],
-            "overhead": wall - (f["ready"] - f["rank0.start"]) - (f["client_end"] - f["client_start"])}
+            "overhead": wall - (f["ready"] - f["rank0.start"]) - (f["client_end"] - f["client_start"]),
+            "pre_submit": 0.0, "batch_start": f["script_start"] - t0, "to_rank0": f["rank0.start"] - f["script_start"],
+            "after_client": t0 + wall - f["client_end"]}
 
 
 def main() -> None:
@@ -116,6 +120,7 @@ def main() -> None:
             bed.remove_leftovers(tb.nodes)
     med = report.medians(results)
     report.table(med, COLUMNS)
+    report.table(med, PHASES)
     report.print_ratios(med, "overhead", [("ftcluster", "hand"), ("ftcluster+mpicheck", "hand")])
     report.print_json(med, repeats=args.repeats, nodes=args.nodes)
 
