@@ -113,7 +113,10 @@ class LocalLauncher(Launcher):
             field = f"ports.{name}" if whose == "the proxy" or not private else "proxy.loopback_offset"
             if not port_free(port):
                 raise UserError(f"port {port} ({whose}) is in use on this machine", field=field,
-                                hint="stop what listens there or choose other ports in the cluster spec")
+                                hint="stop what listens there (a serving run of yours: `ftcluster list`, "
+                                     "`ftcluster stop RUN`), or choose other ports in the cluster spec "
+                                     "(the embedded default's: `ftcluster examples` copies it to "
+                                     "configs/clusters/local.yaml; edit its ports and pass --cluster)")
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         if self._script_alive(job_id, paths):
