@@ -36,8 +36,9 @@ PRIVATE_GRPC_METHODS = (r"(?i)^/inference\.GRPCInferenceService/"
                         r"(Repository|SystemSharedMemory|CudaSharedMemory|TraceSetting|LogSettings)")
 # A style's `proxy` field: its job runs on rank 0's node (the batch host is the allocation's
 # first node, where srun's rank 0 runs; the local style is one machine), so the proxy and the
-# job's own probes live beside rank 0 there. ssh + Docker runs its job on the launching machine:
-# no proxy yet.
+# job's own probes live beside rank 0 there. ssh + Docker runs its job on the launching machine
+# (`proxy_in_container`): the proxy runs in rank 0's container (host networking: the node's
+# loopback and ports), and the job's probes reach it from the launching machine with the token.
 
 
 def access_of(cluster: ClusterSpec) -> str:
@@ -92,6 +93,10 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
     if not STYLES[style].proxy:
         problems.append(f"access: private needs the proxy beside rank 0, which the {STYLES[style].summary} style "
                         "cannot start yet (use access: cluster there)")
+    if STYLES[style].proxy_in_container and cluster.ports.gpus is not None:
+        # The exporter listens on the job's loopback, which is not rank 0's node here.
+        problems.append("ports.gpus: the GPU exporter runs in the job on this machine, not beside the proxy in rank 0's "
+                        "container, so a private run cannot serve it: leave ports.gpus out or use access: cluster")
     top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics, cluster.ports.gpus or 0) \
         + cluster.proxy.loopback_offset
     if top > 65535:
@@ -145,12 +150,15 @@ def guarded_routes(routes: list[dict[str, Any]], private_paths: str, what: str,
     ]
 
 
-def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = True, member: bool = False
-                 ) -> dict[str, Any]:
+def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = True, member: bool = False,
+                 metrics: bool = False, tls_files: tuple[str, str] | None = None) -> dict[str, Any]:
     """Caddy's JSON config: HTTP and gRPC (h2c, or h2 with TLS) on the public ports to Triton's
     on the loopback; metrics only when exposed. `token`: only with the run's token (access:
     private). `member`: a replica set's member, whose failed request is not answered but its
-    connection dropped, so that the set's balancer sends it to another member."""
+    connection dropped, so that the set's balancer sends it to another member. `metrics`: served
+    (with the token) whatever proxy.expose_metrics says: the job reads them through the proxy
+    from another machine. `tls_files`: where Caddy finds proxy.tls_cert's certificate and key
+    (a copy of them), when not at their own paths."""
     tls = proxy.tls_cert is not None
     # compression off: Go's transport would ask Triton for gzip on the client's behalf, unpack
     # the answer and send it on chunked, at a cost on every request. Caddy passes server-sent
@@ -181,7 +189,7 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = Tru
         "grpc": server(public.grpc, guarded_routes([], PRIVATE_GRPC_METHODS if hide else "", "the repository API",
                                                    grpc_up, token)),
     }
-    if proxy.expose_metrics or member and not token:
+    if proxy.expose_metrics or metrics or member and not token:
         servers["metrics"] = server(public.metrics, guarded_routes([], "", "", metrics_up, token))
         if public.gpus is not None and loopback.gpus is not None:   # the job's GPU exporter, likewise
             gpus_up = {"handler": "reverse_proxy", "upstreams": [{"dial": f"127.0.0.1:{loopback.gpus}"}]}
@@ -193,10 +201,12 @@ def caddy_config(public: Ports, loopback: Ports, proxy: Proxy, token: bool = Tru
         "apps": {"http": {"servers": servers}},
     }
     if tls:
-        config["apps"]["tls"] = {"certificates": {"load_files": [
-            {"certificate": proxy.tls_cert, "key": proxy.tls_key}]}}
+        cert, key = tls_files or (proxy.tls_cert, proxy.tls_key)
+        config["apps"]["tls"] = {"certificates": {"load_files": [{"certificate": cert, "key": key}]}}
     return config
 
 
-def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy, token: bool = True, member: bool = False) -> str:
-    return json.dumps(caddy_config(public, loopback, proxy, token, member), indent=1, sort_keys=True) + "\n"
+def caddy_config_text(public: Ports, loopback: Ports, proxy: Proxy, token: bool = True, member: bool = False,
+                      metrics: bool = False, tls_files: tuple[str, str] | None = None) -> str:
+    return json.dumps(caddy_config(public, loopback, proxy, token, member, metrics, tls_files),
+                      indent=1, sort_keys=True) + "\n"

@@ -50,7 +50,16 @@ from ftcluster.spec import (
     pyxis_mount_path_problem,
     slurm_time_seconds,
 )
-from ftcluster.job.config import JobConfig, LivenessConfig, ProxyConfig, StepConfig
+from ftcluster.job.config import (
+    CONTAINER_PROXY_DIR,
+    PROXY_BINARY,
+    PROXY_STAGE,
+    PROXY_TLS_FILES,
+    JobConfig,
+    LivenessConfig,
+    ProxyConfig,
+    StepConfig,
+)
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -249,6 +258,10 @@ class RenderContext:
     expose_metrics: bool           # proxy.expose_metrics
     proxy_binary: str
     proxy_tls_cert: str | None        # the proxy serves TLS with this certificate
+    proxy_tls_key: str | None
+    # The proxy in rank 0's container (the job runs on another machine): its folder there, where
+    # the job stages its files, its binary's name there ({} where the proxy runs beside the job).
+    container_proxy: dict[str, str]
     port_stride: int               # between ranks' ports: only where ranks share one host
     ssh_port: int
     env: dict[str, str]
@@ -348,6 +361,9 @@ def context(
         expose_metrics=cluster.proxy.expose_metrics,
         proxy_binary=cluster.proxy.binary,
         proxy_tls_cert=cluster.proxy.tls_cert,
+        proxy_tls_key=cluster.proxy.tls_key,
+        container_proxy={"dir": CONTAINER_PROXY_DIR, "stage": str(paths.state / PROXY_STAGE), "binary": PROXY_BINARY}
+        if private and style.proxy_in_container else {},
         port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
         ssh_port=cluster.ssh_port,
         env=env,
@@ -460,7 +476,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
                           http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc,
-                          tls_cert=ctx.proxy_tls_cert) if ctx.proxied else None,
+                          tls_cert=ctx.proxy_tls_cert, tls_key=ctx.proxy_tls_key) if ctx.proxied else None,
     )
 
 
@@ -532,8 +548,13 @@ def render(
     hidden = {k: "<hidden>" for k in ctx.env}
     shown = {FILES.job_config: replace(cfg, env=hidden).to_json(), FILES.env_file: env_file(hidden)}
     if ctx.proxied:
-        files[FILES.proxy_config] = caddy_config_text(cluster.ports, ctx.triton_ports, cluster.proxy,
-                                                      token=ctx.private, member=ctx.rotation)
+        # A proxy in rank 0's container serves the metrics to the job, which runs elsewhere, and
+        # finds the copies of proxy.tls_cert's files there.
+        away = ctx.container_proxy
+        cert, key = PROXY_TLS_FILES
+        files[FILES.proxy_config] = caddy_config_text(
+            cluster.ports, ctx.triton_ports, cluster.proxy, token=ctx.private, member=ctx.rotation,
+            metrics=bool(away), tls_files=(f"{away['dir']}/{cert}", f"{away['dir']}/{key}") if away else None)
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
         _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)

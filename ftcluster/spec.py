@@ -512,7 +512,7 @@ class ClusterSpec(_Strict):
     # Who may use a served model. private: Triton on rank 0's loopback, the proxy on the spec's
     # ports with the run's token. cluster: Triton on every address, no token (anyone on the
     # cluster's network may use, read or unload it). Unset: private, but cluster on the local
-    # style (which binds the loopback already) and on ssh + Docker (no proxy there yet).
+    # style (which binds the loopback already).
     access: Literal["private", "cluster"] | None = None
     proxy: Proxy = Proxy()
     # Identical worlds of the plan behind one balancer (`launch --replicas` overrides it).

@@ -32,6 +32,9 @@ class Style:
     one_host: bool = False     # every rank on this machine: distinct ports per rank, no MPI check
     converts: bool = False     # FT's converter can run as this style's one-task job step (`ftcluster convert`)
     proxy: bool = True         # the job can start the endpoint's proxy beside rank 0 (access: private, replicas)
+    # ... in rank 0's container, the job running on another machine: the job's own requests to
+    # rank 0 go through the proxy, with the run's token
+    proxy_in_container: bool = False
 
     @property
     def job_style(self) -> str:
@@ -50,7 +53,7 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           run_keys=True, docker_run=True),
     Style("ssh_docker", "a Docker container per host over ssh (python -m ftcluster.fanout), mpirun over ssh from "
           "rank 0's", "here_job.sh.j2", "ssh_docker", runs_here=True, in_image=True, node_script="docker_node.sh.j2",
-          run_keys=True, docker_run=True, host_list=True, proxy=False),
+          run_keys=True, docker_run=True, host_list=True, proxy_in_container=True),
     Style("charliecloud", "srun --mpi starts one rank per node, each inside ch-run IMAGE (Charliecloud)",
           "slurm_job.sh.j2", "charliecloud_slurm", runs_here=False, in_image=True,
           node_script="charliecloud_node.sh.j2", converts=True),

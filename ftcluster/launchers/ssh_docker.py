@@ -6,10 +6,12 @@ rank's exit) before anything is killed.
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
 from ftcluster.fanout import FanoutConfig
+from ftcluster.job.config import PROXY_STAGE
 from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.run_keys import RunKeysLauncher
 
@@ -28,6 +30,12 @@ class SshDockerLauncher(RunKeysLauncher, LocalLauncher):
         if plan.nodes > len(cluster.hosts):
             raise UserError(f"{plan.nodes} nodes requested but hosts lists {len(cluster.hosts)}",
                             field="--nodes", hint="lower --nodes or add hosts to the cluster spec")
+
+    def release_resources(self, paths: RunPaths) -> None:
+        super().release_resources(paths)
+        # The copy of Caddy the job stages for rank 0's container (access: private), left by a
+        # job that was killed before the container took it.
+        shutil.rmtree(paths.state / PROXY_STAGE, ignore_errors=True)
 
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:
         try:

@@ -5,6 +5,7 @@ machine) and on the Slurm test cluster, where another node reaches the proxy but
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 from pathlib import Path
@@ -250,3 +251,193 @@ def test_on_slurm_a_taken_proxy_port_on_the_node_fails_the_run_naming_it(slurm_c
         for h in holders:
             h.kill()
             h.wait()
+
+
+# ------------------------------------------------------------------ ssh + Docker: the proxy in rank 0's container
+
+def _cmdlines_with(text: str) -> list[str]:
+    """Live processes whose command line holds `text` (every node's: they share this process table)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{cmd[:200]} (pid {pid})")
+    return found
+
+
+def _ssh_private_spec(tmp_path: Path, dn: Any, server: dict[str, Any] | None = None, **top: Any) -> Path:
+    """The test bed's ssh + Docker spec, private by default: nothing about access in it."""
+    from tests.integration.test_ssh_docker_launch import ssh_spec
+
+    spec = ssh_spec(tmp_path, dn)
+    data = yaml.safe_load(spec.read_text())
+    assert "access" not in data
+    data["server"] = {**data["server"], **(server or {})}
+    spec.write_text(yaml.safe_dump({**data, **top}))
+    return spec
+
+
+def _container_proxy(dn: Any, node: str, run_id: str, *argv: str) -> str:
+    (c,) = dn.containers(node, f"org.ftcluster.run={run_id}")
+    return str(dn.docker(node, ["exec", c, *argv]).stdout.strip())
+
+
+@pytest.mark.docker
+@pytest.mark.cluster
+def test_on_ssh_docker_the_proxy_in_rank0s_container_serves_with_the_token_only(
+        tmp_path: Path, docker_nodes: Any, sshd_nodes: Any) -> None:
+    """ssh + Docker, private by default: the job runs here, Caddy in rank 0's container. From
+    another node rank 0's own Triton ports answer nothing, the proxy answers 401 without the
+    token and serves with it (HTTP, gRPC, the metrics the job reads); the job's probes and
+    clients with --run go through it; the token is on no command line, in no docker option and
+    no other file; `stop` leaves no Caddy, no copy of it and no container."""
+    from tests.docker.launching import assert_nothing_left, serve_detached, stop
+
+    dn = docker_nodes
+    tb = dn.tb
+    out, run_dir = serve_detached(dn, _ssh_private_spec(tmp_path, dn, {"liveness": {"interval": 1, "deadline": 5},
+                                                                        "metrics_interval": 1}))
+    run_id, rank0, other = out["run_id"], dn.nodes[0], dn.nodes[1]
+    try:
+        st = _serving(run_id)
+        assert st["access"] == "private" and st["endpoint"] == f"{rank0}:8000", st
+        token = ftcluster("token", run_id).stdout.strip()
+        assert len(token) >= 40
+
+        def from_other(port: int, auth: bool, path: str = "/v2/health/ready") -> str:
+            header = ["-H", f"Authorization: Bearer {token}"] if auth else []
+            got = tb.node_exec(other, ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5",
+                                       *header, f"http://{rank0}:{port}{path}"])
+            return str(got.stdout.strip())
+        for port in (8100, 8101, 8102):   # Triton itself: rank 0's loopback only
+            assert from_other(port, True) == "000", port
+        assert from_other(8000, False) == "401" and from_other(8000, True) == "200"
+        assert from_other(8002, False, "/metrics") == "401" and from_other(8002, True, "/metrics") == "200"
+        assert _http_status(rank0, 8000, "/v2/repository/index", token, "POST") == 403
+        assert _grpc_live(f"{rank0}:8001", token) == "live"
+        assert _grpc_live(f"{rank0}:8001", None).startswith("refused")
+        assert "403" in _grpc_unload(f"{rank0}:8001", token)
+        for protocol in ("http", "grpc"):
+            ok = ftcluster("client", "identity", "--run", run_id, "--protocol", protocol)
+            assert ok.returncode == 0, ok.stdout + ok.stderr
+        # The job's own requests went through the proxy: the liveness probe answered, the metrics
+        # were sampled (a line is written only for an answer).
+        def probed() -> bool:
+            health = json.loads(ftcluster("status", run_id, "--json").stdout)["health"] or {}
+            return bool((health.get("last_probe") or {}).get("answered"))
+        assert wait_for(probed, 30, interval=0.5)
+        assert wait_for(lambda: (run_dir / "state" / "metrics.jsonl").is_file(), 30)
+        # Caddy runs from its copy in the container, as you; the staged copy is gone already.
+        assert not (run_dir / "state" / "proxy-stage").exists()
+        pid = _container_proxy(dn, rank0, run_id, "cat", "/run/ftcluster-proxy/caddy.pid").split()[0]
+        assert _container_proxy(dn, rank0, run_id, "readlink", f"/proc/{pid}/exe") == "/run/ftcluster-proxy/caddy"
+        _token_held_only_by_its_file(run_dir, token)
+        assert _cmdlines_with(token) == []
+        for node in dn.nodes[:2]:
+            (c,) = dn.containers(node, f"org.ftcluster.run={run_id}")
+            assert token not in dn.docker(node, ["inspect", c], check=True).stdout
+    finally:
+        stop(dn, run_id)
+    assert_nothing_left(dn, run_dir)
+    assert _cmdlines_with("/run/ftcluster-proxy/caddy") == []
+    assert not (run_dir / "state" / "proxy-stage").exists()
+    with socket.socket() as s:   # the proxy's port on rank 0's node is free again: nothing answers
+        assert s.connect_ex((rank0, 8000)) != 0
+
+
+@pytest.mark.docker
+@pytest.mark.cluster
+def test_on_ssh_docker_a_restart_of_the_world_keeps_the_proxy(tmp_path: Path, docker_nodes: Any,
+                                                              sshd_nodes: Any) -> None:
+    """Rank 1 freezes while serving: the liveness probe (through the proxy, with the token) finds
+    the hung world, every process of it in the containers is reaped but the proxy, which serves
+    the restarted world on: the same Caddy, and clients with --run pass."""
+    from tests.docker.launching import assert_nothing_left, launch, stop
+    from tests.integration.test_liveness import RESTARTS
+
+    dn = docker_nodes
+    spec = _ssh_private_spec(tmp_path, dn, RESTARTS, env={"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"})
+    rc, out, err = launch(dn, spec, "--nodes", "2", "--keep-serving", "--no-client", "--no-mpi-check")
+    assert rc == 0 and out["ok"], (out, err)
+    run_id, run_dir, rank0 = out["run_id"], Path(out["run_dir"]), dn.nodes[0]
+    try:
+        caddy = _container_proxy(dn, rank0, run_id, "cat", "/run/ftcluster-proxy/caddy.pid")
+
+        def serving_again() -> bool:
+            st = json.loads(ftcluster("status", run_id, "--json").stdout)
+            return len(st["restarts"]) == 1 and st["phase"] == "serving" and \
+                ((st["health"] or {}).get("last_probe") or {}).get("answered") is True
+        assert wait_for(serving_again, 120, interval=0.5), ftcluster("status", run_id, "--json").stdout
+        st = json.loads(ftcluster("status", run_id, "--json").stdout)
+        assert st["restarts"][0]["cause"].startswith("the MPI world is hung"), st["restarts"]
+        assert _container_proxy(dn, rank0, run_id, "cat", "/run/ftcluster-proxy/caddy.pid") == caddy
+        ok = ftcluster("client", "identity", "--run", run_id, "--model", "fastertransformer")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        started = [ln for ln in (run_dir / "state" / "events").read_text().splitlines() if " proxy_started " in ln]
+        assert len(started) == 1, started   # the job never had to start it again
+    finally:
+        stop(dn, run_id)
+    assert_nothing_left(dn, run_dir)
+    assert _cmdlines_with("/run/ftcluster-proxy/caddy") == []
+
+
+@pytest.mark.docker
+@pytest.mark.cluster
+def test_on_ssh_docker_a_tls_endpoint_is_checked_and_used_by_the_job(tmp_path: Path, docker_nodes: Any,
+                                                                     sshd_nodes: Any) -> None:
+    """proxy.tls_cert/tls_key on ssh + Docker: the job copies them beside Caddy in rank 0's
+    container; its readiness and liveness go there over TLS with the token, its client with the
+    run's certificate. Plain HTTP to the TLS port is refused."""
+    from tests.docker.launching import assert_nothing_left, launch
+
+    dn = docker_nodes
+    cert, key = self_signed(tmp_path, list(dn.nodes))
+    spec = _ssh_private_spec(tmp_path, dn, proxy={"tls_cert": str(cert), "tls_key": str(key)})
+    rc, out, err = launch(dn, spec, "--nodes", "2", "--no-mpi-check")   # serves, the job's client check, ends
+    assert rc == 0 and out["client"]["ok"], (out, err)
+    assert_nothing_left(dn, Path(out["run_dir"]))
+    assert _cmdlines_with("/run/ftcluster-proxy/caddy") == []
+
+
+@pytest.mark.docker
+@pytest.mark.cluster
+def test_on_ssh_docker_a_taken_proxy_port_fails_the_run_and_gets_no_token(tmp_path: Path, docker_nodes: Any,
+                                                                          sshd_nodes: Any) -> None:
+    """Someone else's process holds the endpoint's HTTP port on rank 0's node: Caddy cannot
+    listen, the run fails at once naming the port and the node, and the holder never sees the
+    run's token (the job sends it only once Caddy holds the ports)."""
+    import subprocess
+    import sys
+
+    from tests.docker.launching import assert_nothing_left, launch
+
+    dn = docker_nodes
+    rank0 = dn.nodes[0]
+    # Answers 200 to anything and prints every request it gets.
+    hold = ("import http.server, socketserver, sys\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n"
+            "        print(self.path, dict(self.headers), flush=True); self.send_response(200); self.end_headers()\n"
+            "    do_POST = do_GET\n"
+            "socketserver.TCPServer.allow_reuse_address = True\n"
+            "s = socketserver.TCPServer(('0.0.0.0', 8000), H); print('listening', flush=True); s.serve_forever()\n")
+    holder = subprocess.Popen([*dn.tb.net.enter(rank0), sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "listening"
+        rc, out, err = launch(dn, _ssh_private_spec(tmp_path, dn), "--nodes", "2", "--no-mpi-check")
+    finally:
+        holder.kill()
+        seen, _ = holder.communicate(timeout=10)
+    assert rc != 0 and out["ok"] is False, (out, err)
+    failure = str(out.get("failure"))
+    assert "the proxy (access: private) exited" in failure and "ports.http 8000" in failure, failure
+    assert f"taken on {rank0}" in failure and "address already in use" in failure, failure
+    assert "Bearer" not in seen and "Authorization" not in seen, seen
+    run_dir = Path(out["run_dir"])
+    assert "servers_starting" not in (run_dir / "state" / "events").read_text()
+    assert_nothing_left(dn, run_dir)
+    assert _cmdlines_with("/run/ftcluster-proxy/caddy") == []
+    assert not (run_dir / "state" / "proxy-stage").exists()

@@ -24,18 +24,29 @@ from tests.unit.test_render import SPECS, cluster
 
 
 @pytest.mark.parametrize("style,want", [("none", "private"), ("pyxis", "private"), ("docker", "private"),
-                                        ("local", "cluster"), ("ssh_docker", "cluster")])
+                                        ("local", "cluster"), ("ssh_docker", "private")])
 def test_private_by_default_where_a_proxy_can_run_beside_rank0(style: str, want: str) -> None:
     assert access_of(cluster(**SPECS[style])) == want
     assert access_of(cluster(**{**SPECS[style], "access": "cluster"})) == "cluster"
 
 
-def test_refusals_name_the_field() -> None:
-    ssh = cluster(**{**SPECS["ssh_docker"], "access": "private"})
-    assert "access: private" in access_problems(ssh)[0]
+def test_refusals_name_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from ftcluster.styles import STYLES
+
     high = cluster(**{**SPECS["none"], "ports": {"http": 65500, "grpc": 65501, "metrics": 65502}})
     assert access_problems(high)[0].startswith("proxy.loopback_offset:")
     assert access_problems(cluster(**SPECS["none"])) == []
+    assert access_problems(cluster(**SPECS["ssh_docker"])) == []
+    # ssh + Docker: the GPU exporter runs in the job, away from the proxy in rank 0's container.
+    gpus = {"ports": {"http": 8000, "grpc": 8001, "metrics": 8002, "gpus": 8003}}
+    assert access_problems(cluster(**{**SPECS["ssh_docker"], **gpus}))[0].startswith("ports.gpus: ")
+    assert access_problems(cluster(**{**SPECS["ssh_docker"], **gpus, "access": "cluster"})) == []
+    # A style that cannot start the proxy refuses private, which is then not its default either.
+    monkeypatch.setitem(STYLES, "ssh_docker", replace(STYLES["ssh_docker"], proxy=False))
+    assert "access: private" in access_problems(cluster(**{**SPECS["ssh_docker"], "access": "private"}))[0]
+    assert access_of(cluster(**SPECS["ssh_docker"])) == "cluster"
 
 
 def test_the_config_holds_no_secret_and_refuses_the_private_api() -> None:
@@ -85,6 +96,28 @@ def test_tls_from_the_users_files(tmp_path: Path) -> None:
     spec.write_text("name: c\nscheduler: slurm\npartition: p\nproxy: {tls_cert: /c.pem}\n")
     res = run_cli("plan", "--cluster", str(spec), cwd=tmp_path)
     assert res.rc == 3 and "tls_cert and tls_key go together" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_proxy_in_rank0s_container_serves_the_metrics_to_the_job_and_its_tls_copies() -> None:
+    """ssh + Docker: the job reads rank 0's metrics through the proxy (with the token) from the
+    launching machine, and Caddy loads the copies of proxy.tls_cert's files in its container."""
+    from ftcluster.job.config import CONTAINER_PROXY_DIR, JobConfig
+    from tests.unit.test_render import render_style
+
+    files = render_style("ssh_docker", proxy={"tls_cert": "/home/u/c.pem", "tls_key": "/home/u/k.pem"}).files
+    config = json.loads(files["proxy.json"])
+    metrics = config["apps"]["http"]["servers"]["metrics"]
+    assert metrics["listen"] == [":8002"] and metrics["routes"][0]["handle"][0]["status_code"] == 401
+    assert config["apps"]["tls"]["certificates"]["load_files"] == [
+        {"certificate": f"{CONTAINER_PROXY_DIR}/cert.pem", "key": f"{CONTAINER_PROXY_DIR}/key.pem"}]
+    proxy = JobConfig.from_json(files["job.json"]).proxy
+    assert proxy is not None and (proxy.tls_cert, proxy.tls_key) == ("/home/u/c.pem", "/home/u/k.pem")
+    # Where the job runs beside rank 0, the metrics stay hidden and the files are the user's own.
+    beside = json.loads(render_style("docker", proxy={"tls_cert": "/home/u/c.pem", "tls_key": "/home/u/k.pem"}
+                                     ).files["proxy.json"])
+    assert "metrics" not in beside["apps"]["http"]["servers"]
+    assert beside["apps"]["tls"]["certificates"]["load_files"] == [{"certificate": "/home/u/c.pem",
+                                                                    "key": "/home/u/k.pem"}]
 
 
 def test_the_dry_run_names_the_token_file_and_shows_no_token(tmp_path: Path) -> None:

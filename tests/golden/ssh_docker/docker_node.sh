@@ -4,6 +4,8 @@
 #   on rank 0's node:             docker_node.sh exec CMD...   (CMD inside this run's container,
 #                                                               through `run`: with the spec's env)
 # and inside the containers:      docker_node.sh sshd | mpirun HOSTS CMD... | rank | reap_inside
+# access: private, the job elsewhere: docker_node.sh proxy_up on rank 0's node, proxy_run |
+# proxy_stop GRACE in its container
 # Values are shell-quoted data; the shared variable block defines some this script does not use.
 # shellcheck disable=SC2016,SC2034,SC2089,SC2090
 set -uo pipefail
@@ -15,7 +17,7 @@ LOGS=/shared/runs/gpt-2n/logs
 STATE=/shared/runs/gpt-2n/state
 SCRIPTS=/shared/runs/gpt-2n/scripts
 NODES=2
-HTTP_PORT=8000
+HTTP_PORT=8100
 PORT_STRIDE=0
 ID_PREFIX=ftc-gpt-2n
 TRITON=/opt/tritonserver/bin/tritonserver
@@ -35,6 +37,18 @@ GPU_MODE=request
 GPUS=8
 # Inside a container: private copies of the run's keys (sshd and ssh refuse loose modes).
 IN_SSH=/run/ftcluster-ssh
+# access: private with the job on another machine: the run's proxy (Caddy) in rank 0's
+# container, on the endpoint's ports (host networking: the node's ports and loopback, where
+# Triton listens behind it). The job stages Caddy's binary (and proxy.tls_cert's files) in the
+# run folder, which the container copies into a folder of its own, the staged copy going at
+# once. The token the container reads from scripts/token itself: it is on no command line, in
+# no docker option and in no other file.
+IN_PROXY=/run/ftcluster-proxy
+PROXY_STAGE=/shared/runs/gpt-2n/state/proxy-stage
+CADDY="$IN_PROXY"/caddy
+PROXY_CONFIG=/shared/runs/gpt-2n/scripts/proxy.json
+TOKEN_FILE=/shared/runs/gpt-2n/scripts/token
+PROXY_PORTS=(8000 8001 8002)
 # What runs in a container runs as you, the job's user, with your groups, as on Pyxis: nothing
 # of the run folder is read or written as root. On NFS with root_squash the containers' root is
 # nobody, who may not enter your 0700 run folder; and the container's root keeps no
@@ -211,11 +225,15 @@ down() {
 reap_inside() {
   local p pid state sshd_pid='' i left
   [ -r "$IN_SSH/sshd.pid" ] && read -r sshd_pid <"$IN_SSH/sshd.pid"
+  # Nor is the run's proxy (Caddy and the shell that waits for it): it outlives a restart of the
+  # world, as it does beside the job on the other styles.
+  local proxy_pids=''
+  [ -r "$IN_PROXY/caddy.pid" ] && read -r proxy_pids <"$IN_PROXY/caddy.pid"
   for ((i = 0; i < 50; i++)); do
     left=()
     for p in /proc/[0-9]*; do
       pid=${p#/proc/}
-      case " 1 $$ $sshd_pid " in *" $pid "*) continue ;; esac
+      case " 1 $$ $sshd_pid $proxy_pids " in *" $pid "*) continue ;; esac
       read -r state <"$p/stat" 2>/dev/null || continue
       state=${state##*) }
       [ "${state%% *}" = Z ] || left+=("$pid")
@@ -235,6 +253,105 @@ remove_all() {
   # One id per line; word splitting is wanted here.
   # shellcheck disable=SC2086
   [ -z "$ids" ] || docker rm -f $ids
+}
+
+# On rank 0's node: the proxy's folder in the container (yours, made by the container's root on
+# its own files), then the proxy in it, as you. Ends when Caddy ends.
+proxy_up() {
+  local out
+  out=$(docker exec -u 0 "$CNAME" install -d -m 700 -o "$RUN_UID" -g "$RUN_GID" "$IN_PROXY" 2>&1) \
+    || { record proxy "failed cannot make $IN_PROXY in $CNAME: $(lastline "$out")"; exit 1; }
+  exec docker exec -e FTC_NODE="$NODE" "$CNAME" bash "$SCRIPTS/docker_node.sh" proxy_run
+}
+
+# Whether process $1 holds a listening TCP socket on every port after it: the kernel's tables
+# (/proc/net/tcp and tcp6: local address with the port in hex, state 0A = LISTEN, the socket's
+# inode) against the process's descriptors. Then no other user's process listens there: Linux
+# lets a second socket listen on the port only with SO_REUSEPORT on both and the same user
+# (Caddy sets it: another Caddy of yours could share the port, never another user's process).
+holds_ports() {
+  local pid=$1 fd link inodes=' ' port hex table found addr st inode
+  shift
+  for fd in /proc/"$pid"/fd/*; do
+    link=$(readlink "$fd" 2>/dev/null) || continue
+    [[ $link =~ ^socket:\[([0-9]+)\]$ ]] && inodes+="${BASH_REMATCH[1]} "
+  done
+  for port in "$@"; do
+    printf -v hex '%04X' "$port"
+    found=''
+    for table in /proc/net/tcp /proc/net/tcp6; do
+      [ -r "$table" ] || continue
+      while read -r _ addr _ st _ _ _ _ _ inode _; do
+        if [[ $st == 0A && $addr == *":$hex" && $inodes == *" $inode "* ]]; then found=1; break 2; fi
+      done <"$table"
+    done
+    [ -n "$found" ] || return 1
+  done
+}
+
+# Whether pid $1 is the run's Caddy (a zombie or a recycled pid is not).
+is_caddy() { [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$CADDY" ]; }
+
+proxy_fail() {
+  record proxy "failed $*"
+  echo "ftcluster: $NODE: $*" >&2
+  exit 1
+}
+
+# Inside rank 0's container: Caddy; once it holds the endpoint's ports, that is recorded for the
+# job, which only then sends the token there (to a port someone else held, it would give it
+# away). Waits for Caddy and exits as it did.
+proxy_run() {
+  local pid i rc token=''
+  # An earlier Caddy of the run (its job lost the ssh session to it) lets go of the ports first.
+  proxy_stop 5
+  { cp -- "$PROXY_STAGE"/* "$IN_PROXY"/ && rm -rf -- "$PROXY_STAGE" && mkdir "$IN_PROXY/home"; } \
+    || proxy_fail "cannot copy the proxy's files from $PROXY_STAGE (the job stages them) into $IN_PROXY"
+  IFS= read -r token <"$TOKEN_FILE"
+  [ -n "$token" ] || proxy_fail "no token in $TOKEN_FILE"
+  # The token in Caddy's environment alone: its config names {env.FTC_PROXY_TOKEN}. Caddy's home
+  # is a folder of its own here: it writes nothing else.
+  FTC_PROXY_TOKEN=$token HOME=$IN_PROXY/home XDG_CONFIG_HOME=$IN_PROXY/home XDG_DATA_HOME=$IN_PROXY/home \
+    "$CADDY" run --config "$PROXY_CONFIG" &
+  pid=$!
+  token=''
+  printf '%s %s\n' "$pid" "$$" >"$IN_PROXY/caddy.pid"
+  for ((i = 0; i < 100; i++)); do
+    if holds_ports "$pid" "${PROXY_PORTS[@]}"; then
+      record proxy ok
+      wait "$pid"
+      exit
+    fi
+    is_caddy "$pid" || break
+    sleep 0.1
+  done
+  if is_caddy "$pid"; then
+    kill -KILL "$pid"
+    wait "$pid"
+    proxy_fail "the proxy does not listen on ports ${PROXY_PORTS[*]} after 10 s"
+  fi
+  wait "$pid"
+  rc=$?
+  record proxy "failed exited $rc"
+  exit "$rc"
+}
+
+# Inside rank 0's container: the run's Caddy asked to end (SIGTERM: its graceful stop, requests
+# in flight finish), killed after $1 seconds; then its files go (the container goes at the
+# run's end too).
+proxy_stop() {
+  local grace=$1 pid='' i
+  [[ $grace =~ ^[0-9]+$ ]] || { echo "usage: $0 proxy_stop SECONDS" >&2; exit 2; }
+  [ -r "$IN_PROXY/caddy.pid" ] && read -r pid _ <"$IN_PROXY/caddy.pid"
+  if [[ $pid =~ ^[0-9]+$ ]] && is_caddy "$pid"; then
+    kill -TERM "$pid"
+    for ((i = 0; i < grace * 10; i++)); do
+      is_caddy "$pid" || break
+      sleep 0.1
+    done
+    is_caddy "$pid" && kill -KILL "$pid"
+  fi
+  rm -rf -- "${IN_PROXY:?}"/*
 }
 # Waits until its step ends (SIGTERM from Slurm or the job, SIGHUP when the ssh session is gone),
 # then removes this node's containers of the run (remove_all): the teardown of last resort, for
@@ -269,6 +386,9 @@ case "${1:-}" in
   run) shift; exec "$@" ;;   # inside the container, with the spec's env (sourced above)
   reap) exec docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" reap_inside ;;
   reap_inside) reap_inside ;;
+  proxy_up) proxy_up ;;
+  proxy_run) proxy_run ;;
+  proxy_stop) proxy_stop "${2:-}" ;;
   sshd) mpi_on_path; sshd_start ;;
   mpirun) shift; mpi_on_path; run_mpirun "$EXIT_GRACE" "$@" ;;
   mpirun_brief) shift; mpi_on_path; run_mpirun 0 "$@" ;;

@@ -12,14 +12,14 @@ LOGS=/shared/runs/gpt-2n/logs
 STATE=/shared/runs/gpt-2n/state
 SCRIPTS=/shared/runs/gpt-2n/scripts
 NODES=2
-HTTP_PORT=8000
+HTTP_PORT=8100
 PORT_STRIDE=0
 ID_PREFIX=ftc-gpt-2n
 TRITON=/opt/tritonserver/bin/tritonserver
 EXIT_GRACE=20
 export RUN_ID RUN_DIR LOGS STATE ID_PREFIX PORT_STRIDE
-GRPC_PORT=8001
-METRICS_PORT=8002
+GRPC_PORT=8101
+METRICS_PORT=8102
 EXTRA_ARGS=()
 
 # Enroot (Pyxis) starts a step through a login shell, so an image's /etc/profile that assigns
@@ -173,8 +173,14 @@ fi
 
 # Flags newer than FT's images are asked of the binary itself (its --help: ~30 ms).
 TRITON_HELP=""
-if [ "$RANK" = 0 ]; then TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1); fi
-ADDRESS_ARGS=()
+if true; then TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1); fi
+# access: private (or a replica set's member) -- every port on this node's loopback alone; the
+# run's proxy serves the spec's ports (with its token where private). --metrics-address is newer than FT's images (Triton 23.05, server
+# #5737); without it the metrics listen on the HTTP address, the loopback too.
+ADDRESS_ARGS=(--http-address=127.0.0.1 --grpc-address=127.0.0.1)
+if [[ $TRITON_HELP == *--metrics-address* ]]; then
+  ADDRESS_ARGS+=(--metrics-address=127.0.0.1)
+fi
 # Rank 0, the server that serves, also keeps latency quantiles over a sliding window
 # (nv_inference_request_summary_us{quantile=...}; Triton 23.04 and later). Before the spec's
 # own arguments, so that a --metrics-config of the spec's has the last word.
