@@ -60,6 +60,7 @@ from ftcluster.job.config import (
     ProxyConfig,
     StepConfig,
 )
+from ftcluster.job.styles import UNMARK_PYTHON_ENV
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -308,7 +309,7 @@ class RenderContext:
     files: RunFiles
 
     def variables(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"unmark_python_env": UNMARK_PYTHON_ENV}
 
 
 def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:

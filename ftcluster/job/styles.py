@@ -23,10 +23,14 @@ from .text import first_match, last_line, read_text, squeeze
 
 # Triton's python backend's own /tmp folder (mkdtemp of /tmp/python_env_XXXXXX).
 PYTHON_ENV_DIR = re.compile(r"/tmp/python_env_[A-Za-z0-9]{6}")
+# Drops a run's mark ($1, a file in a python_env folder) and the folder once no run's mark is left
+# in it. The one definition: the rank wrapper has it too (rank_server.sh: its own marks, and
+# what dead runs left).
+UNMARK_PYTHON_ENV = 'unmark_python_env() { rm -f -- "$1"; compgen -G "${1%/*}/.ftc+*" >/dev/null || rm -rf -- "${1%/*}"; }'
 # bash: RUN_ID then the folders the run's ranks claimed (rank_server.sh): each loses this run's
 # marks, and goes once no other run's mark is left in it.
-FREE_PYTHON_ENVS = ('run=$1; shift; for d in "$@"; do rm -f -- "$d/.ftc+$run+r"*; '
-                    'compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"; done')
+FREE_PYTHON_ENVS = (UNMARK_PYTHON_ENV + '; run=$1; shift; for d in "$@"; do for m in "$d/.ftc+$run+r"*; do '
+                    'unmark_python_env "$m"; done; done')
 
 # Kills every process on this node that carries the run's server mark (rank_server.sh's
 # FTC_SERVER_OF=RUN/rankR/PID): a python backend stub whose tritonserver ended leaves Slurm's

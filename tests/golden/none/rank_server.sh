@@ -137,14 +137,14 @@ kill_server_leftovers() {
 # This incarnation's /dev/shm entries and python_env folders, once its server has ended: a rank
 # whose job Slurm ends without the job's teardown (requeue, scancel, time limit; a TERM, then a
 # KILL after KillWait) leaves nothing when its server ends within KillWait.
+unmark_python_env() { rm -f -- "$1"; compgen -G "${1%/*}/.ftc+*" >/dev/null || rm -rf -- "${1%/*}"; }
 free_own() {
   local d
   rm -rf -- "${SHM_DIR:?}/$SHM_NAME"* 2>/dev/null
   while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
     [ -e "$d/$PY_MARK" ] || continue
-    rm -f -- "$d/$PY_MARK"
-    compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"
+    unmark_python_env "$d/$PY_MARK"
   done < <(sort -u "$STATE/python_envs" 2>/dev/null)
   return 0
 }
@@ -181,9 +181,7 @@ sweep_orphans() {
     [[ $t =~ ^[0-9]+$ ]] || continue
     (( now - t > 60 )) || continue
     if [[ $e == /tmp/* ]]; then
-      d=${e%/*}
-      rm -f -- "$e"
-      compgen -G "$d/.ftc+*" >/dev/null || rm -rf -- "$d"
+      unmark_python_env "$e"
     else
       rm -rf -- "$e"
     fi
