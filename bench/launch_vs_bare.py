@@ -48,21 +48,25 @@ BARE_SHM = "ftc-bench-bare-"   # the bare ranks' python backend regions in /dev/
 # The command runs as an installed one does: its modules' bytecode cached (pip compiles a
 # wheel's at install). A machine that sets PYTHONDONTWRITEBYTECODE=1 would recompile every
 # module at every launch (+0.15 s), which no user's install does.
-USER_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+def user_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
 
 
 def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int) -> tuple[float, Path]:
     argv = [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model", str(model),
             "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--keep-serving", "--no-client", "--json"]
     t0 = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=USER_ENV)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=user_env())
     wall = time.perf_counter() - t0
     out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    if out.get("run_id"):   # stopped whatever came of it, before its folder may go
+        stop = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
+                              text=True, timeout=300, check=False, env=user_env())
+        if stop.returncode:
+            raise RuntimeError(f"stop failed (rc {stop.returncode}): {stop.stderr[-2000:]}")
     if r.returncode or not out.get("ok"):
         raise RuntimeError(f"launch failed (rc {r.returncode}): {out.get('failure') or r.stderr[-2000:]}")
-    run_id, run_dir = out["run_id"], Path(out["run_dir"])
-    subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_id], capture_output=True, timeout=300, check=True)
-    return wall, run_dir
+    return wall, Path(out["run_dir"])
 
 
 def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
@@ -125,7 +129,7 @@ def main() -> None:
     # Once, untimed: the bytecode cache, as an install leaves it.
     subprocess.run([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model", str(args.model),
                     "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node), "--keep-serving",
-                    "--dry-run"], capture_output=True, timeout=300, check=False, env=USER_ENV)
+                    "--dry-run"], capture_output=True, timeout=300, check=False, env=user_env())
     try:
         for i in range(args.repeats):
             wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,6 +119,7 @@ def main() -> None:
                 print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
         finally:
             bed.remove_leftovers(tb.nodes)
+            shutil.rmtree(tmp, ignore_errors=True)
     med = report.medians(results)
     report.table(med, COLUMNS)
     report.table(med, PHASES)
