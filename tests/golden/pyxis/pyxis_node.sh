@@ -32,13 +32,16 @@ NODE=${SLURMD_NODENAME:-$(hostname -s)}
 # Processes still running in this run's container on this node, found the way `enroot list -f`
 # finds them: another mount namespace whose "/" is the container's root filesystem. A process
 # whose parent ended (a python backend stub of a killed tritonserver) leaves Slurm's process
-# tracking and would outlive the job.
+# tracking and would outlive the job. Shell builtins only (-ef compares the namespaces' inodes):
+# a readlink and an awk for each of a node's hundreds of processes cost the teardown 0.2-0.5 s.
 container_pids() {
-  local p root mine
-  mine=$(readlink /proc/self/ns/mnt)
+  local p r m root
   for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" != "$mine" ] || continue
-    root=$(awk '($5 == "/"){print $4; exit}' "$p/mountinfo" 2>/dev/null) || continue
+    [ "$p/ns/mnt" -ef /proc/self/ns/mnt ] && continue
+    root=''
+    { while read -r _ _ _ r m _; do
+        if [ "$m" = / ]; then root=$r; break; fi
+      done <"$p/mountinfo"; } 2>/dev/null || continue
     case ${root##*/} in
       "pyxis_$CNAME" | "pyxis_${SLURM_JOB_ID:-none}_$CNAME") printf '%s\n' "${p#/proc/}" ;;
     esac
