@@ -11,6 +11,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -64,6 +65,9 @@ SERVER_STEP = "ftc-servers"
 LOST_NODE_S = 10.0
 # One step over all of them, first: this long, plus 10 ms a node (srun's fan-out).
 ALL_NODES_S = 3.0
+# The guards' own removal of the containers, when the teardown asks for it: done and recorded
+# within this long (a node whose guard records nothing gets the teardown's `down` step).
+GUARD_RECORD_S = 30.0
 # A proxy in rank 0's container (ssh + Docker): its start over ssh and docker exec, its copy of
 # Caddy (about 50 MB) and its listening within this long; at its stop, this long for its
 # requests in flight (as a proxy beside the job gets) before it is killed.
@@ -341,9 +345,13 @@ class NodeContainers:
     the guard step ends and each guard removes its node's containers), and a `down` on every node
     whose outcome each node writes to state/<kind>/<node>.down ("ok" or "failed WHY")."""
 
-    def __init__(self, style: JobStyle, kind: str, node_script: str, hint: str):
+    def __init__(self, style: JobStyle, kind: str, node_script: str, hint: str, guards_record: bool = False):
         self.style, self.job = style, style.job
         self.kind, self.node_script, self.hint = kind, node_script, hint
+        # The guards' own removal writes each node's record (Pyxis): the teardown ends the guard
+        # step and needs no `down` step of its own (a step launch fewer), but where a guard left
+        # no record (it died with its node's step, say).
+        self.guards_record = guards_record
         self.started = False
         self.guard: Optional[subprocess.Popen[bytes]] = None
 
@@ -356,11 +364,14 @@ class NodeContainers:
 
     def start_guards(self) -> None:
         os.makedirs(self.dir(), exist_ok=True)
+        for name in os.listdir(self.dir()):   # an earlier job's (a requeue) say nothing of this one's
+            if name.endswith(".down"):
+                remove_entry(os.path.join(self.dir(), name))
         self.started = True
         self.guard = self.job.start(self.node_step("guard", "guard"))
 
     def stop_guards(self) -> None:
-        # The teardown step removed the containers already: the guard step is simply ended.
+        # Each guard removes its node's containers as it ends (already gone after a `down` step).
         if self.guard is not None:
             self.job.end_child(self.guard, 30)
             self.guard = None
@@ -379,10 +390,21 @@ class NodeContainers:
             return True
         job = self.job
         job.event(EV.containers_stopping)
-        job.run(self.node_step("down", "down"), limit=120, interruptible=False)
+        records = [os.path.join(self.dir(), f"{h}.down") for h in hosts]
+        if self.guards_record and self.guard is not None and self.guard.poll() is None:
+            # srun passes USR1 on to the guards and ends with them (a TERM it does not pass on:
+            # it kills the step, and the guards with it).
+            self.guard.send_signal(signal.SIGUSR1)
+            try:
+                self.guard.wait(GUARD_RECORD_S)
+            except subprocess.TimeoutExpired:
+                pass
+            self.stop_guards()
+        if not all(os.path.exists(r) for r in records):
+            job.run(self.node_step("down", "down"), limit=120, interruptible=False)
         bad = []
-        for h in hosts:
-            st = read_text(os.path.join(self.dir(), f"{h}.down")).strip() or "failed no answer from the teardown step"
+        for h, record in zip(hosts, records):
+            st = read_text(record).strip() or "failed no answer from the teardown step"
             if st != "ok":
                 bad.append(h)
                 why = st[len("failed "):] if st.startswith("failed ") else st
@@ -413,7 +435,7 @@ class PyxisStyle(JobStyle):
     def __init__(self, job: Job):
         super().__init__(job)
         self.containers = NodeContainers(self, "pyxis", self.script("pyxis_node.sh"),
-                                         f"enroot remove -f pyxis_{self.cfg.container_name}")
+                                         f"enroot remove -f pyxis_{self.cfg.container_name}", guards_record=True)
         self.proven = False   # a step ran in the image: the containers exist
 
     def container_flags(self) -> List[str]:

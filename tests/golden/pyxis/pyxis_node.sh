@@ -3,9 +3,10 @@
 # Runs on the node itself, outside any container, one task per node through srun:
 #   pyxis_node.sh down    remove the container; writes state/pyxis/<node>.down ("ok" or "failed WHY")
 #   pyxis_node.sh reap    kill what still runs in the container (before a restart of the servers)
-#   pyxis_node.sh guard   wait; on SIGTERM/SIGHUP/SIGINT remove the container and exit. Slurm
-#                         ends this step that way when the job is cancelled or runs out of time,
-#                         when no teardown step can start any more.
+#   pyxis_node.sh guard   wait; on SIGTERM/SIGHUP/SIGINT remove the container as `down` does
+#                         and exit. The job's teardown ends this step so; Slurm ends it that way
+#                         when the job is cancelled or runs out of time, when no teardown step
+#                         can start any more.
 # Pyxis keeps a named container after the job under its default container_scope=global
 # (enroot container pyxis_NAME, unpacked on the node's disk); under container_scope=job it is
 # pyxis_JOBID_NAME and Pyxis's job epilog removes it. Both names are removed here.
@@ -104,11 +105,15 @@ down() {
   fi
 }
 
-# The guard's removal: enroot may be missing on a node where nothing could start anyway.
-remove_all() { command -v enroot >/dev/null 2>&1 && remove_containers; }
+# The guard's removal, which the job's teardown asks for by ending the guard step: as `down`,
+# its outcome recorded (enroot missing on a node where nothing could start anyway is recorded
+# as the failure it is).
+remove_all() { down; }
 # Waits until its step ends (SIGTERM from Slurm or the job, SIGHUP when the ssh session is gone),
 # then removes this node's containers of the run (remove_all): the teardown of last resort, for
 # when the job cannot run its own (cancelled by hand, out of time, the machine running it lost).
+# USR1 asks for the same (srun passes USR1 on to its tasks; a TERM to srun kills them): the
+# job's own teardown, where the guards' removal records its outcome (Pyxis).
 NAPPER=
 # What the run's SIGKILLed ranks left in this node's /dev/shm (rank_server.sh names them).
 remove_shm() { rm -rf -- "/dev/shm/ftc+gpt-2n+"* 2>/dev/null; return 0; }
@@ -116,13 +121,15 @@ guard() {
   declare -F remove_all >/dev/null || { echo "guard: no remove_all defined" >&2; exit 2; }
   # shellcheck disable=SC2317  # reached through the trap
   on_end() {
-    trap - TERM HUP INT
+    # The removal is not cut short by a second signal (Slurm's TERM to the step and srun's
+    # passing on of the job's own USR1 may both come); SIGKILL after KillWait still ends it.
+    trap '' TERM HUP INT USR1
     kill "$NAPPER" 2>/dev/null
     remove_all >/dev/null 2>&1
     remove_shm
     exit 0
   }
-  trap on_end TERM HUP INT
+  trap on_end TERM HUP INT USR1
   while :; do
     sleep 5 &
     NAPPER=$!

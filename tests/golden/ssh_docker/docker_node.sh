@@ -356,6 +356,8 @@ proxy_stop() {
 # Waits until its step ends (SIGTERM from Slurm or the job, SIGHUP when the ssh session is gone),
 # then removes this node's containers of the run (remove_all): the teardown of last resort, for
 # when the job cannot run its own (cancelled by hand, out of time, the machine running it lost).
+# USR1 asks for the same (srun passes USR1 on to its tasks; a TERM to srun kills them): the
+# job's own teardown, where the guards' removal records its outcome (Pyxis).
 NAPPER=
 # What the run's SIGKILLed ranks left in this node's /dev/shm (rank_server.sh names them).
 remove_shm() { rm -rf -- "/dev/shm/ftc+gpt-2n+"* 2>/dev/null; return 0; }
@@ -363,13 +365,15 @@ guard() {
   declare -F remove_all >/dev/null || { echo "guard: no remove_all defined" >&2; exit 2; }
   # shellcheck disable=SC2317  # reached through the trap
   on_end() {
-    trap - TERM HUP INT
+    # The removal is not cut short by a second signal (Slurm's TERM to the step and srun's
+    # passing on of the job's own USR1 may both come); SIGKILL after KillWait still ends it.
+    trap '' TERM HUP INT USR1
     kill "$NAPPER" 2>/dev/null
     remove_all >/dev/null 2>&1
     remove_shm
     exit 0
   }
-  trap on_end TERM HUP INT
+  trap on_end TERM HUP INT USR1
   while :; do
     sleep 5 &
     NAPPER=$!
