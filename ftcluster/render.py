@@ -307,9 +307,11 @@ class RenderContext:
     # The event kinds and the run folder's file names, defined once in Python.
     ev: Kinds
     files: RunFiles
+    # bash: drop a run's python_env mark, and the folder once no mark is left (the teardown's too).
+    unmark_python_env: str = UNMARK_PYTHON_ENV
 
     def variables(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)} | {"unmark_python_env": UNMARK_PYTHON_ENV}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
