@@ -28,7 +28,7 @@ _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\
 def request_successes(host: str, port: int, model: str, timeout: float = 2.0, via: Via = DIRECT) -> float | None:
     """Rank 0's completed requests of `model` (every version), from its metrics; None when they
     could not be read."""
-    body = http_get(host, port, "/metrics", timeout, via.headers(), via.tls)
+    body = http_get(host, port, "/metrics", timeout, via)
     if body is None:
         return None
     total = None

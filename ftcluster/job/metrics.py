@@ -93,7 +93,7 @@ class Sampler:
 
     def sample(self) -> None:
         t = time.time()
-        body = http_get(self.host, self.port, "/metrics", 2.0, self.via.headers(), self.via.tls)
+        body = http_get(self.host, self.port, "/metrics", 2.0, self.via)
         if body is None:
             return
         line = {"t": round(t, 3), "i": self.incarnation, **parse_metrics(body.decode(errors="replace"))}

@@ -193,13 +193,12 @@ class Via(NamedTuple):
 DIRECT = Via()
 
 
-def http_get(host: str, port: int, path: str, timeout: float = 2.0,
-             headers: Optional[Dict[str, str]] = None, tls: bool = False) -> Optional[bytes]:
-    """The body of GET http://HOST:PORT/PATH (https:// with `tls`, unverified: see Via) when the
-    answer is 200, else None."""
-    conn = Via(tls=tls).connection(host, port, timeout)
+def http_get(host: str, port: int, path: str, timeout: float = 2.0, via: Via = DIRECT) -> Optional[bytes]:
+    """The body of GET http://HOST:PORT/PATH (https:// where `via` asks for TLS, unverified: see
+    Via), with what `via` carries, when the answer is 200, else None."""
+    conn = via.connection(host, port, timeout)
     try:
-        conn.request("GET", path, headers=headers or {})
+        conn.request("GET", path, headers=via.headers() or {})
         resp = conn.getresponse()
         body = resp.read()
         return body if resp.status == 200 else None
@@ -212,18 +211,15 @@ def http_get(host: str, port: int, path: str, timeout: float = 2.0,
 def rank0_ready(host: str, port: int, server_id: str, model: str, via: Via = DIRECT) -> bool:
     """Rank 0 is ours and serving: /v2 names OUR --id (not a stale server on the port), and every
     model, the served one included, is ready."""
-    def get(path: str) -> Optional[bytes]:
-        return http_get(host, port, path, headers=via.headers(), tls=via.tls)
-
-    if get("/v2/health/ready") is None:
+    if http_get(host, port, "/v2/health/ready", via=via) is None:
         return False
-    meta = get("/v2")
+    meta = http_get(host, port, "/v2", via=via)
     try:
         if meta is None or json.loads(meta).get("name") != server_id:
             return False
     except ValueError:
         return False
-    return get(f"/v2/models/{model}/ready") is not None
+    return http_get(host, port, f"/v2/models/{model}/ready", via=via) is not None
 
 
 # Earlier incarnations kept in logs/: a run that restarts for days keeps the last few only.

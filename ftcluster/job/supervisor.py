@@ -380,8 +380,8 @@ class Job:
             said = squeeze(last_line(read_text(self.log_path(FILES.proxy_log))))
             return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
                     f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {self.style.proxy_node()}?)")
-        if http_get(self.style.proxy_host(), self.cfg.http_port, "/v2/health/ready", tls=p.tls_cert is not None,
-                    headers={"Authorization": f"Bearer {self.proxy_token}"} if self.proxy_token else None) is None:
+        if http_get(self.style.proxy_host(), self.cfg.http_port, "/v2/health/ready",
+                    via=Via(self.proxy_token, p.tls_cert is not None)) is None:
             return "the proxy (access: private) does not pass requests on to rank 0"
         return None
 
