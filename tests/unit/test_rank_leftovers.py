@@ -154,3 +154,22 @@ def test_the_sweep_reads_run_ids_as_data(tmp_path: Path, clean: list[Path]) -> N
     assert wait_gone([gone])
     assert odd.exists() and victim.exists()
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+def test_a_server_that_fails_at_once_is_recorded_with_its_own_code(tmp_path: Path, clean: list[Path]) -> None:
+    """A server gone before the wrapper waits on it (bash has reaped it already): its own code
+    (127, a missing library) is recorded, not the 1 that stands for a code unknown."""
+    binary = tmp_path / "bin" / "tritonserver"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\nexit 127\n")
+    binary.chmod(0o755)
+    run_dir = tmp_path / "run"
+    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp_path / "ws"),
+                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
+    scripts.materialize(run_dir / "scripts")
+    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": "0"}
+    for _ in range(20):
+        r = subprocess.run(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 127, r.stdout + r.stderr
+        assert (run_dir / "state" / "rank1.exit").read_text().split()[::2] == ["127", "died"]

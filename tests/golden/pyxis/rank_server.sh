@@ -318,12 +318,14 @@ answered_all() {
   kill -KILL "$child" 2>/dev/null
 }
 trap answered_all USR1
-rc=0
-# `wait` returns early when a trapped signal arrives; keep waiting for the server itself.
+# `wait` returns early when a trapped signal arrives; keep waiting for the server itself. The
+# last `wait` gives its code even when bash reaped it before the loop (a server that fails at
+# once, as an exit 127 from a missing library).
 while kill -0 "$child" 2>/dev/null; do
   wait "$child"
-  rc=$?
 done
+wait "$child"
+rc=$?
 (( answered )) && rc=0
 [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
 kill "$progress" 2>/dev/null
