@@ -55,6 +55,8 @@ def tls_name(cert: str) -> str | None:
     CN), or None where it cannot be read."""
     import ssl
 
+    # The standard library decodes a certificate file only through this (getpeercert decodes a
+    # peer's; CPython has kept it since 2.7); cryptography is no base dependency.
     try:
         decoded = ssl._ssl._test_decode_cert(os.path.expanduser(cert))  # type: ignore[attr-defined]
     except (OSError, ValueError, AttributeError, ssl.SSLError):

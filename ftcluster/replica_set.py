@@ -26,7 +26,7 @@ from ftcluster.layout import FILES, RunPaths
 from ftcluster.plan import Plan
 from ftcluster.proxy import access_of, new_token, proxy_binary
 from ftcluster.render import JobStep, handover_lead, write_private
-from ftcluster.replicas import (ADMIN_SOCKET, FrontSettings, front_config_text, member_cluster, member_id,
+from ftcluster.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.request import job_shape
 from ftcluster.spec import ClusterSpec, Container, ModelSpec
@@ -48,6 +48,7 @@ def front_cluster(cluster: ClusterSpec) -> ClusterSpec:
 
 
 def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
+    """The balancer's step; `cluster` is the front's spec (front_cluster)."""
     private = access_of(cluster) == "private"
     python = cluster.python or sys.executable
     # On Slurm the front hands over to a job of its own before its time limit (ftcluster.job.front).
@@ -55,9 +56,9 @@ def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
     settings = FrontSettings(
         caddy=proxy_binary(cluster.proxy) if build else cluster.proxy.binary,
         config=str(paths.scripts / FRONT_CADDY), members=str(paths.run_dir / MEMBERS_FILE),
-        token_file=str(paths.scripts / FILES.token) if private else "", admin_socket=ADMIN_SOCKET,
+        token_file=str(paths.scripts / FILES.token) if private else "",
         state=str(paths.state), logs=str(paths.logs), tls_cert=cluster.proxy.tls_cert or "",
-        handover_lead=lead, script=str(paths.job_script(style_of(front_cluster(cluster)).name)) if lead else "",
+        handover_lead=lead, script=str(paths.job_script(style_of(cluster).name)) if lead else "",
         run_dir=str(paths.run_dir) if lead else "",
         record=(python, "-m", "ftcluster", "successor", str(paths.run_dir), "--took-over") if lead else ())
     listen = "127.0.0.1" if style_of(cluster).one_host else ""
@@ -156,7 +157,7 @@ class ReplicaSet:
         return replica_problems(self.cluster, self.plan, replicas, one_host, LOCAL_PORT_STRIDE, nodes_known)
 
     def front(self, build: bool = True, token: str | None = None) -> Launch:
-        step = front_step(self.cluster, self.paths, build)
+        step = front_step(self.front_spec, self.paths, build)
         opts = LaunchOptions(detach=True, client=False, mpi_check=False, step=step, token=token)
         return Launch(self.front_spec, None, job_shape(self.front_spec, 1, 0), opts, store=self._store,
                       run_id=self.set_id, record_plan=self.plan.to_dict(), clock=self.clock)

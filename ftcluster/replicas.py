@@ -111,7 +111,6 @@ class FrontSettings:
     config: str                 # Caddy's config without upstreams (scripts/front_caddy.json)
     members: str                # the set's members (replicas.json in the front's run folder)
     token_file: str             # "" unless private
-    admin_socket: str           # relative to the front's state folder (a unix socket path is short)
     state: str                  # the front's state folder: rotation.json, the socket
     logs: str
     poll: float = 0.5           # seconds between readings of the members' rotation files
@@ -128,13 +127,12 @@ class FrontSettings:
         return json.dumps(self.__dict__, indent=1, sort_keys=True) + "\n"
 
 
-ADMIN_SOCKET = "admin.sock"
-
-
 def front_config(cluster: ClusterSpec, listen_host: str) -> dict[str, Any]:
     """Caddy's config for the front: HTTP and gRPC on the spec's ports, upstreams empty (the
     controller fills them: every `reverse_proxy` handler of server "http" gets the members'
-    HTTP addresses, of "grpc" their gRPC ones). Admin on a 0600 unix socket, nothing persisted."""
+    HTTP addresses, of "grpc" their gRPC ones). The admin API is off here: the controller gives
+    each job's Caddy its own 0600 unix socket (two jobs share the state folder in a hand-over);
+    with no admin setting at all Caddy would listen on localhost:2019, open to the node."""
     private = access_of(cluster) == "private"
     b = cluster.balancer
     # A short try_interval: a request whose member refused it (a closed door) is sent on within
@@ -177,7 +175,7 @@ def front_config(cluster: ClusterSpec, listen_host: str) -> dict[str, Any]:
         http_routes = [{"handle": [http_up]}]
         grpc_all = [*grpc_routes, {"handle": [proxy(h2c, False)]}]
     config: dict[str, Any] = {
-        "admin": {"listen": f"unix/{ADMIN_SOCKET}|0600", "config": {"persist": False}},
+        "admin": {"disabled": True, "config": {"persist": False}},
         "logging": {"logs": {"default": {"level": "WARN"}}},
         "apps": {"http": {"servers": {"http": server(cluster.ports.http, http_routes),
                                       "grpc": server(cluster.ports.grpc, grpc_all)}}},

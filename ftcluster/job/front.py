@@ -147,10 +147,12 @@ class Front:
         self.successor: Optional[str] = None       # the job that takes over the endpoint
         self.successor_looked = 0.0
         self.handing_over = True                   # False once a hand-over was given up
+        self.taken_over = False                    # the successor serves and the record names it
 
     def config(self, ups: List[Tuple[str, int, int]]) -> Dict[str, Any]:
         cfg = json.loads(json.dumps(self.template))
-        cfg.setdefault("admin", {})["listen"] = f"unix/{self.admin_name}|0600"
+        # Its own admin socket per job (the rendered config has the admin API off).
+        cfg["admin"] = {"listen": f"unix/{self.admin_name}|0600", "config": {"persist": False}}
         for name, servers in cfg["apps"]["http"]["servers"].items():
             for route in servers["routes"]:
                 for h in route.get("handle", []):
@@ -318,8 +320,10 @@ class Front:
                   "cancelled and this balancer serves to its time limit", flush=True)
             self.cancel_successor()
             return False
+        # The marker diverts this job's last events (supervisor.event) from the run's events file.
         with open(os.path.join(self.state, FILES.taken_over.format(job=self.job_id)), "w"):
             pass
+        self.taken_over = True
         print(f"ftcluster: job {self.successor} serves the endpoint; this balancer stops", flush=True)
         return True
 
@@ -336,7 +340,7 @@ class Front:
         self.stopping = True
 
     def stop(self) -> None:
-        if self.successor is not None and self.handing_over and not self.stopping_for_successor():
+        if self.successor is not None and self.handing_over and not self.taken_over:
             if successor_decision(time.time(), self.notice_at, float(self.s.get("handover_lead", 0))) == "cancel":
                 self.cancel_successor()
         if self.caddy is not None and self.caddy.poll() is None:
@@ -352,10 +356,6 @@ class Front:
                 os.unlink(path)
             except OSError:
                 pass
-
-    def stopping_for_successor(self) -> bool:
-        """This front stops because its successor serves (the run's record names it)."""
-        return os.path.exists(os.path.join(self.state, FILES.taken_over.format(job=self.job_id)))
 
     def main(self) -> int:
         signal.signal(signal.SIGTERM, self.on_signal)

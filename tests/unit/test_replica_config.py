@@ -63,7 +63,8 @@ def _servers(cfg: dict) -> dict:  # type: ignore[type-arg]
 
 def test_front_config() -> None:
     private = front_config(cluster(access="private", balancer={"retry_for": 90, "buffer_mb": 4}), "")
-    assert private["admin"] == {"listen": "unix/admin.sock|0600", "config": {"persist": False}}
+    # Off until the controller gives its job's Caddy a socket of its own (no localhost:2019).
+    assert private["admin"] == {"disabled": True, "config": {"persist": False}}
     http = _servers(private)["http"]
     assert http["listen"] == [":8000"]
     first = http["routes"][0]
@@ -132,6 +133,9 @@ def test_the_front_follows_members_and_successors(tmp_path: Path) -> None:
     dials = [u["dial"] for r in _servers(cfg)["grpc"]["routes"] for h in r["handle"] if h["handler"] == "reverse_proxy"
              for u in h["upstreams"]]
     assert dials == ["n1:8021", "n3:8041", "n5:8021"] * 2
+    # The job's own admin socket, 0600, in the state folder: never a TCP port.
+    assert cfg["admin"] == {"listen": f"unix/{front.admin_name}|0600", "config": {"persist": False}}
+    assert front.admin_name == f"admin-{os.environ.get('SLURM_JOB_ID') or os.getpid()}.sock"
 
 
 def test_only_an_added_address_loads_a_config() -> None:
