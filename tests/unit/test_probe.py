@@ -66,3 +66,41 @@ def test_no_probe_when_turned_off_and_a_clear_refusal_when_none_can_be_made(tmp_
     with pytest.raises(UserError) as exc:
         liveness_config(demo.model_copy(update={"repository": tmp_path / "repo"}), plan, demo.client, Liveness(), 8002)
     assert exc.value.field == "server.liveness" and "interval: 0" in (exc.value.hint or "")
+
+
+_IN_A_FRESH_PROCESS = """
+import json, sys
+from ftcluster.plan import make_plan
+from ftcluster.probe import liveness_config
+from ftcluster.spec import Liveness, embedded_model_path, load_model
+from tests.helpers_specs import cluster
+demo = load_model(embedded_model_path())
+cfg = liveness_config(demo, make_plan(cluster(gpus_per_node=1), demo, 1), demo.client, Liveness(), 8002)
+print(json.dumps([cfg.body, cfg.json_size, cfg.what, "numpy" in sys.modules]))
+"""
+
+
+def test_a_model_probed_before_is_probed_from_the_cache_without_numpy(tmp_path: Path) -> None:
+    """The request is made once per model config (numpy and the client's request builder cost a
+    launch 0.1-0.2 s before any server starts); later launches read it from the cache, and a
+    damaged cache entry is made again."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FTCLUSTER_CACHE": str(tmp_path / "cache")}
+
+    def probe() -> list[Any]:
+        r = subprocess.run([sys.executable, "-c", _IN_A_FRESH_PROCESS], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=Path(__file__).resolve().parents[2], check=True)
+        return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+    first = probe()
+    assert first[3] is True                      # made: the client's builder, numpy with it
+    kept = list((tmp_path / "cache" / "probes").glob("*.json"))
+    assert len(kept) == 1
+    again = probe()
+    assert again == [*first[:3], False]          # the same request, no numpy
+    kept[0].write_text("{not json")
+    assert probe() == first                      # made again, and kept again
+    assert json.loads(kept[0].read_text())["body"] == first[0]
