@@ -80,10 +80,32 @@ def templates_dir() -> Path:
     return tree_path("job_templates")
 
 
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept in the user's cache (jinja2 keys them by the template's source):
+    a launch compiles none again, some 30 ms of its start-up. A cache that cannot be written
+    only costs the compiling."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:   # noqa: BLE001  (a damaged entry: compile, as with none)
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
+    from ftcluster.triton_local import cache_root
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
+        bytecode_cache=_TemplateCache(str(cache_root() / "templates")),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

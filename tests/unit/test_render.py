@@ -375,3 +375,40 @@ def test_no_block_of_eight_lines_repeats_across_the_job_library() -> None:
             where = f"{f.name}:{i + 1}"
             assert window not in seen, f"{where} repeats {seen[window]}"
             seen[window] = where
+
+
+_RENDER_IN_A_FRESH_PROCESS = """
+import hashlib, json, jinja2
+compiled = []
+real = jinja2.Environment.compile
+def counting(self, source, name=None, filename=None, raw=False, defer_init=False):
+    compiled.append(name)
+    return real(self, source, name, filename, raw, defer_init)
+jinja2.Environment.compile = counting
+from tests.unit.test_render import render_style
+files = render_style("ssh_docker").files
+print(json.dumps([compiled, hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()]))
+"""
+
+
+def test_templates_are_compiled_once_and_kept(tmp_path: Path) -> None:
+    """A launch compiles no template a launch before it compiled (jinja2 keys the kept code by
+    the template's source): the same scripts, nothing compiled; an unwritable cache is no error."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def rendered(cache: Path) -> list[Any]:
+        env = {**os.environ, "FTCLUSTER_CACHE": str(cache)}
+        r = subprocess.run([sys.executable, "-c", _RENDER_IN_A_FRESH_PROCESS], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=REPO_ROOT, check=True)
+        return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+    first = rendered(tmp_path / "cache")
+    assert "rank_server.sh.j2" in first[0] and "docker_node.sh.j2" in first[0]
+    kept = list((tmp_path / "cache" / "templates").iterdir())
+    assert len(kept) >= len(first[0]) and oct((tmp_path / "cache" / "templates").stat().st_mode & 0o777) == "0o700"
+    assert rendered(tmp_path / "cache") == [[], first[1]]
+    (tmp_path / "a-file").write_text("")   # no folder can be made under it (root or not)
+    assert rendered(tmp_path / "a-file" / "cache")[1] == first[1]
