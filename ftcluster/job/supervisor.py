@@ -19,10 +19,9 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import JobConfig
-from .exporter import Exporter
 from .gpu_samples import event_words, gpu_words
 from .handover import HandOver
 from .liveness import Liveness
@@ -33,6 +32,9 @@ from .rotation import Rotation
 from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_logs, http_get, keep_incarnation,
                     load_progress, rank0_ready)
 from .text import last_line, read_text, squeeze, write_json
+
+if TYPE_CHECKING:
+    from .exporter import Exporter
 
 
 # A member that drains waits at most this long for its front to carry every member in rotation;
@@ -603,6 +605,8 @@ class Job:
         if self.exporter is not None or not cfg.gpu_exporter_port or cfg.metrics_interval <= 0:
             return
         where = f"{cfg.gpu_exporter_address or '*'}:{cfg.gpu_exporter_port}"
+        from .exporter import Exporter   # here: http.server is 30 ms of every job's start
+
         try:
             # A node whose samples are three intervals old is not shown as it was.
             self.exporter = Exporter(cfg.gpu_exporter_address, cfg.gpu_exporter_port, cfg.state, cfg.nodes,
