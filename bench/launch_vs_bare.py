@@ -10,7 +10,8 @@ Local style (every rank on this machine under one mpirun), interleaved per repea
   its own ports, the run's env.sh sourced: the same environment), from mpirun's start to rank
   0 answering as ours (its --id) with the model ready, asked every 50 ms by a poller that
   starts with it; then mpirun is ended.
-Prints the medians and the ratio ftcluster / bare. On a GPU machine pass a CUDA model spec
+Prints the medians and the ratio ftcluster / bare, and ftcluster's time split by phase (from
+the run's events). On a GPU machine pass a CUDA model spec
 (--model) and a cluster spec with its GPUs (--cluster): the ranks get them as launch gives them
 (rank r sees GPUs r*g..r*g+g-1).
 """
@@ -52,13 +53,30 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
 
 
-def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int) -> tuple[float, Path]:
+def phases_of(run_dir: Path, epoch0: float, wall: float) -> dict[str, float]:
+    """Where the command's time went, from the job's own events (this machine's clock): before
+    the job (the command's start-up, checks, preparation, rendering, records), the job's start
+    (its shell and supervisor) up to mpirun's start (servers_starting), the servers up to
+    ready (what the bare run also spends, with mpirun's start), and after ready (the event seen,
+    the record, the output, the command's exit)."""
+    first: dict[str, float] = {}
+    for line in (run_dir / "state" / "events").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2:
+            first.setdefault(words[1], float(words[0]) - epoch0)
+    return {"before_job_s": first["job_started"], "job_start_s": first["servers_starting"] - first["job_started"],
+            "servers_s": first["ready"] - first["servers_starting"], "after_ready_s": wall - first["ready"]}
+
+
+def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int, split: dict[str, float]) -> tuple[float, Path]:
     argv = [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model", str(model),
             "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--keep-serving", "--no-client", "--json"]
-    t0 = time.perf_counter()
+    t0, epoch0 = time.perf_counter(), time.time()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=user_env())
     wall = time.perf_counter() - t0
     out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    if out.get("run_dir"):
+        split.update(phases_of(Path(out["run_dir"]), epoch0, wall))
     if out.get("run_id"):   # stopped whatever came of it, before its folder may go
         stop = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
                               text=True, timeout=300, check=False, env=user_env())
@@ -132,15 +150,18 @@ def main() -> None:
                     "--dry-run"], capture_output=True, timeout=300, check=False, env=user_env())
     try:
         for i in range(args.repeats):
-            wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node)
-            results["ftcluster"].append({"ready_s": wall})
+            split: dict[str, float] = {}
+            wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node, split)
+            results["ftcluster"].append({"ready_s": wall, **split})
             results["bare"].append({"ready_s": bare_once(run_dir, model, args.nodes, args.gpus_per_node)})
             print(f"repeat {i + 1}/{args.repeats}: ftcluster {wall:.2f} s, bare {results['bare'][-1]['ready_s']:.2f} s",
                   file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     med = report.medians(results)
-    report.table(med, [("ready_s", "to ready s", ".2f")])
+    report.table(med, [("ready_s", "to ready s", ".2f"), ("before_job_s", "before the job s", ".3f"),
+                       ("job_start_s", "job start s", ".3f"), ("servers_s", "servers to ready s", ".3f"),
+                       ("after_ready_s", "after ready s", ".3f")])
     r = report.ratio(med, "ready_s", "ftcluster", "bare")
     print(f"ratio ftcluster / bare: {r:.2f} (goal <= {args.goal})")
     report.print_json(med, ratio=r, repeats=args.repeats, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
