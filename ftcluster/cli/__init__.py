@@ -13,8 +13,9 @@ that the table matches the real commands.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -139,8 +140,42 @@ def cli() -> None:
 ARGV: list[str] = []
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI and exit with one of the documented codes (EXIT_CODES_HELP)."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Run the CLI and end the process with one of the documented codes (EXIT_CODES_HELP)."""
+    try:
+        _run(argv)
+        code: str | int | None = 0
+    except SystemExit as exc:
+        code = exc.code
+    _exit(code)
+
+
+def _exit(code: str | int | None) -> NoReturn:
+    """End the process without the interpreter's teardown, which frees every module and object
+    the process is about to drop anyway: 0.03 s of a `status`, 0.1 s of a `launch` on the test
+    machine. What an exit must still do is done: the atexit functions (finalizers included),
+    the standard streams flushed, a message code printed as sys.exit prints it. A command that
+    left threads running ends as Python ends it (they are waited for)."""
+    import atexit
+    import threading
+
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe, a closed stream: nothing more to say
+            pass
+    os._exit(code)
+
+
+def _run(argv: list[str] | None) -> None:
     ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         rv = cli.main(args=argv, prog_name="ftcluster", standalone_mode=False)

@@ -8,5 +8,7 @@
 # the MPI check, a job step or the servers (scripts/rank_server.sh on every node), follows the
 # ranks to ready, runs the client, serves, and tears everything down on every exit; it writes
 # its milestones to state/events.
+# -S: no site (the supervisor needs the standard library only; the site's start-up and .pth
+# hooks cost every job's start some 10-40 ms).
 # shellcheck disable=SC2016  # shell-quoted data: a $ inside a value is literal
-exec /opt/ftcluster/venv/bin/python /shared/runs/gpt-2n/scripts/ftcluster_job /shared/runs/gpt-2n/scripts/job.json
+exec /opt/ftcluster/venv/bin/python -S /shared/runs/gpt-2n/scripts/ftcluster_job /shared/runs/gpt-2n/scripts/job.json
