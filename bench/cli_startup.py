@@ -41,9 +41,10 @@ import report
 
 from ftcluster.store import RunRecord, RunStore
 
-# What `launch` imports before its job starts: the command, and the liveness probe's request
-# (rendered for a serving run).
-LAUNCH_IMPORTS = "import ftcluster.cli.commands_launch, ftcluster.probe, ftcluster.client.modelio, ftcluster.client.rawtriton"
+# What `launch` imports before its job starts: the command, the rendering and the liveness probe
+# (its request is made with the client's builder, numpy included, only the first time a model
+# config is served: later launches read it from the cache).
+LAUNCH_IMPORTS = "import ftcluster.cli.commands_launch, ftcluster.probe, ftcluster.render"
 LAUNCH_LINES = ("ftcluster launch --keep-serving --dry-run", "import the launch path")
 STATUS_16 = "ftcluster status --json RUN (16 nodes)"
 
