@@ -173,3 +173,38 @@ def test_a_server_that_fails_at_once_is_recorded_with_its_own_code(tmp_path: Pat
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 127, r.stdout + r.stderr
         assert (run_dir / "state" / "rank1.exit").read_text().split()[::2] == ["127", "died"]
+
+
+def test_a_rank_killed_early_has_noted_its_python_env(tmp_path: Path, clean: list[Path]) -> None:
+    """The python backend makes its folder in the server's first second; a world SIGKILLed then
+    (another rank failed at once) kills the wrapper before its load's next look (2 s): the
+    folder was noted all the same, for the teardown to free."""
+    import signal
+
+    binary = tmp_path / "bin" / "tritonserver"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/bash\nsleep 0.4\nmktemp -d /tmp/python_env_XXXXXX\nexec sleep 30\n")
+    binary.chmod(0o755)
+    run_dir = tmp_path / "run"
+    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp_path / "ws"),
+                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
+    scripts.materialize(run_dir / "scripts")
+    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": "0"}
+    p = subprocess.Popen(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    made = None
+    try:
+        deadline = time.monotonic() + 10
+        log = run_dir / "logs" / "server-rank1.log"
+        while made is None and time.monotonic() < deadline:
+            text = log.read_text() if log.exists() else ""
+            made = next((ln.strip() for ln in text.splitlines() if ln.startswith("/tmp/python_env_")), None)
+            time.sleep(0.05)
+        assert made is not None
+        clean.append(Path(made))
+        time.sleep(0.6)   # well within the load's 2 s between looks
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    noted = (run_dir / "state" / FILES.python_envs).read_text().split()
+    assert noted == [made]

@@ -107,15 +107,17 @@ mark_loaded() {
 # its server has ended (free_own), the teardown every rank's.
 PY_MARK=".ftc+$RUN_ID+r$RANK+i$INCARNATION"
 TMP_BEFORE=$(compgen -G '/tmp/python_env_*')
+# True when it noted one.
 note_python_env() {
-  local d
+  local d noted=1
   # The new ones in one grep (a grep per folder took seconds on a node with hundreds of them
   # left by others, and a rank stopped meanwhile noted none).
   while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
     [ -e "$d/$PY_MARK" ] && continue   # noted already
-    : >"$d/$PY_MARK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs"
+    : >"$d/$PY_MARK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs" && noted=0
   done < <(compgen -G '/tmp/python_env_*' | grep -vxF -f <(printf '%s\n' "$TMP_BEFORE"))
+  return "$noted"
 }
 
 # What the server starts carries this mark in its environment. A python backend stub whose
@@ -251,6 +253,20 @@ load_progress() {
 }
 load_progress &
 progress=$!
+# The backend makes its folder within the server's first seconds, when the load's looks are 2 s
+# apart: a world SIGKILLed in between (another rank failed at once) would leave it unnoted. So
+# look every 0.2 s until one is noted, the rank has loaded or its server is gone (30 s at most).
+note_python_env_soon() {
+  local i
+  for ((i = 0; i < 150; i++)); do
+    [ -e "$STATE/rank$RANK.loaded" ] && return 0
+    note_python_env && return 0
+    kill -0 "$child" 2>/dev/null || return 0
+    sleep 0.2
+  done
+}
+note_python_env_soon &
+noting=$!
 sampler=
 stopping=0
 # Asked to stop: a graceful stop (rank 0 finishes its requests), unless a rank of this world
@@ -291,7 +307,7 @@ wait "$child"
 rc=$?
 (( answered )) && rc=0
 [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
-kill "$progress" 2>/dev/null
+kill "$progress" "$noting" 2>/dev/null
 how=stopped
 if (( ! stopping )); then
   # A server that ends unasked is a failure whatever its code: srun/mpirun then end the rest.
