@@ -288,6 +288,7 @@ def main() -> None:
     finally:
         tb.down()
         shutil.rmtree(bed_dir, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)   # the runs' folders and records
     med = report.medians(results)
     report.table(med, COLUMNS, label="nodes")
     slopes = {key: slope(sizes, [med[str(n)][key] for n in sizes]) for key, _, _ in COLUMNS}
