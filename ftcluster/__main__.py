@@ -1,3 +1,3 @@
-from ftcluster.cli import main
+from ftcluster.cli import entry
 
-main()
+entry()

@@ -140,10 +140,10 @@ def cli() -> None:
 ARGV: list[str] = []
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Run the CLI and end the process with one of the documented codes (EXIT_CODES_HELP)."""
+def entry(argv: list[str] | None = None) -> NoReturn:
+    """The `ftcluster` command (and `python -m ftcluster`): main(), then the process ends."""
     try:
-        _run(argv)
+        main(argv)
         code: str | int | None = 0
     except SystemExit as exc:
         code = exc.code
@@ -175,7 +175,9 @@ def _exit(code: str | int | None) -> NoReturn:
     os._exit(code)
 
 
-def _run(argv: list[str] | None) -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit with one of the documented codes (EXIT_CODES_HELP): SystemExit, or
+    a return for 0 (in-process callers, tests, keep their process)."""
     ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         rv = cli.main(args=argv, prog_name="ftcluster", standalone_mode=False)

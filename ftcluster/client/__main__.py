@@ -5,6 +5,6 @@ The launcher runs this on rank 0's node, where the `ftcluster` script may not be
 
 import sys
 
-from ftcluster.cli import main
+from ftcluster.cli import entry
 
-main(["client", *sys.argv[1:]])
+entry(["client", *sys.argv[1:]])

@@ -91,3 +91,26 @@ def test_group_help_of_a_subgroup_still_works() -> None:
     load("image")
     group = cli.commands["image"]
     assert isinstance(group, click.Group) and {"build", "import"} <= set(group.commands)
+
+
+def test_the_command_ends_without_teardown_yet_as_an_exit_does(tmp_path: Path) -> None:
+    """`ftcluster` (entry) ends with os._exit, past the interpreter's teardown: the exit code, a
+    whole output through a pipe and the atexit functions are as sys.exit leaves them."""
+    env = {**os.environ, "FTCLUSTER_STATE_DIR": str(tmp_path / "state")}
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('ATEXIT RAN\\n'))\n"
+            "from ftcluster.cli import entry\n"
+            "entry(sys.argv[1:])\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
+                              env=env, check=False)
+
+    ok = run("list", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout) == [] and "ATEXIT RAN" in ok.stderr
+    missing = run("status", "no-such-run")
+    assert missing.returncode == 3 and missing.stderr.startswith("error: no run") and "ATEXIT RAN" in missing.stderr
+    usage = run("no-such-command")
+    assert usage.returncode == 2 and "ATEXIT RAN" in usage.stderr
+    big = run("--help")
+    assert big.returncode == 0 and big.stdout.rstrip().endswith(cli.get_help(click.Context(cli)).rstrip().splitlines()[-1])

@@ -230,7 +230,7 @@ def test_hostile_variable_block_arrives_verbatim(weird_tmp_path: Path) -> None:
     # The entry script execs the supervisor on the run's values, the paths arriving as data.
     scripts_dir = run_dir / "scripts"
     assert entry_argv(scripts.files["job.sh"], weird_tmp_path) == [
-        PYTHON, f"{scripts_dir}/ftcluster_job", f"{scripts_dir}/job.json"]
+        PYTHON, "-S", f"{scripts_dir}/ftcluster_job", f"{scripts_dir}/job.json"]
     job = json.loads(scripts.files["job.json"])
     assert (job["run_dir"], job["logs"], job["python"], job["env"]) == (
         str(run_dir), str(run_dir / "logs"), PYTHON, {"NCCL_DEBUG": HOSTILE})

@@ -50,7 +50,13 @@ def test_wheel_package_list_covers_every_package_folder() -> None:
     on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "ftcluster").rglob("__init__.py")
                if "demo" not in p.parts}
     mapped = {f"ftcluster.{name}" for name in TOP_LEVEL}
-    assert set(tool["packages"]) == on_disk | mapped
+    # Folders of data only are named too (their files come by package-data), as setuptools
+    # takes each such folder whose name could be a package's.
+    pkg = REPO / "ftcluster"
+    data = {"ftcluster." + ".".join(d.relative_to(pkg).parts) for d in [pkg / "demo", *(pkg / "demo").rglob("*")]
+            if d.is_dir() and "__pycache__" not in d.parts and all(x.isidentifier() for x in d.relative_to(pkg).parts)}
+    data |= {f"ftcluster.configs.{d.name}" for d in (REPO / "configs").iterdir() if d.is_dir() and d.name.isidentifier()}
+    assert set(tool["packages"]) == on_disk | mapped | data
     assert tool["package-dir"] == {f"ftcluster.{name}": name for name in TOP_LEVEL}
 
 
