@@ -399,7 +399,7 @@ def test_templates_are_compiled_once_and_kept(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    def rendered(cache: Path) -> list[Any]:
+    def rendered(cache: Path) -> list[object]:
         env = {**os.environ, "FTCLUSTER_CACHE": str(cache)}
         r = subprocess.run([sys.executable, "-c", _RENDER_IN_A_FRESH_PROCESS], env=env, capture_output=True,
                            text=True, timeout=120, cwd=REPO_ROOT, check=True)
