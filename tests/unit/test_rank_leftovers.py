@@ -156,18 +156,24 @@ def test_the_sweep_reads_run_ids_as_data(tmp_path: Path, clean: list[Path]) -> N
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
 
 
+def _wrapper_of(tmp: Path, server: str) -> tuple[Path, dict[str, str]]:
+    """Rank 1's rendered wrapper with `server` (a script) as its tritonserver: the run folder and
+    the wrapper's environment."""
+    binary = tmp / "bin" / "tritonserver"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(server)
+    binary.chmod(0o755)
+    run_dir = tmp / "run"
+    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp / "ws"),
+                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
+    scripts.materialize(run_dir / "scripts")
+    return run_dir, {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": "0"}
+
+
 def test_a_server_that_fails_at_once_is_recorded_with_its_own_code(tmp_path: Path, clean: list[Path]) -> None:
     """A server gone before the wrapper waits on it (bash has reaped it already): its own code
     (127, a missing library) is recorded, not the 1 that stands for a code unknown."""
-    binary = tmp_path / "bin" / "tritonserver"
-    binary.parent.mkdir(parents=True)
-    binary.write_text("#!/bin/sh\nexit 127\n")
-    binary.chmod(0o755)
-    run_dir = tmp_path / "run"
-    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp_path / "ws"),
-                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
-    scripts.materialize(run_dir / "scripts")
-    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": "0"}
+    run_dir, env = _wrapper_of(tmp_path, "#!/bin/sh\nexit 127\n")
     for _ in range(20):
         r = subprocess.run(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=60)
@@ -181,15 +187,7 @@ def test_a_rank_killed_early_has_noted_its_python_env(tmp_path: Path, clean: lis
     folder was noted all the same, for the teardown to free."""
     import signal
 
-    binary = tmp_path / "bin" / "tritonserver"
-    binary.parent.mkdir(parents=True)
-    binary.write_text("#!/bin/bash\nsleep 0.4\nmktemp -d /tmp/python_env_XXXXXX\nexec sleep 30\n")
-    binary.chmod(0o755)
-    run_dir = tmp_path / "run"
-    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp_path / "ws"),
-                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
-    scripts.materialize(run_dir / "scripts")
-    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": "0"}
+    run_dir, env = _wrapper_of(tmp_path, "#!/bin/bash\nsleep 0.4\nmktemp -d /tmp/python_env_XXXXXX\nexec sleep 30\n")
     p = subprocess.Popen(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     made = None
