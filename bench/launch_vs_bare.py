@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report  # noqa: E402
 import yaml  # noqa: E402
 
+from ftcluster.events import parse_events  # noqa: E402
 from ftcluster.job.styles import remove_entry  # noqa: E402
 from ftcluster.spec import embedded_model_path  # noqa: E402
 from ftcluster.triton_local import find_tritonserver  # noqa: E402
@@ -60,10 +61,8 @@ def phases_of(run_dir: Path, epoch0: float, wall: float) -> dict[str, float]:
     ready (what the bare run also spends, with mpirun's start), and after ready (the event seen,
     the record, the output, the command's exit)."""
     first: dict[str, float] = {}
-    for line in (run_dir / "state" / "events").read_text().splitlines():
-        words = line.split()
-        if len(words) >= 2:
-            first.setdefault(words[1], float(words[0]) - epoch0)
+    for ev in parse_events((run_dir / "state" / "events").read_text()):
+        first.setdefault(ev.kind, ev.time - epoch0)
     return {"before_job_s": first["job_started"], "job_start_s": first["servers_starting"] - first["job_started"],
             "servers_s": first["ready"] - first["servers_starting"], "after_ready_s": wall - first["ready"]}
 

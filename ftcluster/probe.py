@@ -88,7 +88,7 @@ _SOURCES = ("probe.py", "client/modelio.py", "client/rawtriton.py")
 def _cached(cfg: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
     """_made's answer, from the cache when this config was probed before (a damaged or
     unwritable cache only costs the making)."""
-    from ftcluster.triton_local import cache_root
+    from ftcluster.store import cache_root
 
     key = hashlib.sha256(json.dumps([cfg, hidden_size], sort_keys=True).encode())
     here = Path(__file__).parent

@@ -101,7 +101,7 @@ class _TemplateCache(jinja2.FileSystemBytecodeCache):
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    from ftcluster.triton_local import cache_root
+    from ftcluster.store import cache_root
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),

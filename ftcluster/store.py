@@ -27,6 +27,16 @@ def state_dir() -> Path:
     return Path(base) / "ftcluster"
 
 
+def cache_root() -> Path:
+    """What can be made again: the local tritonserver bundle, compiled job templates, liveness
+    probe requests ($FTCLUSTER_CACHE, default ~/.cache/ftcluster)."""
+    env = os.environ.get("FTCLUSTER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ftcluster"
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ftcluster.errors import UserError
+from ftcluster.store import cache_root
 
 WRAPPER_NAME = "tritonserver-wrapper"
 _INSTALL_HINT = "pip install 'ftcluster[cpu-triton]'"
@@ -29,14 +30,6 @@ _TRITON_OF_PYTRITON = {"0.7.0": "2.51.0"}
 _SYSTEM_LIB_DIRS = {"/lib", "/usr/lib", "/lib64", "/usr/lib64",
                     "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
                     "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"}
-
-
-def cache_root() -> Path:
-    env = os.environ.get("FTCLUSTER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ftcluster"
 
 
 def _pytriton_dir() -> Path | None:
