@@ -23,27 +23,32 @@ PID = os.getpid()
 RUN = "gpt-2n"   # render_style's run id
 
 
-def _server(path: Path, seconds: float) -> None:
+def _server(seconds: float) -> str:
     """A tritonserver stand-in: a region under the python backend's prefix, a python_env folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        "#!/bin/bash\n"
-        "for a; do case $a in --backend-config=python,shm-region-prefix-name=*) "
-        "p=${a#*=}; p=${p#*=}; : > \"/dev/shm/${p}region\";; esac; done\n"
-        "mktemp -d /tmp/python_env_XXXXXX >/dev/null\n"
-        f"sleep {seconds}\n"
-        "exit 3\n")
-    path.chmod(0o755)
+    return ("#!/bin/bash\n"
+            "for a; do case $a in --backend-config=python,shm-region-prefix-name=*) "
+            "p=${a#*=}; p=${p#*=}; : > \"/dev/shm/${p}region\";; esac; done\n"
+            "mktemp -d /tmp/python_env_XXXXXX >/dev/null\n"
+            f"sleep {seconds}\n"
+            "exit 3\n")
 
 
-def _run(tmp: Path, seconds: float, incarnation: int = 0) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _wrapper_of(tmp: Path, server: str, incarnation: int = 0) -> tuple[Path, dict[str, str]]:
+    """Rank 1's rendered wrapper with `server` (a script) as its tritonserver: the run folder and
+    the wrapper's environment."""
     binary = tmp / "bin" / "tritonserver"
-    _server(binary, seconds)
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text(server)
+    binary.chmod(0o755)
     run_dir = tmp / "run"
     scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp / "ws"),
                                             server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
     scripts.materialize(run_dir / "scripts")
-    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": str(incarnation)}
+    return run_dir, {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": str(incarnation)}
+
+
+def _run(tmp: Path, seconds: float, incarnation: int = 0) -> tuple[subprocess.CompletedProcess[str], Path]:
+    run_dir, env = _wrapper_of(tmp, _server(seconds), incarnation)
     r = subprocess.run(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp, env=env,
                        capture_output=True, text=True, timeout=60)
     return r, run_dir
@@ -154,20 +159,6 @@ def test_the_sweep_reads_run_ids_as_data(tmp_path: Path, clean: list[Path]) -> N
     assert wait_gone([gone])
     assert odd.exists() and victim.exists()
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
-
-
-def _wrapper_of(tmp: Path, server: str) -> tuple[Path, dict[str, str]]:
-    """Rank 1's rendered wrapper with `server` (a script) as its tritonserver: the run folder and
-    the wrapper's environment."""
-    binary = tmp / "bin" / "tritonserver"
-    binary.parent.mkdir(parents=True)
-    binary.write_text(server)
-    binary.chmod(0o755)
-    run_dir = tmp / "run"
-    scripts: RenderedScripts = render_style("local", run_dir=run_dir, workspace=str(tmp / "ws"),
-                                            server={**SPECS["local"]["server"], "binary": str(binary)})  # type: ignore[dict-item]
-    scripts.materialize(run_dir / "scripts")
-    return run_dir, {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1", "FTC_INCARNATION": "0"}
 
 
 def test_a_server_that_fails_at_once_is_recorded_with_its_own_code(tmp_path: Path, clean: list[Path]) -> None:
