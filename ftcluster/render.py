@@ -60,7 +60,7 @@ from ftcluster.job.config import (
     ProxyConfig,
     StepConfig,
 )
-from ftcluster.job.styles import UNMARK_PYTHON_ENV
+from ftcluster.job.styles import UNMARK_PYTHON_ENVS
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -329,8 +329,8 @@ class RenderContext:
     # The event kinds and the run folder's file names, defined once in Python.
     ev: Kinds
     files: RunFiles
-    # bash: drop a run's python_env mark, and the folder once no mark is left (the teardown's too).
-    unmark_python_env: str = UNMARK_PYTHON_ENV
+    # bash: drop python_env marks, and each folder once no mark is left in it (the teardown's too).
+    unmark_python_envs: str = UNMARK_PYTHON_ENVS
 
     def variables(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

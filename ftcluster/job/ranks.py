@@ -48,13 +48,31 @@ class ExitWatch(RankLines):
 
     def __init__(self, state: str):
         super().__init__(state, FILES.rank_exits)
+        self.exited: Set[int] = set()   # the ranks whose exit line was read
+        self.dead: Set[int] = set()     # of them, those whose server ended unasked
+
+    def _take(self) -> List[List[str]]:
+        lines = self.new()
+        self.exited.update(int(parts[0]) for parts in lines)
+        self.dead.update(int(parts[0]) for parts in lines if parts[3:4] == ["died"])
+        return lines
 
     def died(self) -> Optional[Tuple[int, str]]:
         """(rank, exit code) of the first rank that died since the last look, or None."""
-        for parts in self.new():
+        for parts in self._take():
             if parts[3:4] == ["died"]:
                 return int(parts[0]), parts[1]
         return None
+
+    def any_died(self) -> bool:
+        """A rank's server ended unasked in this incarnation."""
+        self._take()
+        return bool(self.dead)
+
+    def all_exited(self, ranks: int) -> bool:
+        """Every rank 0..ranks-1 wrote its exit line (each wrapper, on its node, after its server)."""
+        self._take()
+        return len(self.exited) >= ranks
 
 
 class LoadWatch(RankLines):

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from typing import IO, TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import JobConfig
 from .gpu_samples import event_words, gpu_words
@@ -67,6 +67,9 @@ class Fault(Exception):
 
 # How long a rank's death seen in its exit line waits for the rank's own exit record.
 EXIT_RECORD_WAIT_S = 1.0
+# After a rank's death, this long for srun or mpirun to end the other ranks themselves before
+# they are killed (16 ranks on 2 cores: 0.5-1 s).
+WORLD_ENDS_S = 1.0
 
 
 class Job:
@@ -526,7 +529,7 @@ class Job:
             if cause is None:
                 return
             causes.append(cause)
-            if self.handover is not None and self.style.lost_nodes():
+            if self.handover is not None and self.style.lost_nodes(self.ranks_answered()):
                 self.relocate(causes)
                 return
             while True:
@@ -537,6 +540,26 @@ class Job:
                     break
                 except Fault as f:   # the restart's start-up failed: a cause like any other
                     causes.append(f.why)
+
+    def kill_servers(self) -> None:
+        """Every rank killed. After a rank's death srun or mpirun end the world themselves (TERM
+        to every task; each wrapper then kills its server): given WORLD_ENDS_S for that first. A
+        KILL to the step while Slurm ends it waited 1.2 s for slurmctld at 16 nodes here, and a
+        step signalled so early has hung in its PMIx teardown, leaving the job COMPLETING."""
+        if self.exits is not None and self.exits.any_died():
+            until = time.monotonic() + WORLD_ENDS_S
+            while self.style.servers_alive() and time.monotonic() < until:
+                time.sleep(0.02)
+        self.style.kill_servers()
+
+    def ranks_answered(self) -> Optional[Callable[[], bool]]:
+        """After a rank's death: whether every rank has written its exit line since (each on its
+        own node, so no node is lost). None after a fault no rank exited in (a hung world): only a
+        step can tell then."""
+        exits = self.exits
+        if exits is None or not exits.exited:
+            return None
+        return lambda: exits.all_exited(self.cfg.nodes)
 
     def serve_until_fault(self) -> Optional[str]:
         """The fault that ended serving; None when the run was handed over to a successor."""
@@ -712,7 +735,7 @@ class Job:
         cfg = self.cfg
         self.event(EV.restarting, tries, cause)
         self.say(f"ftcluster: {cause}; restarting the servers ({tries} of {cfg.restarts})")
-        self.style.kill_servers()
+        self.kill_servers()
         self.style.clear_servers()
         self.event(EV.servers_stopped)
         keep_incarnation(cfg.logs, cfg.state, cfg.nodes, tries - 1)
@@ -737,7 +760,7 @@ class Job:
         self.say(f"ftcluster: {causes[-1]}; moving the service to a new job without {', '.join(lost)}")
         if len(causes) > self.cfg.restarts:
             self.give_up(causes)
-        self.style.kill_servers()
+        self.kill_servers()
         assert self.handover is not None
         why = self.handover.relocate(lost, self.cfg.restarts - len(causes))
         if why:
@@ -844,7 +867,7 @@ class Job:
         if self.style.started_servers():
             if not self.failing:
                 self.stop_rank0()
-            self.style.kill_servers()
+            self.kill_servers()
             self.event(EV.servers_stopped)
 
     def main(self) -> int:

@@ -211,3 +211,42 @@ def test_a_server_log_past_its_cap_is_cut_and_the_writer_goes_on_at_its_start(tm
     # A restart keeps both with the incarnation's logs.
     dest = Path(keep_incarnation(ranks.logs, ranks.state, 2, 0))
     assert sorted(p.name for p in dest.iterdir()) == ["server-rank1.log", "server-rank1.log.1"]
+
+
+# ------------------------------------------------------------------ after a rank's death
+
+def test_no_node_step_when_every_rank_answered_after_a_death(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank's exit line since the death shows its node alive: no probe step. Without them
+    (a rank on a lost node writes none), the all-node step asks."""
+    job = job_of(render_style("none").files)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(job, "run", lambda argv, *a, **k: ran.append(list(argv)) or 0)
+    monkeypatch.setattr(job.style, "job_nodes", lambda: ["n1", "n2"])   # scontrol's, in a job
+    assert job.style.lost_nodes(lambda: True) == [] and ran == []
+    monkeypatch.setattr("ftcluster.job.styles.ANSWERS_S", 0.05)
+    assert job.style.lost_nodes(lambda: False) == []
+    assert len(ran) == 1 and ran[0][:2] == ["srun", "--overlap"] and ran[0][-1] == "true"
+
+
+def test_after_a_death_the_world_is_left_to_end_itself_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun (--kill-on-bad-exit) ends the other ranks itself after a death: the step is KILLed
+    only if it has not ended within WORLD_ENDS_S. Without a death (a stop) it is KILLed at once."""
+    from ftcluster.job.ranks import ExitWatch
+
+    job = job_of(render_style("none").files)
+    alive_when_killed: list[bool] = []
+    monkeypatch.setattr(job.style, "kill_servers", lambda: alive_when_killed.append(job.style.servers_alive()))
+    for died in (True, False):
+        (tmp_path / "exits").write_text("")
+        job.exits = ExitWatch(str(tmp_path))
+        if died:
+            (tmp_path / "exits").write_text("1 137 200.0 died 0\n")
+        job.style.servers = subprocess.Popen(["sleep", "0.3"])
+        t0 = time.monotonic()
+        job.kill_servers()
+        took = time.monotonic() - t0
+        job.style.servers.kill()
+        job.style.servers.wait()
+        job.exits.close()
+        assert took >= 0.25 if died else took < 0.25
+    assert alive_when_killed == [False, True]

@@ -28,3 +28,17 @@ def test_only_the_backends_own_names_are_taken() -> None:
     assert PYTHON_ENV_DIR.fullmatch("/tmp/python_env_Ab12Cd")
     for bad in ("/tmp/python_env_../../etc", "/tmp/python_env_abc", "/home/x/python_env_abcdef", "/tmp/python_env_*"):
         assert not PYTHON_ENV_DIR.fullmatch(bad)
+
+
+def test_every_rank_of_a_host_claimed_every_folder(tmp_path: Path) -> None:
+    """16 ranks on one host each claim the 16 folders made there (the test bed; a node of the
+    local style): every mark of the run goes, and every folder but the one another run claims."""
+    folders = [tmp_path / f"python_env_{i:06d}" for i in range(16)]
+    for d in folders:
+        d.mkdir()
+        for r in range(16):
+            (d / f".ftc+run-1+r{r}+i0").touch()
+    (folders[3] / ".ftc+run-2+r0+i0").touch()
+    subprocess.run(["bash", "-c", FREE_PYTHON_ENVS, "_", "run-1", *map(str, folders)], check=True)
+    assert [d.name for d in tmp_path.iterdir()] == [folders[3].name]
+    assert [p.name for p in folders[3].iterdir()] == [".ftc+run-2+r0+i0"]

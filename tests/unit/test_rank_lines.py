@@ -31,3 +31,17 @@ def test_a_death_is_seen_once_and_a_stop_is_not_a_death(tmp_path: Path) -> None:
     assert exits.died() == (2, "1")
     assert exits.died() is None
     exits.close()
+
+
+def test_every_rank_exited_and_a_death_is_remembered(tmp_path: Path) -> None:
+    (tmp_path / "exits").write_text("0 0 100.0 stopped 0\n1 137 100.1 died 0\n2 143 100.2 stopped 0\n")
+    exits = ExitWatch(str(tmp_path))
+    assert not exits.any_died() and not exits.all_exited(3)   # the incarnation before is not this one's
+    with open(tmp_path / "exits", "a") as f:
+        f.write("2 137 200.0 died 1\n0 143 200.1 stopped 1\n")
+    assert exits.died() == (2, "137")
+    assert exits.any_died() and not exits.all_exited(3)        # still known after died() took it
+    with open(tmp_path / "exits", "a") as f:
+        f.write("1 143 200.2 stopped 1\n")
+    assert exits.all_exited(3) and exits.dead == {2}
+    exits.close()

@@ -139,15 +139,15 @@ kill_server_leftovers() {
 # This incarnation's /dev/shm entries and python_env folders, once its server has ended: a rank
 # whose job Slurm ends without the job's teardown (requeue, scancel, time limit; a TERM, then a
 # KILL after KillWait) leaves nothing when its server ends within KillWait.
-unmark_python_env() { rm -f -- "$1"; compgen -G "${1%/*}/.ftc+*" >/dev/null || rm -rf -- "${1%/*}"; }
+unmark_python_envs() { local m gone=(); (( $# )) || return 0; rm -f -- "$@"; for m in "$@"; do compgen -G "${m%/*}/.ftc+*" >/dev/null || gone+=("${m%/*}"); done; (( ${#gone[@]} == 0 )) || rm -rf -- "${gone[@]}"; }
 free_own() {
-  local d
+  local d marks=()
   rm -rf -- "${SHM_DIR:?}/$SHM_NAME"* 2>/dev/null
   while IFS= read -r d; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
-    [ -e "$d/$PY_MARK" ] || continue
-    unmark_python_env "$d/$PY_MARK"
+    [ -e "$d/$PY_MARK" ] && marks+=("$d/$PY_MARK")
   done < <(sort -u "$STATE/python_envs" 2>/dev/null)
+  unmark_python_envs "${marks[@]}"
   return 0
 }
 
@@ -156,7 +156,7 @@ free_own() {
 # process here serves any more (none carries their FTC_SERVER_OF mark) and that are over a minute
 # old (a run starting here now has not started its server yet). Run ids are checked before use.
 sweep_orphans() {
-  local e r d m t found="" live now
+  local e r d m t found="" live now marks=() entries=()
   for e in "$SHM_DIR"/ftc+*+r*; do
     [[ $e != *$'\n'* ]] || continue   # one entry a line below
     [ -O "$e" ] || continue
@@ -183,11 +183,13 @@ sweep_orphans() {
     [[ $t =~ ^[0-9]+$ ]] || continue
     (( now - t > 60 )) || continue
     if [[ $e == /tmp/* ]]; then
-      unmark_python_env "$e"
+      marks+=("$e")
     else
-      rm -rf -- "$e"
+      entries+=("$e")
     fi
   done <<<"$found"
+  [ -z "${entries[0]+x}" ] || rm -rf -- "${entries[@]}"
+  unmark_python_envs "${marks[@]}"
   return 0
 }
 
