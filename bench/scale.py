@@ -211,7 +211,7 @@ def fail_fast_round(cluster_path: Path, nodes: int) -> dict[str, float]:
     except BaseException:
         launcher.cancel(rec.job_id or "", paths)
         raise
-    return {"ff_stopped_s": got["stopped_s"], "ff_ended_s": got["ended_s"]}
+    return {"ff_ranks_s": got["ranks_s"], "ff_stopped_s": got["stopped_s"], "ff_ended_s": got["ended_s"]}
 
 
 def retried(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
@@ -236,7 +236,8 @@ COLUMNS = [("ready_s", "ready s", ".2f"), ("slowest_server_s", "slowest server s
            ("beyond_but_check_s", "beyond but the check s", ".2f"), ("start_spread_s", "start spread s", ".2f"),
            ("status_s", "status s", ".3f"), ("logs_tail_s", "logs --tail s", ".3f"),
            ("follow_s", "logs -f lag s", ".3f"), ("stop_s", "stop s", ".2f"),
-           ("stop_beyond_rank0_s", "stop beyond rank 0 s", ".2f"), ("ff_stopped_s", "ff stopped s", ".3f"),
+           ("stop_beyond_rank0_s", "stop beyond rank 0 s", ".2f"), ("ff_ranks_s", "ff ranks stopped s", ".3f"),
+           ("ff_stopped_s", "ff no process left s", ".3f"),
            ("ff_ended_s", "ff ended s", ".3f"), ("rpc_per_min", "RPC/min", ".1f"),
            ("files_changed_per_min", "files/min", ".1f"), ("bytes_per_min", "bytes/min", ".0f")]
 

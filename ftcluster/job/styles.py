@@ -85,6 +85,12 @@ class JobStyle:
     """The bare-metal Slurm style (no container); the others change what differs."""
 
     ended_while_serving = "the server step ended while serving"
+    # After a rank's death srun (--kill-on-bad-exit) ends the other tasks itself (TERM; each
+    # wrapper then kills its server): this long for it before the step is KILLed (16 ranks on 2
+    # cores: 0.5-1 s). A KILL to the step while Slurm ends it waited 1.2 s for slurmctld at 16
+    # nodes here, and a step signalled that early has hung in its PMIx teardown (the job left
+    # COMPLETING).
+    world_ends_s = 1.0
 
     def __init__(self, job: Job):
         self.job = job
@@ -518,6 +524,8 @@ class DockerStyle(JobStyle):
     """Docker: one container per node (the node script's `up`), sshd inside on the run's port and
     key, then mpirun over ssh from rank 0's container. The fan-out to the nodes is the subclass's."""
 
+    world_ends_s = 0.0   # mpirun: killed at once (it takes longer to end the world itself)
+
     ended_while_serving = "mpirun ended while serving"
 
     def __init__(self, job: Job):
@@ -731,6 +739,8 @@ class LocalStyle(JobStyle):
     PORT_STRIDE apart. Each "node" sees only its own gpus_per_node GPUs, as on a real cluster
     (FT refuses a rank that sees more or fewer): rank r gets slice r of CUDA_VISIBLE_DEVICES, or
     of 0..N-1 when unset (local_rank.sh)."""
+
+    world_ends_s = 0.0   # mpirun: killed at once (it takes longer to end the world itself)
 
     ended_while_serving = "a server rank exited while serving"
 

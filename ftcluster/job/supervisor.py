@@ -67,9 +67,6 @@ class Fault(Exception):
 
 # How long a rank's death seen in its exit line waits for the rank's own exit record.
 EXIT_RECORD_WAIT_S = 1.0
-# After a rank's death, this long for srun or mpirun to end the other ranks themselves before
-# they are killed (16 ranks on 2 cores: 0.5-1 s).
-WORLD_ENDS_S = 1.0
 
 
 class Job:
@@ -542,12 +539,10 @@ class Job:
                     causes.append(f.why)
 
     def kill_servers(self) -> None:
-        """Every rank killed. After a rank's death srun or mpirun end the world themselves (TERM
-        to every task; each wrapper then kills its server): given WORLD_ENDS_S for that first. A
-        KILL to the step while Slurm ends it waited 1.2 s for slurmctld at 16 nodes here, and a
-        step signalled so early has hung in its PMIx teardown, leaving the job COMPLETING."""
-        if self.exits is not None and self.exits.any_died():
-            until = time.monotonic() + WORLD_ENDS_S
+        """Every rank killed. After a rank's death, where the style's launcher ends the world
+        itself (srun), it is given the style's world_ends_s for that first."""
+        if self.style.world_ends_s and self.exits is not None and self.exits.any_died():
+            until = time.monotonic() + self.style.world_ends_s
             while self.style.servers_alive() and time.monotonic() < until:
                 time.sleep(0.02)
         self.style.kill_servers()

@@ -230,13 +230,16 @@ def test_no_node_step_when_every_rank_answered_after_a_death(monkeypatch: pytest
 
 def test_after_a_death_the_world_is_left_to_end_itself_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """srun (--kill-on-bad-exit) ends the other ranks itself after a death: the step is KILLed
-    only if it has not ended within WORLD_ENDS_S. Without a death (a stop) it is KILLed at once."""
+    only if it has not ended within the style's world_ends_s. Without a death (a stop), and
+    under mpirun (local), it is KILLed at once."""
     from ftcluster.job.ranks import ExitWatch
 
     job = job_of(render_style("none").files)
     alive_when_killed: list[bool] = []
     monkeypatch.setattr(job.style, "kill_servers", lambda: alive_when_killed.append(job.style.servers_alive()))
-    for died in (True, False):
+    local = job_of(render_style("local").files)
+    monkeypatch.setattr(local.style, "kill_servers", lambda: alive_when_killed.append(local.style.servers_alive()))
+    for died, job in ((True, job), (False, job), (True, local)):
         (tmp_path / "exits").write_text("")
         job.exits = ExitWatch(str(tmp_path))
         if died:
@@ -248,5 +251,5 @@ def test_after_a_death_the_world_is_left_to_end_itself_first(tmp_path: Path, mon
         job.style.servers.kill()
         job.style.servers.wait()
         job.exits.close()
-        assert took >= 0.25 if died else took < 0.25
-    assert alive_when_killed == [False, True]
+        assert took >= 0.25 if died and job.style.world_ends_s else took < 0.25
+    assert alive_when_killed == [False, True, True]
