@@ -16,7 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .config import PROXY_BINARY, PROXY_STAGE, PROXY_TLS_FILES, PROXY_TOKEN_ENV, StepConfig
 from .names import EV, FILES
@@ -68,9 +68,6 @@ SERVER_STEP = "ftc-servers"
 LOST_NODE_S = 10.0
 # One step over all of them, first: this long, plus 10 ms a node (srun's fan-out).
 ALL_NODES_S = 3.0
-# After a rank's death, this long for every rank's exit line before a step asks the nodes (the
-# step took 0.8 s at 16 nodes here, while every wrapper had written its line within 0.35 s).
-ANSWERS_S = 1.0
 # The guards' own removal of the containers, when the teardown asks for it: done and recorded
 # within this long (a node whose guard records nothing gets the teardown's `down` step).
 GUARD_RECORD_S = 30.0
@@ -196,25 +193,13 @@ class JobStyle:
         return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
                 *([f"--exclude={','.join(self.lost)}"] if self.lost else []), f"--output={output}"]
 
-    def lost_nodes(self, answered: Optional[Callable[[], bool]] = None) -> List[str]:
-        """The job's nodes that no longer run a step (their slurmd is gone, or the machine).
-        `answered`: whether every node has shown since the fault that it lives (after a rank's
-        death, srun stops the others and each wrapper writes its exit line): none is lost, no
-        step needed; it is given ANSWERS_S. Else first one tiny step over every node (none lost:
-        one step, not one srun and one step request per node -- 16 of them took 0.9 s here),
-        given ALL_NODES_S; only if it fails, one on each at once, each given LOST_NODE_S. They
-        are remembered (the teardown's node steps leave them out). Not the batch host: this runs
-        on it."""
+    def lost_nodes(self) -> List[str]:
+        """The job's nodes that no longer run a step (their slurmd is gone, or the machine):
+        first one tiny step over every node (the common case, none lost: one step, not one srun
+        and one step request per node -- 16 of them took 0.9 s here), given ALL_NODES_S; only if
+        it fails, one on each at once, each given LOST_NODE_S. They are remembered (the
+        teardown's node steps leave them out). Not the batch host: this runs on it."""
         nodes = self.job_nodes()
-        if answered is not None:
-            until = time.monotonic() + ANSWERS_S
-            while not answered():
-                if time.monotonic() >= until:
-                    break
-                time.sleep(0.02)
-            else:
-                self.lost = []
-                return self.lost
         if len(nodes) > 1:
             rc = self.job.run([*self.every_node(os.devnull), "true"], out=subprocess.DEVNULL,
                               limit=ALL_NODES_S + 0.01 * len(nodes), kill_after=0, interruptible=False)

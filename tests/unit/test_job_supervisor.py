@@ -215,17 +215,29 @@ def test_a_server_log_past_its_cap_is_cut_and_the_writer_goes_on_at_its_start(tm
 
 # ------------------------------------------------------------------ after a rank's death
 
-def test_no_node_step_when_every_rank_answered_after_a_death(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_node_step_when_every_rank_answered_after_a_death(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every rank's exit line since the death shows its node alive: no probe step. Without them
     (a rank on a lost node writes none), the all-node step asks."""
+    from ftcluster.job.ranks import ExitWatch
+
     job = job_of(render_style("none").files)
     ran: list[list[str]] = []
     monkeypatch.setattr(job, "run", lambda argv, *a, **k: ran.append(list(argv)) or 0)
     monkeypatch.setattr(job.style, "job_nodes", lambda: ["n1", "n2"])   # scontrol's, in a job
-    assert job.style.lost_nodes(lambda: True) == [] and ran == []
-    monkeypatch.setattr("ftcluster.job.styles.ANSWERS_S", 0.05)
-    assert job.style.lost_nodes(lambda: False) == []
+    (tmp_path / "exits").write_text("")
+    job.exits = ExitWatch(str(tmp_path))
+    (tmp_path / "exits").write_text("1 137 200.0 died 0\n0 143 200.1 stopped 0\n")
+    assert job.exits.died() == (1, "137")   # the serve loop's look
+    assert job.node_lost() is False and ran == []
+    job.exits.close()
+    monkeypatch.setattr("ftcluster.job.supervisor.ANSWERS_S", 0.05)
+    (tmp_path / "exits").write_text("")
+    job.exits = ExitWatch(str(tmp_path))
+    (tmp_path / "exits").write_text("1 137 200.0 died 0\n")   # rank 0's node says nothing
+    assert job.exits.died() == (1, "137")
+    assert job.node_lost() is False
     assert len(ran) == 1 and ran[0][:2] == ["srun", "--overlap"] and ran[0][-1] == "true"
+    job.exits.close()
 
 
 def test_after_a_death_the_world_is_left_to_end_itself_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
