@@ -5,11 +5,15 @@ libmpi of the same installation, so launcher and library always match."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from ftcluster.errors import UserError
 from ftcluster.rank.ctmpi import libmpi_beside
@@ -29,12 +33,53 @@ def find_local_mpi() -> LocalMpi:
     if mpirun is None:
         raise UserError("no mpirun found: the local style starts its ranks as one MPI world",
                         field="scheduler: local", hint=_HINT)
-    try:
-        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30, check=False)
-        version = out.stdout + out.stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UserError(f"{mpirun} --version failed: {exc}", field="scheduler: local", hint=_HINT) from None
+    version = _known_version(mpirun)
+    if version is None:
+        try:
+            out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30, check=False)
+            version = out.stdout + out.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UserError(f"{mpirun} --version failed: {exc}", field="scheduler: local", hint=_HINT) from None
+        if "Open MPI" in version:
+            _remember_version(mpirun, version)
     if "Open MPI" not in version:
         raise UserError(f"{mpirun} is not Open MPI's ({version.strip().splitlines()[0] if version.strip() else '?'})",
                         field="scheduler: local", hint=_HINT)
     return LocalMpi(mpirun, libmpi_beside(mpirun))
+
+
+# `mpirun --version` costs some 55 ms of every local launch (Open MPI's wrapper, then prterun).
+# Its answer is kept per installed file: another path, or the same one rewritten (an upgrade, a
+# reinstall: a new mtime, size or inode), is asked again. Only Open MPI's answer is kept.
+def _version_path(mpirun: str) -> Path | None:
+    from ftcluster.store import cache_root
+
+    try:
+        real = os.path.realpath(mpirun)
+        st = os.stat(real)
+    except OSError:
+        return None
+    key = hashlib.sha256(json.dumps([real, st.st_ino, st.st_size, st.st_mtime_ns]).encode()).hexdigest()
+    return cache_root() / "mpi" / f"{key}.txt"
+
+
+def _known_version(mpirun: str) -> str | None:
+    path = _version_path(mpirun)
+    try:
+        return path.read_text() if path is not None else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _remember_version(mpirun: str, version: str) -> None:
+    path = _version_path(mpirun)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".mpi-")
+        with os.fdopen(fd, "w") as f:
+            f.write(version)
+        os.replace(tmp, path)   # whole or not at all: launches may race
+    except OSError:   # an unwritable cache only costs the asking
+        pass

@@ -11,7 +11,6 @@ misses in a row are. Standard library only: this runs in the job (Python 3.8).
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import re
 import threading
@@ -55,6 +54,8 @@ class Probe:
 
     def _send(self) -> None:
         # One request per probe, over a fresh connection: nothing of a hung one is reused.
+        import http.client   # here, not on the way to the servers' start (ranks.Via.connection)
+
         self.successes_before = request_successes(self.host, self.cfg.metrics_port, self.cfg.model, via=self.via)
         t0 = time.monotonic()
         try:

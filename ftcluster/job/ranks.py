@@ -3,17 +3,18 @@ answers: the facts readiness and failure messages are made of. Reads only; no pr
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import shutil
-import ssl
 import time
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .names import FILES
 from .text import last_line
+
+if TYPE_CHECKING:
+    import http.client
 
 # glog's error lines ("E<MMDD> <time> ..."), less what a CPU-only server always logs.
 ERROR_LINE = re.compile(r"^E[0-9]{4} [0-9:.]+ ")
@@ -202,8 +203,13 @@ class Via(NamedTuple):
     def connection(self, host: str, port: int, timeout: float) -> http.client.HTTPConnection:
         """TLS is only ever asked of the run's own proxy, which the job saw take its ports and
         whose certificate names the endpoint's host, not necessarily what the job dials (the
-        loopback): not verified."""
+        loopback): not verified. http.client (with ssl, 10-15 ms) is imported at the first
+        request, not on the way to the servers' start."""
+        import http.client
+
         if self.tls:
+            import ssl
+
             return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl._create_unverified_context())
         return http.client.HTTPConnection(host, port, timeout=timeout)
 
@@ -214,6 +220,8 @@ DIRECT = Via()
 def http_get(host: str, port: int, path: str, timeout: float = 2.0, via: Via = DIRECT) -> Optional[bytes]:
     """The body of GET http://HOST:PORT/PATH (https:// where `via` asks for TLS, unverified: see
     Via), with what `via` carries, when the answer is 200, else None."""
+    import http.client
+
     conn = via.connection(host, port, timeout)
     try:
         conn.request("GET", path, headers=via.headers() or {})

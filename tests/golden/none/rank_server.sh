@@ -211,9 +211,24 @@ if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
     || SHM_ARGS=("--backend-config=python,shm-region-prefix-name=${SHM_NAME}py+")
 fi
 
-# Flags newer than FT's images are asked of the binary itself (its --help: ~30 ms).
+# Flags newer than FT's images are asked of the binary itself. Its --help takes 30 ms alone,
+# over 0.1 s while the other ranks' servers start, and this rank's server waits for it: the
+# answer is kept in the user's cache per binary file (device, inode, size, mtime). A container
+# whose mounts are new each job, or a cache that cannot be written, only costs the asking.
+triton_help() {
+  local id cache tmp
+  id=$(stat -L -c '%d-%i-%s-%.9Y' -- "$TRITON" 2>/dev/null) || id=
+  [[ $id =~ ^[0-9][0-9.-]*$ ]] || id=
+  cache=${FTCLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/ftcluster}/triton-help
+  if [ -n "$id" ] && [ -f "$cache/$id" ] && TRITON_HELP=$(<"$cache/$id"); then return 0; fi
+  TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1)
+  # Only a whole answer is kept (every tritonserver's --help names --model-repository).
+  [ -n "$id" ] && [[ $TRITON_HELP == *--model-repository* ]] || return 0
+  mkdir -p "$cache" 2>/dev/null && tmp=$(mktemp "$cache/.help-XXXXXX" 2>/dev/null) || return 0
+  { printf '%s\n' "$TRITON_HELP" >"$tmp" && mv -f -- "$tmp" "$cache/$id"; } 2>/dev/null || rm -f -- "$tmp"
+}
 TRITON_HELP=""
-if true; then TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1); fi
+if true; then triton_help; fi
 # access: private (or a replica set's member) -- every port on this node's loopback alone; the
 # run's proxy serves the spec's ports (with its token where private). --metrics-address is newer than FT's images (Triton 23.05, server
 # #5737); without it the metrics listen on the HTTP address, the loopback too.
