@@ -13,11 +13,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ftcluster.bytecode import ship_bytecode
 from ftcluster.launchers import launcher_class
 from ftcluster.layout import FILES, LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan import Plan, RankSlot, node_names
 from ftcluster.proxy import access_of, new_token
 from ftcluster.render import PRIVATE_FILES, RenderOptions, render, write_private
+from ftcluster.resources import package_path
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
 
@@ -82,6 +84,8 @@ class JobRequest:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_private(path, f.text, f.mode)
             written.append(path)
+            if f.path.startswith(f"{SCRIPTS}/{FILES.supervisor}/") and f.source.endswith(".py"):
+                ship_bytecode(path, package_path(*f.source.split("/")[1:]))
         if self.private:
             token = self.paths.scripts / FILES.token
             write_private(token, (self.token or new_token()) + "\n", 0o600)

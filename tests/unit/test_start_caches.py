@@ -14,6 +14,7 @@ import pytest
 from ftcluster.errors import UserError
 from ftcluster.local_mpi import find_local_mpi
 from tests.unit.test_rank_leftovers import _wrapper_of
+from tests.unit.test_request import _request
 
 HELP = "Usage: tritonserver [options]\n  --model-repository <string>\n  --metrics-config <string>\n"
 
@@ -112,3 +113,57 @@ def test_an_mpirun_that_is_not_open_mpi_is_asked_every_time(tmp_path: Path, monk
             find_local_mpi()
     assert _asked(here) == 2
     assert not (tmp_path / "cache" / "mpi").exists() or not os.listdir(tmp_path / "cache" / "mpi")
+
+
+# The supervisor's copies in a run folder come with their bytecode: the job's Python imports
+# them without compiling (checked against each copy's source), as another Python would not.
+_IMPORT = """
+import importlib._bootstrap_external as ext, sys
+compiled = []
+to_code = ext.SourceLoader.source_to_code
+def counting(self, data, path, *a, **k):
+    compiled.append(path)
+    return to_code(self, data, path, *a, **k)
+ext.SourceLoader.source_to_code = counting
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import ftcluster_job.supervisor, ftcluster_job.text
+print(sorted(p.rsplit('/', 1)[-1] for p in compiled if '/ftcluster_job/' in p))
+print(ftcluster_job.text.last_line.__code__.co_filename)
+print(ftcluster_job.text.last_line('a\\nb\\n'))
+"""
+
+
+def _job_import(scripts: Path) -> list[str]:
+    r = subprocess.run([sys.executable, "-S", "-c", _IMPORT, str(scripts)], capture_output=True, text=True,
+                       timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_the_supervisors_copies_come_with_their_bytecode(tmp_path: Path) -> None:
+    from ftcluster import bytecode
+    from ftcluster.render import SUPERVISOR_MODULES
+    from ftcluster.resources import package_path
+
+    # The package's own cache, current, as an install leaves it.
+    r = subprocess.run([sys.executable, "-m", "compileall", "-q", str(package_path("job"))],
+                       capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")})
+    assert r.returncode == 0, r.stderr
+    req = _request(tmp_path, scheduler="local", partition=None)
+    req.write_files()
+    scripts = req.paths.scripts
+    shipped = sorted(p.name.split(".")[0] + ".py" for p in (scripts / "ftcluster_job" / "__pycache__").iterdir())
+    assert shipped == sorted(SUPERVISOR_MODULES)
+    compiled, filename, last = _job_import(scripts)
+    assert compiled == "[]"
+    assert filename == str(scripts / "ftcluster_job" / "text.py")   # tracebacks name the copy
+    assert last == "b"
+    # A copy changed after its bytecode was written (a hand edit): its own source wins.
+    text = scripts / "ftcluster_job" / "text.py"
+    text.write_text(text.read_text() + "\n\ndef last_line(text: str) -> str:\n    return 'edited'\n")
+    compiled, _, last = _job_import(scripts)
+    assert compiled == "['text.py']" and last == "edited"
+    # Nothing is shipped for a copy that is not the package's text.
+    assert not bytecode.ship_bytecode(text, package_path("job", "text.py"))
