@@ -36,7 +36,8 @@ def _installed_code(source: Path, text: bytes) -> bytes | None:
 def ship_bytecode(copy: Path, source: Path) -> bool:
     """Write the bytecode of `copy` (a copy of the package's `source`, byte for byte) into its
     folder's __pycache__; False where there is none to ship (no current cache entry, another
-    text, a folder that cannot be written): the job's Python then compiles the copy itself."""
+    text, a package or folder that cannot be written, PYTHONDONTWRITEBYTECODE): the job's
+    Python then compiles the copy itself."""
     tag = sys.implementation.cache_tag
     if tag is None:
         return False
@@ -47,6 +48,16 @@ def ship_bytecode(copy: Path, source: Path) -> bool:
     except OSError:
         return False
     code = _installed_code(source, text)
+    if code is None and not sys.dont_write_bytecode:
+        # None yet (an editable install imports only part of the supervisor itself): made once,
+        # where importing the module would have put it.
+        import py_compile
+
+        try:
+            py_compile.compile(str(source), quiet=2)
+        except OSError:   # a package folder this user cannot write
+            return False
+        code = _installed_code(source, text)
     if code is None:
         return False
     # Beside the copy whatever this Python's pycache_prefix: the job's Python looks there.

@@ -167,3 +167,26 @@ def test_the_supervisors_copies_come_with_their_bytecode(tmp_path: Path) -> None
     assert compiled == "['text.py']" and last == "edited"
     # Nothing is shipped for a copy that is not the package's text.
     assert not bytecode.ship_bytecode(text, package_path("job", "text.py"))
+
+
+def test_a_module_without_bytecode_yet_gets_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editable install has bytecode only for what was imported: the first ship makes it where
+    an import would have, unless Python is told to write none."""
+    from ftcluster.bytecode import ship_bytecode
+
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    source = tmp_path / "pkg" / "mod.py"
+    copy = tmp_path / "run" / "mod.py"
+    for path in (source, copy):
+        path.parent.mkdir()
+        path.write_text("def f() -> int:\n    return 7\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert not ship_bytecode(copy, source)
+    assert not (source.parent / "__pycache__").exists() and not (copy.parent / "__pycache__").exists()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert ship_bytecode(copy, source)
+    assert [p.name for p in (source.parent / "__pycache__").iterdir()] == [f"mod.{sys.implementation.cache_tag}.pyc"]
+    r = subprocess.run([sys.executable, "-S", "-B", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import mod; "
+                        "print(mod.f(), mod.__cached__)", str(copy.parent)], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["7", str(copy.parent / "__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc")]
