@@ -48,7 +48,7 @@ def find_local_mpi() -> LocalMpi:
     return LocalMpi(mpirun, libmpi_beside(mpirun))
 
 
-# `mpirun --version` costs some 55 ms of every local launch (Open MPI's wrapper, then prterun).
+# `mpirun --version` costs 10-15 ms of every local launch (Open MPI's wrapper, then prterun).
 # Its answer is kept per installed file: another path, or the same one rewritten (an upgrade, a
 # reinstall: a new mtime, size or inode), is asked again. Only Open MPI's answer is kept.
 def _version_path(mpirun: str) -> Path | None:
