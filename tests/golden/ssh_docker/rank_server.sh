@@ -175,12 +175,14 @@ fi
 
 # Flags newer than FT's images are asked of the binary itself. Its --help takes 30 ms alone,
 # over 0.1 s while the other ranks' servers start, and this rank's server waits for it: the
-# answer is kept in the user's cache per binary file (device, inode, size, mtime). A container
-# whose mounts are new each job, or a cache that cannot be written, only costs the asking.
+# answer is kept in the user's cache per binary, named by its path, size and mtime (not its
+# inode or device, which a container's fresh mounts change every job: the same image's binary
+# is asked once, and the cache holds one answer per binary ever used). A cache that cannot be
+# written only costs the asking.
 triton_help() {
-  local id cache tmp
-  id=$(stat -L -c '%d-%i-%s-%.9Y' -- "$TRITON" 2>/dev/null) || id=
-  [[ $id =~ ^[0-9][0-9.-]*$ ]] || id=
+  local bin id cache tmp
+  bin=$(command -v -- "$TRITON") && id=$(stat -L -c '%s-%.9Y' -- "$bin" 2>/dev/null) || id=
+  [[ $id =~ ^[0-9]+-[0-9.]+$ ]] && id="$id-${bin//[^A-Za-z0-9._-]/_}" || id=
   cache=${FTCLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/ftcluster}/triton-help
   if [ -n "$id" ] && [ -f "$cache/$id" ] && TRITON_HELP=$(<"$cache/$id"); then return 0; fi
   TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1)
