@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,15 +32,18 @@ def find_local_mpi() -> LocalMpi:
     if mpirun is None:
         raise UserError("no mpirun found: the local style starts its ranks as one MPI world",
                         field="scheduler: local", hint=_HINT)
-    version = _known_version(mpirun)
+    kept = _version_path(mpirun)
+    version = _known_version(kept)
     if version is None:
         try:
             out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30, check=False)
             version = out.stdout + out.stderr
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise UserError(f"{mpirun} --version failed: {exc}", field="scheduler: local", hint=_HINT) from None
-        if "Open MPI" in version:
-            _remember_version(mpirun, version)
+        if "Open MPI" in version and kept is not None:
+            from ftcluster.store import keep_in_cache
+
+            keep_in_cache(kept, version)
     if "Open MPI" not in version:
         raise UserError(f"{mpirun} is not Open MPI's ({version.strip().splitlines()[0] if version.strip() else '?'})",
                         field="scheduler: local", hint=_HINT)
@@ -63,23 +65,8 @@ def _version_path(mpirun: str) -> Path | None:
     return cache_root() / "mpi" / f"{key}.txt"
 
 
-def _known_version(mpirun: str) -> str | None:
-    path = _version_path(mpirun)
+def _known_version(path: Path | None) -> str | None:
     try:
         return path.read_text() if path is not None else None
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _remember_version(mpirun: str, version: str) -> None:
-    path = _version_path(mpirun)
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".mpi-")
-        with os.fdopen(fd, "w") as f:
-            f.write(version)
-        os.replace(tmp, path)   # whole or not at all: launches may race
-    except OSError:   # an unwritable cache only costs the asking
-        pass

@@ -14,8 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +86,7 @@ _SOURCES = ("probe.py", "client/modelio.py", "client/rawtriton.py")
 def _cached(cfg: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
     """_made's answer, from the cache when this config was probed before (a damaged or
     unwritable cache only costs the making)."""
-    from ftcluster.store import cache_root
+    from ftcluster.store import cache_root, keep_in_cache
 
     key = hashlib.sha256(json.dumps([cfg, hidden_size], sort_keys=True).encode())
     here = Path(__file__).parent
@@ -102,12 +100,5 @@ def _cached(cfg: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
     except (OSError, ValueError):
         pass
     made = _made(cfg, hidden_size)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(made, f)
-        os.replace(tmp, path)   # whole or not at all: launches may race
-    except OSError:
-        pass
+    keep_in_cache(path, json.dumps(made))
     return made

@@ -37,6 +37,23 @@ def cache_root() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ftcluster"
 
 
+def keep_in_cache(path: Path, text: str) -> None:
+    """Write a cache entry (under cache_root) whole or not at all: launches may race. A cache
+    that cannot be written only costs the making again."""
+    import tempfile
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str

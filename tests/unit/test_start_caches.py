@@ -190,3 +190,16 @@ def test_a_module_without_bytecode_yet_gets_it_once(tmp_path: Path, monkeypatch:
     r = subprocess.run([sys.executable, "-S", "-B", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import mod; "
                         "print(mod.f(), mod.__cached__)", str(copy.parent)], capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["7", str(copy.parent / "__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc")]
+
+
+def test_a_cache_entry_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    from ftcluster.store import keep_in_cache
+
+    entry = tmp_path / "cache" / "mpi" / "k.txt"
+    keep_in_cache(entry, "mpirun (Open MPI) 5.0.5\n")
+    keep_in_cache(entry, "mpirun (Open MPI) 5.0.6\n")
+    assert entry.read_text() == "mpirun (Open MPI) 5.0.6\n"
+    assert [p.name for p in entry.parent.iterdir()] == ["k.txt"]   # no part left beside it
+    (tmp_path / "file").write_text("")
+    keep_in_cache(tmp_path / "file" / "mpi" / "k.txt", "x")       # under a file: cannot be made
+    assert not (tmp_path / "file").is_dir()
