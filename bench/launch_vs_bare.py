@@ -6,8 +6,9 @@ Local style (every rank on this machine under one mpirun), interleaved per repea
 - ftcluster: `ftcluster launch --keep-serving --no-client --json` as a user types it, from the
   command's start to its return at `ready` (prepare, render, the job's start-up, the ranks,
   readiness), then `ftcluster stop` (not timed);
-- bare: the repository that launch prepared, served by `mpirun -np N tritonserver` (each rank
-  its own ports, the run's env.sh sourced: the same environment), from mpirun's start to rank
+- bare: the repository that launch prepared, served by `mpirun -np N tritonserver` (the run's
+  own mpirun and tritonserver, each rank its own ports, the run's env.sh sourced: the same
+  environment), from mpirun's start to rank
   0 answering as ours (its --id) with the model ready, asked every 50 ms by a poller that
   starts with it; then mpirun is ended.
 Prints the medians and the ratio ftcluster / bare, and ftcluster's time split by phase (from
@@ -87,7 +88,10 @@ def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int, split: dic
 
 
 def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
-    triton = json.loads((run_dir / "scripts" / "job.json").read_text())["tritonserver"]
+    job = json.loads((run_dir / "scripts" / "job.json").read_text())
+    # The launch's own tritonserver and mpirun: the one the run resolved (Open MPI's beside the
+    # interpreter), not whatever `mpirun` on PATH is (a version manager's shim costs ~60 ms).
+    triton, mpirun = job["tritonserver"], job["mpirun"]
     pool = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(i) for i in range(nodes * gpus))
     rank = (f'r=$OMPI_COMM_WORLD_RANK; IFS=, read -ra pool <<<"{pool}"; '
             f'export CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${{pool[*]:r*{gpus}:{gpus}}}"); '
@@ -100,7 +104,7 @@ def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
     envs_before = set(glob.glob("/tmp/python_env_*"))
     log = open(run_dir / "logs" / "bare.log", "wb")
     t0 = time.perf_counter()
-    p = subprocess.Popen(["mpirun", "-np", str(nodes), "--oversubscribe", "--bind-to", "none", "bash", "-c", rank],
+    p = subprocess.Popen([mpirun, "-np", str(nodes), "--oversubscribe", "--bind-to", "none", "bash", "-c", rank],
                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         while not ours_ready("127.0.0.1", BARE_PORT, "bare-0", model, 1.0):

@@ -763,7 +763,7 @@ class LocalStyle(JobStyle):
 
     def start_servers(self) -> None:
         stdout = os.path.join(self.cfg.logs, FILES.rank("{rank}", "stdout"))
-        self.servers = self.job.start(self.mpirun(stdout, ["bash", self.script("rank_server.sh")], ("FTC_INCARNATION",)),
+        self.servers = self.job.start(self.mpirun(stdout, [".", self.script("rank_server.sh")], ("FTC_INCARNATION",)),
                                       out=self.job.log_path(FILES.mpirun_log),
                                       env={**self.mpi_env(), "FTC_RANK_HOST": "127.0.0.1"})
 

@@ -197,3 +197,45 @@ def test_a_rank_killed_early_has_noted_its_python_env(tmp_path: Path, clean: lis
         p.wait()
     noted = (run_dir / "state" / FILES.python_envs).read_text().split()
     assert noted == [made]
+
+
+def _counting_grep(tmp: Path) -> tuple[dict[str, str], Path]:
+    """PATH with a grep that logs each call's arguments (a line each) before the real one runs."""
+    shim, calls = tmp / "shim", tmp / "grep-calls"
+    shim.mkdir()
+    real = shutil.which("grep")
+    (shim / "grep").write_text(f'#!/bin/bash\nprintf "%s\\n" "$*" >>{calls}\nexec {real} "$@"\n')
+    (shim / "grep").chmod(0o755)
+    return {"PATH": f"{shim}:{os.environ['PATH']}"}, calls
+
+
+@pytest.mark.parametrize("others", [False, True])
+def test_the_sweep_looks_at_the_nodes_processes_only_for_another_runs_entries(
+        tmp_path: Path, clean: list[Path], others: bool) -> None:
+    """What the run's other ranks on this node made (rank 0's entries, old ones: a restart keeps
+    the run) is nothing to sweep: the starting rank does not read every process's environment for
+    it, which cost every rank's start on a busy node. Another run's entry is still looked into."""
+    own_mpi = SHM / f"ftc+{RUN}+r0+i0+mpi"
+    own_env = _python_env()
+    clean.extend([own_mpi, own_env])
+    own_mpi.mkdir()
+    (own_env / f".ftc+{RUN}+r0+i0").write_text("")
+    _aged(own_mpi, 120)
+    _aged(own_env / f".ftc+{RUN}+r0+i0", 120)
+    if others:
+        gone = SHM / f"ftc+gone-{PID}+r0+i0+py"
+        clean.append(gone)
+        gone.write_text("")
+        _aged(gone, 120)
+    run_dir, env = _wrapper_of(tmp_path, _server(1.0))
+    path, calls = _counting_grep(tmp_path)
+    r = subprocess.run(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env={**env, **path},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    if others:
+        assert wait_gone([gone])
+    sweeps = [c for c in calls.read_text().splitlines() if "FTC_SERVER_OF=[^/]*/" in c]
+    assert len(sweeps) == (1 if others else 0), calls.read_text()
+    # The wrapper's own search for what its server left ran all the same: the shim was in use.
+    assert any("-lzxF" in c for c in calls.read_text().splitlines())
+    assert own_mpi.exists() and (own_env / f".ftc+{RUN}+r0+i0").exists()

@@ -34,7 +34,9 @@ fi
 RANK=${FTC_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}}
 export FTC_RANK=$RANK   # the server and its backend see the rank whatever started them
 OFF=$((RANK * PORT_STRIDE))
-mkdir -p "$LOGS" "$STATE"
+# Every process on a rank's way to its server is time the server waits for: the checks below
+# run in this shell (builtins, no subshell) where they can.
+if [ ! -d "$LOGS" ] || [ ! -d "$STATE" ]; then mkdir -p "$LOGS" "$STATE"; fi
 # state/rank<R>.exit: "CODE EPOCH died|stopped" -- stopped when this wrapper was asked to stop
 # (SIGTERM/SIGINT) before its server ended; the job script treats a rank that died as the cause.
 record_exit() { printf '%s %s %s\n' "$1" "$(date +%s.%N)" "$2" >"$STATE/rank$RANK.exit"; }
@@ -53,9 +55,11 @@ read -r SELF_STAT <"/proc/$$/stat"
 read -ra SELF_STAT <<<"${SELF_STAT##*) }"
 printf '%s %s\n' "$$" "${SELF_STAT[19]}" >"$STATE/rank$RANK.pid"
 
-# A port something already listens on would only fail deep in the server's log: say which.
+# A port something already listens on would only fail deep in the server's log: say which. The
+# connection is the redirection of a regular builtin's: closed when it returns, and one that
+# fails only fails the builtin (exec's would end a shell in POSIX mode).
 for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((METRICS_PORT + OFF))"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/${spec#* }") 2>/dev/null; then
+  if true 2>/dev/null 3<>"/dev/tcp/127.0.0.1/${spec#* }"; then
     printf 'ports.%s: port %s is in use on %s (choose other ports in the cluster spec)\n' \
       "${spec%% *}" "${spec#* }" "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.problem"
     note_exit 98 died
@@ -106,17 +110,23 @@ mark_loaded() {
 # run's mark is left in it (that run's teardown removes it then). The wrapper frees its own when
 # its server has ended (free_own), the teardown every rank's.
 PY_MARK=".ftc+$RUN_ID+r$RANK+i$INCARNATION"
-TMP_BEFORE=$(compgen -G '/tmp/python_env_*')
+# Those there before, by name: a lookup per folder, no process (a grep per folder took seconds
+# on a node with hundreds of them left by others, and a rank stopped meanwhile noted none; a
+# grep over them all was three processes at every look). Only names of the backend's own form
+# become keys.
+declare -A TMP_BEFORE=()
+for PY_DIR in /tmp/python_env_*; do
+  [[ $PY_DIR =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] && TMP_BEFORE[$PY_DIR]=1
+done
 # True when it noted one.
 note_python_env() {
   local d noted=1
-  # The new ones in one grep (a grep per folder took seconds on a node with hundreds of them
-  # left by others, and a rank stopped meanwhile noted none).
-  while IFS= read -r d; do
+  for d in /tmp/python_env_*; do
     [[ $d =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
+    [ -z "${TMP_BEFORE[$d]+x}" ] || continue   # there before this server started
     [ -e "$d/$PY_MARK" ] && continue   # noted already
     : >"$d/$PY_MARK" 2>/dev/null && printf '%s\n' "$d" >>"$STATE/python_envs" && noted=0
-  done < <(compgen -G '/tmp/python_env_*' | grep -vxF -f <(printf '%s\n' "$TMP_BEFORE"))
+  done
   return "$noted"
 }
 
@@ -161,6 +171,7 @@ sweep_orphans() {
     [[ $e != *$'\n'* ]] || continue   # one entry a line below
     [ -O "$e" ] || continue
     r=${e#"$SHM_DIR"/ftc+}
+    [ "${r%%+*}" != "$RUN_ID" ] || continue   # this run's (the other ranks' here): no orphans
     found+="${r%%+*} $e"$'\n'
   done
   for m in /tmp/python_env_*/.ftc+*+r*; do
@@ -169,15 +180,17 @@ sweep_orphans() {
     [[ $m != *$'\n'* ]] || continue
     [ -O "$m" ] || continue
     r=${m#"$d"/.ftc+}
+    [ "${r%%+*}" != "$RUN_ID" ] || continue
     found+="${r%%+*} $m"$'\n'
   done
+  # Nothing of another run's: no look at every process (the usual case, and the ranks of a run
+  # sharing a node see each other's entries).
   [ -n "$found" ] || return 0
   # Every live run's mark in one grep (the runs of this node's servers, this one's included).
   now=$(date +%s)
   live=$(grep -ahoz -e '^FTC_SERVER_OF=[^/]*/' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | sort -u)
   while read -r r e; do
     [[ $r =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || continue
-    [ "$r" != "$RUN_ID" ] || continue
     grep -qxF "FTC_SERVER_OF=$r/" <<<"$live" && continue
     t=$(stat -c %Y -- "$e" 2>/dev/null) || continue
     [[ $t =~ ^[0-9]+$ ]] || continue
@@ -201,7 +214,9 @@ SHM_DIR=/dev/shm
 SHM_NAME="ftc+gpt-2n+r$RANK+i$INCARNATION+"
 SHM_ARGS=()
 if [ -d "$SHM_DIR" ] && [ -w "$SHM_DIR" ]; then
-  rm -rf -- "${SHM_DIR:?}/ftc+gpt-2n+r$RANK+"*
+  if compgen -G "${SHM_DIR:?}/ftc+gpt-2n+r$RANK+*" >/dev/null; then
+    rm -rf -- "${SHM_DIR:?}/ftc+gpt-2n+r$RANK+"*
+  fi
   if mkdir -p "$SHM_DIR/${SHM_NAME}mpi"; then
     export OMPI_MCA_btl_vader_backing_directory="$SHM_DIR/${SHM_NAME}mpi"
     export OMPI_MCA_btl_sm_backing_directory="$SHM_DIR/${SHM_NAME}mpi"
@@ -218,11 +233,17 @@ fi
 # is asked once, and the cache holds one answer per binary ever used). A cache that cannot be
 # written only costs the asking.
 triton_help() {
-  local bin id cache tmp
-  bin=$(command -v -- "$TRITON") && id=$(stat -L -c '%s-%.9Y' -- "$bin" 2>/dev/null) || id=
+  local bin=$TRITON id cache tmp
+  # A path names the binary itself; a bare name is looked up on PATH.
+  [[ $bin == */* ]] || bin=$(command -v -- "$TRITON") || bin=
+  [ -n "$bin" ] && id=$(stat -L -c '%s-%.9Y' -- "$bin" 2>/dev/null) || id=
   [[ $id =~ ^[0-9]+-[0-9.]+$ ]] && id="$id-${bin//[^A-Za-z0-9._-]/_}" || id=
   cache=${FTCLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/ftcluster}/triton-help
-  if [ -n "$id" ] && [ -f "$cache/$id" ] && TRITON_HELP=$(<"$cache/$id"); then return 0; fi
+  if [ -n "$id" ] && [ -f "$cache/$id" ] && [ -r "$cache/$id" ]; then
+    # The whole file, by a builtin (read stops at its end, with status 1).
+    IFS= read -r -d '' TRITON_HELP <"$cache/$id"
+    [[ $TRITON_HELP == *--model-repository* ]] && return 0
+  fi
   TRITON_HELP=$(timeout -k 1 10 "$TRITON" --help 2>&1)
   # Only a whole answer is kept (every tritonserver's --help names --model-repository).
   [ -n "$id" ] && [[ $TRITON_HELP == *--model-repository* ]] || return 0
