@@ -134,7 +134,8 @@ note_python_env() {
 # tritonserver ended while the stub was still loading is reparented to init: it then leaves
 # Slurm's process tracking where that follows the process tree (proctrack/linuxproc, pgid) and
 # would outlive the job. Found by the mark, it is killed once the server has ended.
-SERVER_MARK="FTC_SERVER_OF=$RUN_ID/rank$RANK/$$"
+SERVER_OF="$RUN_ID/rank$RANK/$$"
+SERVER_MARK="FTC_SERVER_OF=$SERVER_OF"
 kill_server_leftovers() {
   local f pid
   # One grep over every process's environment (a grep per process took ~0.4 s on a busy node).
@@ -270,7 +271,8 @@ fi
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
-env "$SERVER_MARK" "$TRITON" --model-repository=model_repository --id="$ID_PREFIX-rank$RANK" \
+# The mark as an assignment bash itself puts in the server's environment (no `env` to exec).
+FTC_SERVER_OF=$SERVER_OF "$TRITON" --model-repository=model_repository --id="$ID_PREFIX-rank$RANK" \
   --log-verbose=0 \
   --http-port=$((HTTP_PORT + OFF)) --grpc-port=$((GRPC_PORT + OFF)) \
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
