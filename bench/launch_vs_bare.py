@@ -127,6 +127,14 @@ def bare_once(run_dir: Path, model: str, nodes: int, gpus: int) -> float:
             remove_entry(path)
 
 
+def write_cluster(path: Path, tmp: Path, gpus_per_node: int) -> None:
+    """A local cluster spec: its workspace under tmp, the CPU tritonserver."""
+    path.write_text(yaml.safe_dump({
+        "name": "bench-local", "scheduler": "local", "gpus_per_node": gpus_per_node,
+        "workspace": str(tmp / "ws"), "ports": {"http": 28000, "grpc": 28001, "metrics": 28002},
+        "server": {"binary": str(find_tritonserver()), "ready_timeout": 600, "exit_grace": 10}}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[1])
     ap.add_argument("--repeats", type=int, default=5)
@@ -141,10 +149,7 @@ def main() -> None:
     cluster = args.cluster
     if cluster is None:
         cluster = tmp / "cluster.yaml"
-        cluster.write_text(yaml.safe_dump({
-            "name": "bench-local", "scheduler": "local", "gpus_per_node": args.gpus_per_node,
-            "workspace": str(tmp / "ws"), "ports": {"http": 28000, "grpc": 28001, "metrics": 28002},
-            "server": {"binary": str(find_tritonserver()), "ready_timeout": 600, "exit_grace": 10}}))
+        write_cluster(cluster, tmp, args.gpus_per_node)
     model = yaml.safe_load(args.model.read_text())["name"]
     results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "bare": []}
     # Once, untimed: the bytecode cache, as an install leaves it.
