@@ -11,8 +11,9 @@ r=${OMPI_COMM_WORLD_RANK:-0}
 # Both are numbers (mpirun's, the job's) before they reach an arithmetic context.
 [[ $r =~ ^[0-9]+$ && ${GPUS_PER_NODE:-} =~ ^[0-9]+$ ]] || { echo "local_rank.sh: bad rank or GPUS_PER_NODE" >&2; exit 2; }
 IFS=, read -ra pool <<<"${GPU_POOL:-}"
-pool=("${pool[@]:r*GPUS_PER_NODE:GPUS_PER_NODE}")
-printf -v CUDA_VISIBLE_DEVICES '%s,' "${pool[@]}"
+# ${pool[@]+...}: an empty array is no unbound variable, also for bash before 4.4 under set -u.
+pool=(${pool[@]+"${pool[@]:r*GPUS_PER_NODE:GPUS_PER_NODE}"})
+printf -v CUDA_VISIBLE_DEVICES '%s,' ${pool[@]+"${pool[@]}"}
 CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%,}
 export CUDA_VISIBLE_DEVICES
 if [ "$1" != - ]; then exec >"${1//\{rank\}/$r}" 2>&1; fi
