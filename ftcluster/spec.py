@@ -7,6 +7,7 @@ resolved against the spec file's folder, so specs can be moved together with the
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import re
@@ -886,13 +887,26 @@ def load_model(path: str | Path) -> ModelSpec:
         if isinstance(val, str) and val:
             data[key] = str((base / Path(val).expanduser()))
     spec = _validate(ModelSpec, p, data)
-    if not spec.repository.is_dir():
-        raise SpecError(f"{p}: repository: folder {spec.repository} does not exist",
-                        hint="point it at the Triton model repository holding config.pbtxt")
-    if not spec.checkpoint_root.is_dir():
-        raise SpecError(f"{p}: checkpoint_root: folder {spec.checkpoint_root} does not exist",
-                        hint="point it at the converter output that holds the N-gpu/ folders")
+    # Both folders are checked before either is reported: every problem at once.
+    problems = [f"{key}: folder {_cut(str(folder))} {why} ({hint})" for key, folder, hint in (
+        ("repository", spec.repository, "point it at the Triton model repository holding config.pbtxt"),
+        ("checkpoint_root", spec.checkpoint_root, "point it at the converter output that holds the N-gpu/ folders"),
+    ) if (why := _not_a_folder(folder))]
+    if problems:
+        raise SpecError(f"{p}: " + "; ".join(problems))
     return spec.model_copy(update={"source": str(p.resolve())})
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """Why a spec's folder cannot be used, or None. A name too long for the filesystem, or one
+    behind a folder the user may not enter, is the spec's problem to report, not a crash."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "does not exist"
+        return f"cannot be used: {exc.strerror or exc}"
+    return None if stat.S_ISDIR(st.st_mode) else "is not a folder"
 
 
 def default_cluster_path() -> Path:
