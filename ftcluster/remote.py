@@ -72,7 +72,7 @@ def connect(target: SshTarget, field: str = "login_host", timeout: float = 20) -
     except paramiko.SSHException as exc:
         raise UserError(f"cannot connect to {target.host}: {exc}", field=field,
                         hint="check the host key in known_hosts (ssh once by hand) and your key/agent") from None
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:   # UnicodeError: a name the IDNA codec refuses, before any lookup
         raise UserError(f"cannot reach {target.host}: {exc}", field=field) from None
     return conn
 

@@ -32,6 +32,9 @@ from ftcluster.resources import package_path
 _LOGIN_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::(?P<port>[0-9]{1,5}))?",
                             re.ASCII)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A host name as DNS (and Python's IDNA codec, before any lookup) takes it: labels of 1-63
+# characters, 253 in all.
+_HOST_NAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?", re.ASCII)
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(\d+-)?\d+(:\d{1,2})?$|^(UNLIMITED|INFINITE)$", re.ASCII)
 
 
@@ -565,6 +568,10 @@ class ClusterSpec(_Strict):
         m = _LOGIN_HOST_RE.fullmatch(v)
         if not m or (m.group("port") and not 1 <= int(m.group("port")) <= 65535):
             raise ValueError(f"{v!r} is not [user@]host[:port] (port 1-65535)")
+        host = v.rpartition("@")[2].partition(":")[0]
+        if not _HOST_NAME_RE.fullmatch(host):
+            raise ValueError(f"{_cut(host)!r} is not a host name (its dot-separated parts have 1-63 characters, "
+                             "253 in all)")
         return v
 
     @field_validator("partition", "account", "qos")
@@ -628,8 +635,9 @@ class ClusterSpec(_Strict):
     def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # They reach mpirun -H, known_hosts and the node scripts: plain host names only.
         for h in v:
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}", h):
-                raise ValueError(f"{h!r} is not a plain host name (user and port go in node_ssh)")
+            if not _HOST_NAME_RE.fullmatch(h):
+                raise ValueError(f"{_cut(h)!r} is not a plain host name: letters, digits, '-' and dot-separated "
+                                 "parts of 1-63 characters, 253 in all (user and port go in node_ssh)")
         if len(set(v)) != len(v):
             raise ValueError("a host is listed twice; one rank runs per host")
         return v
