@@ -165,7 +165,10 @@ class RunStore:
     def _adopt(self, key: str) -> RunRecord | None:
         """A run folder's path (a run submitted by hand): its record, kept from now on."""
         folder = Path(key).expanduser()
-        if not folder.is_dir():
+        try:
+            if not folder.is_dir():
+                return None
+        except OSError:   # a name too long to be a path (ENAMETOOLONG), one behind a folder not ours
             return None
         from ftcluster.run_folder import record_of_folder
 

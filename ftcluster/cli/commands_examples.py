@@ -51,7 +51,12 @@ def write_examples(dest: Path, force: bool = False) -> list[Path]:
     targets = [dest / rel for rel in files]
     if not force:
         for target in targets:
-            if target.exists() or target.is_symlink():
+            try:
+                taken = target.exists() or target.is_symlink()
+            except OSError as exc:   # a name too long for the filesystem, a folder not to be entered
+                raise UserError(f"cannot write {target}: {exc.strerror or exc}", field="DIR",
+                                hint="choose a folder you can write to") from None
+            if taken:
                 raise UserError(f"{target} already exists", field="DIR",
                                 hint="choose another folder or pass --force to overwrite")
     written = []

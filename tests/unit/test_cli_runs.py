@@ -63,6 +63,25 @@ def test_exit_0_2_3(tmp_path: Path) -> None:
     assert ftc("status", "no-such-run", state=tmp_path).returncode == 3
 
 
+@pytest.mark.parametrize("command", ["status", "stop", "token", "report"])
+def test_a_run_key_too_long_for_a_path_is_no_run(tmp_path: Path, command: str) -> None:
+    # A key that is no run id is tried as a run folder's path; one the filesystem refuses
+    # (ENAMETOOLONG) is simply no run, with the store empty or not.
+    key = "a" * 300
+    empty = ftc(command, key, state=tmp_path / "empty")
+    assert empty.returncode == 3 and empty.stderr == "error: no runs recorded yet (start one with `ftcluster launch`)\n"
+    record(tmp_path / "state", tmp_path / "run1", None)
+    some = ftc(command, key, state=tmp_path / "state")
+    assert some.returncode == 3 and some.stderr.startswith(f"error: no run '{key}'") and some.stderr.count("\n") == 1
+
+
+def test_examples_into_a_folder_name_too_long(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "ftcluster", "examples", "d" * 300], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert p.returncode == 3 and p.stderr.startswith("error: DIR: cannot write ") and "File name too long" in p.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_exit_1_when_the_followed_job_failed(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
