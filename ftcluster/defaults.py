@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from ftcluster import yaml_text
 from ftcluster.errors import UserError
 from ftcluster.resources import package_path
 
@@ -29,11 +30,16 @@ def embedded(key: str) -> Path:
 def read_config() -> dict[str, str]:
     path = config_path()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_text.load(path.read_text()) or {}
     except FileNotFoundError:
         return {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"cannot read {path}: {exc}", field="config", hint="fix it, or remove it") from None
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read {path}: not a text file", field="config", hint="fix it, or remove it") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}", field="config",
+                        hint="fix it, or remove it") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: {yaml_text.problem(exc)}", field="config", hint="fix it, or remove it") from None
     if not isinstance(data, dict) or set(data) - set(KEYS) or not all(isinstance(v, str) for v in data.values()):
         raise UserError(f"{path} holds other than `cluster: PATH` and `model: PATH`", field="config",
                         hint="ftcluster config --unset KEY, or edit the file")

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from ftcluster import yaml_text
 from ftcluster.errors import SpecError
 from ftcluster.resources import package_path
 
@@ -784,43 +785,9 @@ def _cut(text: str) -> str:
     return re.sub(r"\S{%d,}" % (WORD_MAX_CHARS + 1), lambda m: f"{m.group()[:half]}...{m.group()[-half:]}", text)
 
 
-# A spec is a few KB: a larger file, or one whose aliases expand past this many values, is not
-# one (YAML's "billion laughs" expands 1 KB into gigabytes).
+# A spec is a few KB: a larger file is not one (nor one whose aliases expand past
+# yaml_text.MAX_VALUES values).
 SPEC_MAX_BYTES = 1 << 20
-SPEC_MAX_VALUES = 100_000
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML would keep the last
-    silently) and a document whose aliases expand past SPEC_MAX_VALUES values."""
-
-    def compose_document(self) -> Any:
-        node = super().compose_document()
-        sizes: dict[int, int] = {}
-
-        def size(n: Any) -> int:
-            # Aliases are the same node object: each is counted where it is used, computed once.
-            if id(n) not in sizes:
-                sizes[id(n)] = 0   # a recursive alias counts as nothing more
-                kids = [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else \
-                    n.value if isinstance(n, yaml.SequenceNode) else []
-                sizes[id(n)] = 1 + sum(size(k) for k in kids)
-            return sizes[id(n)]
-        if node is not None and size(node) > SPEC_MAX_VALUES:
-            raise yaml.YAMLError(f"its aliases (*name) expand to more than {SPEC_MAX_VALUES} values: "
-                                 "write the values out")
-        return node
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.YAMLError(f"key {key!r} given twice (lines {seen[key]} and {line}): keep one")
-            if isinstance(key, (str, int, float, bool)):
-                seen[key] = line
-        return super().construct_mapping(node, deep=deep)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -837,16 +804,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             raw = f.read(SPEC_MAX_BYTES + 1)
         if len(raw) > SPEC_MAX_BYTES:
             raise SpecError(f"{path}: too large for a spec (at most {SPEC_MAX_BYTES} bytes)")
-        data = yaml.load(raw.decode(), Loader=_SpecLoader)  # noqa: S506  (a SafeLoader)
+        data = yaml_text.load(raw.decode())
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except RecursionError:
-        raise SpecError(f"{path}: nested too deeply to be a spec") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f": line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}{where}: invalid YAML: {problem}") from None
+        raise SpecError(f"{path}: {yaml_text.problem(exc)}") from None
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file") from None
     if data is None:

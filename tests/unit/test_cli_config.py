@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.unit.test_cli_files import REPO
 
 
@@ -49,3 +51,18 @@ def test_config_defaults_and_overrides(tmp_path: Path) -> None:
     cfg.write_text("cluster: [1, 2]\n")
     broken = ftc("plan", env=env, cwd=tmp_path)
     assert broken.returncode == 3 and "config.yaml" in broken.stderr and "Traceback" not in broken.stderr
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"cluster: !!int x\n", "line 1 column 10: invalid YAML: 'x' is no !!int value"),
+    (b"cluster: !!set [[1]]\n", "invalid YAML: a value is not of its !!tag's type"),
+    (b"\xff\xfe\x00", "not a text file"),
+    (b"cluster: [1\n", "line 2 column 1: invalid YAML: expected ',' or ']'"),
+])
+def test_a_broken_config_file_is_one_line(tmp_path: Path, content: bytes, says: str) -> None:
+    cfg = tmp_path / "xdg" / "ftcluster" / "config.yaml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_bytes(content)
+    r = ftc("plan", env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")}, cwd=tmp_path)
+    assert r.returncode == 3 and r.stderr.startswith("error: config: ") and r.stderr.count("\n") == 1, r.stderr
+    assert says in r.stderr and str(cfg) in r.stderr
