@@ -26,7 +26,10 @@ def run_hosts(run_dir: str, num_nodes: int, plan: dict[str, Any] | None = None) 
     """Host names by rank, as far as known: the ranks' own state/rank<R>.host files (written
     when each rank started), else the plan's fixed nodes (local and ssh clusters)."""
     hosts: list[str] = []
-    ranks = {r.get("rank"): r.get("node") for r in (plan or {}).get("ranks", []) if isinstance(r, dict)}
+    listed = (plan or {}).get("ranks")
+    # A plan as launch records it; anything else in a (hand-edited) run.json names no host.
+    ranks = {r["rank"]: r["node"] for r in listed if isinstance(r, dict) and isinstance(r.get("rank"), int)
+             and isinstance(r.get("node"), str)} if isinstance(listed, list) else {}
     for r in range(num_nodes):
         host_file = Path(run_dir) / "state" / f"rank{r}.host" if run_dir else None
         try:

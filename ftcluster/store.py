@@ -174,8 +174,8 @@ class RunStore:
 
         rec = record_of_folder(folder)
         if rec is None:
-            raise UserError(f"{folder} is no run folder (no scripts/job.json)", field="RUN",
-                            hint="give a run id, or the folder `render --out` wrote")
+            raise UserError(f"{folder} is no run folder (scripts/job.json missing, or not as launch writes it)",
+                            field="RUN", hint="give a run id, or the folder `render --out` wrote")
         known = self.exact(rec.run_id)
         if known is None:
             self.add(rec)

@@ -131,6 +131,8 @@ class JobConfig:
     @classmethod
     def from_json(cls, text: str) -> JobConfig:
         raw: Dict[str, Any] = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("the job's values are no JSON object")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
