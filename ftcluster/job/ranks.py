@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # glog's error lines ("E<MMDD> <time> ..."), less what a CPU-only server always logs.
 ERROR_LINE = re.compile(r"^E[0-9]{4} [0-9:.]+ ")
 HARMLESS_ERRORS = re.compile(r"CudaDriverHelper|NVML|DCGM|pinned")
+LAST_ERROR_BYTES = 64 << 10
 
 
 class RankLines:
@@ -157,6 +158,26 @@ class RankFiles:
             if line is not None and (best is None or line[1:21] < best[0]):
                 best = (line[1:21], rank, line)
         return None if best is None else (best[1], best[2])
+
+    def last_error(self, rank: int) -> Optional[str]:
+        """The message of the last error line in the rank's server log (its last 64 KiB), as
+        Triton wrote it after the glog prefix: what a server that exited at start-up said of
+        why ("failed to start GRPC service: ... already in use")."""
+        try:
+            with open(self.server_log(rank), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - LAST_ERROR_BYTES))
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        for line in reversed(lines):
+            if ERROR_LINE.match(line) and not HARMLESS_ERRORS.search(line):
+                said = line.partition("] ")[2].strip() or line
+                said = said[1:-1].strip() if len(said) > 1 and said[0] == said[-1] == '"' else said
+                # A Python backend's error comes with its traceback, its newlines escaped: the
+                # error's own line is the cause.
+                return said.split("\\n", 1)[0].strip()
+        return None
 
     def last_words(self) -> str:
         """Each rank's last server-log line and how long ago its log last grew."""

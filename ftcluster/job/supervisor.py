@@ -33,6 +33,9 @@ from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_log
                     load_progress, rank0_ready)
 from .text import last_line, read_text, squeeze, write_json
 
+# The phase of a run whose servers are starting, as failure messages name it.
+STARTING = "during start-up"
+
 if TYPE_CHECKING:
     from .exporter import Exporter
 
@@ -89,7 +92,7 @@ class Job:
         self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover_lead)
         self.handover = HandOver(self) if cfg.successor else None
         self.earlier_causes: List[str] = []   # the faults of this run before a Slurm requeue
-        self.phase = "during start-up"     # where the run is, for failure messages
+        self.phase = STARTING     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
         self.proxy: Optional[subprocess.Popen[bytes]] = None   # access: private
@@ -179,10 +182,17 @@ class Job:
             code = ex[0] if ex else (died[1] if died is not None and died[0] == rank else "?")
             self.event(EV.rank_failed, rank, node, code)
             why = f"rank {rank} on {node} exited (code {code}) {self.phase}"
-            # A cause the rank named itself (a port in use) says more than its exit.
+            # A cause the rank named itself (a port in use) says more than its exit; else, for a
+            # server that ended itself at start-up, what it last said was an error (a port taken
+            # between the wrapper's check and the server's bind). Later, an old error line would
+            # only mislead: a killed server writes none.
             problem = (self.ranks.read(rank, "problem") or "").strip()
             if problem:
                 why = f"{problem} (rank {rank})"
+            elif code != 0 and self.phase == STARTING:
+                said = self.ranks.last_error(rank)
+                if said:
+                    why += f": {squeeze(said)[:300]}"
             self.say(f"ftcluster: rank {rank} on {node} exited; last lines of its log:")
             self.say(self.ranks.tail(rank))
         elif why.startswith("the server step ended"):
@@ -749,7 +759,7 @@ class Job:
         self.phase = "while restarting"
         self.nap(min(cfg.restart_backoff * 2 ** (tries - 1), MAX_BACKOFF))
         self.child_env["FTC_INCARNATION"] = str(tries)
-        self.phase = "during start-up"
+        self.phase = STARTING
         self.restarting = True
         try:
             self.start_servers()

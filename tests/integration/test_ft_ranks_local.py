@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +51,11 @@ def test_a_dying_rank_is_named_and_every_rank_stopped(tmp_path: Path, fault: str
         assert out["failed_rank"]["exit_code"] == code, out
         assert out["failure"].startswith(f"rank {rank} on 127.0.0.1 exited (code {code}) {phase}"), out["failure"]
         assert rank_exit(Path(out["run_dir"]), int(rank)) == (code, "died")
+        if phase == "during start-up":
+            # What the server said of why it ended, its error's own line (no Python traceback).
+            assert out["failure"].endswith(f": failed to load 'fastertransformer' version 1: Internal: RuntimeError: "
+                                           f"FTCLUSTER_TEST_BREAK_NODE: test model refuses to load on rank {rank} "
+                                           f"({socket.gethostname()})"), out["failure"]
     assert time.monotonic() - t0 < 30
     _nothing_left(out["run_id"])
 

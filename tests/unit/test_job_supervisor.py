@@ -265,3 +265,34 @@ def test_after_a_death_the_world_is_left_to_end_itself_first(tmp_path: Path, mon
         job.exits.close()
         assert took >= 0.25 if died and job.style.world_ends_s else took < 0.25
     assert alive_when_killed == [False, True, True]
+
+
+def test_a_rank_s_last_error_is_what_its_server_said(tmp_path: Path) -> None:
+    # Triton's glog lines, as a CPU server that lost the race for its gRPC port writes them; the
+    # CUDA complaints every CPU server makes are no cause.
+    from ftcluster.job.ranks import LAST_ERROR_BYTES, RankFiles
+
+    ranks = RankFiles(str(tmp_path / "state"), str(tmp_path / "logs"), 3)
+    os.makedirs(ranks.logs)
+    Path(ranks.server_log(0)).write_text(
+        'E1127 10:36:08.633837 28846 server.cc:241] "CudaDriverHelper has not been initialized."\n'
+        'I1127 10:36:08.641271 28846 model_lifecycle.cc:472] "loading: fastertransformer:1"\n'
+        "E1127 10:36:11.746946754   28839 chttp2_server.cc:1060]                UNKNOWN:No address added\n"
+        'E1127 10:36:11.750393 28839 main.cc:245] "failed to start GRPC service: Unavailable - Socket '
+        "'0.0.0.0:18001' already in use \"\n"
+        "I1127 10:36:11.760000 28839 server.cc:305] Waiting for in-flight requests to complete.\n")
+    assert ranks.last_error(0) == "failed to start GRPC service: Unavailable - Socket '0.0.0.0:18001' already in use"
+    Path(ranks.server_log(1)).write_text(
+        'E1127 10:36:08.633837 28846 server.cc:241] "CudaDriverHelper has not been initialized."\n'
+        "I1127 10:36:08.641271 28846 model_lifecycle.cc:472] loading\n")
+    assert ranks.last_error(1) is None
+    assert ranks.last_error(2) is None   # no log at all
+    Path(ranks.server_log(2)).write_text(
+        "E1127 10:37:38.1 30300 model_lifecycle.cc:654] \"failed to load 'fastertransformer' version 1: Internal: "
+        "RuntimeError: refuses to load\\n\\nAt:\\n  /x/model.py(198): initialize\\n\"\n")
+    assert ranks.last_error(2) == "failed to load 'fastertransformer' version 1: Internal: RuntimeError: refuses to load"
+    # Only the log's end is read: an error before its last LAST_ERROR_BYTES is history.
+    with open(ranks.server_log(1), "a") as f:
+        f.write("E1127 10:36:09.000000 1 x.cc:1] early trouble\n" + "I1127 10:36:10.000000 1 y.cc:2] fine\n" * 2000)
+    assert os.path.getsize(ranks.server_log(1)) > LAST_ERROR_BYTES
+    assert ranks.last_error(1) is None
