@@ -43,6 +43,17 @@ class RunPaths:
     def for_folder(cls, run_dir: Path) -> RunPaths:
         return cls(re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.name).lstrip("._-") or "run", run_dir, origin="--out")
 
+    def gone(self) -> str | None:
+        """Words for a run folder that is not there any more, or None: its events, logs and
+        rank records went with it (a scratch filesystem's purge, a hand's rm), so what the run
+        did cannot be read, only what its record and the scheduler still know."""
+        try:
+            if self.run_dir.is_dir():
+                return None
+        except OSError:
+            pass
+        return f"its run folder {self.run_dir} is gone (removed, or purged from a scratch filesystem)"
+
     @property
     def scripts(self) -> Path:
         return self.run_dir / SCRIPTS

@@ -175,8 +175,14 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
                       for i, e in enumerate(e for e in events if e.kind == EV.restarting)]
     st["predecessor"] = rec.predecessor
     st["successor"] = _successor(events)
-    # A step run (`ftcluster preflight`, `convert`) has no server ranks.
-    st["ranks"] = [] if rec.style in STEP_STYLES else _rank_states(paths, rec.nodes, running, bool(ready))
+    # A step run (`ftcluster preflight`, `convert`) has no server ranks; a run whose folder is
+    # gone has no rank records left to tell their states.
+    gone = paths.gone()
+    st["ranks"] = [] if rec.style in STEP_STYLES or gone else _rank_states(paths, rec.nodes, running, bool(ready))
+    if gone and not (st["reason"] or "").startswith(gone):
+        st["reason"] = f"{gone}; {st['reason']}" if st["reason"] else gone
+    if gone and not events:
+        st["phase_label"] = "not known (its events went with the folder)"
     st["replica_of"], st["replica"] = rec.replica_of, rec.replica
     st["replicas"] = None
     if rec.style == "front":

@@ -62,6 +62,9 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     if rank is not None and not 0 <= rank < rec.nodes:
         raise UserError(f"run {rec.run_id} has ranks 0..{rec.nodes - 1}", field="--rank")
     paths = paths_of(rec)
+    gone = paths.gone()
+    if gone:
+        raise UserError(f"run {rec.run_id}: {gone}, and its logs with it", field="RUN")
     kept = incarnations(paths)
     if incarnation is not None:
         if incarnation not in kept:

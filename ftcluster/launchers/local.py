@@ -17,7 +17,7 @@ from ftcluster.events import EV, last, parse_events
 from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.layout import FILES
 from ftcluster.procs import ProcessId, read_pidfile
-from ftcluster.slurm import JobInfo, JobState
+from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.layout import RunPaths
@@ -126,6 +126,12 @@ class LocalLauncher(Launcher):
         except FileNotFoundError:
             events = []
         done = last(events, EV.done)
+        gone = paths.gone() if done is None else None
+        if gone:
+            # Its process is not there: the job is over (as a scheduler that knows no such job
+            # any more says), but no events are left to tell a killed job from one that ended well.
+            return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", reason=f"{gone}: how its job ended is not known",
+                           source=NO_SUCH_JOB)
         if done is None:
             return JobInfo(job_id, JobState.FAILED, "KILLED", reason="the job script was killed", source="local")
         rc = done.args[0] if done.args else "?"

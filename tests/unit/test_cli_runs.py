@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from ftcluster.procs import ProcessId
 from ftcluster.store import RunRecord, RunStore
+from tests.launch_helpers import wait_for
 
 LONG = "a-rather-long-folder-name-" * 6   # run folders longer than any 80-column table
 
@@ -111,6 +113,26 @@ def test_status_json_shape(live_run: tuple[Path, RunRecord]) -> None:
     assert st["state"] == "RUNNING" and st["endpoint"] == "host0:8000"
     assert st["num_nodes"] == 2 and isinstance(st["nodes"], list)
     assert [(r["node"], r["state"]) for r in st["ranks"]] == [("host0", "ready"), ("host1", "loaded")]
+
+
+def test_a_run_whose_folder_is_gone(live_run: tuple[Path, RunRecord]) -> None:
+    # A scratch filesystem purged the folder of a run whose job has ended: what is known is said
+    # (its record, that the job is over), what is not is not guessed (no "killed", no ranks).
+    state, rec = live_run
+    job = ProcessId.of(int(rec.job_id.split(":")[1].split("@")[0]))   # type: ignore[union-attr]
+    assert job is not None
+    os.killpg(job.pid, signal.SIGKILL)
+    # Not reaped until the fixture's end: a zombie, whose command line is empty, as the launcher sees it.
+    assert wait_for(lambda: not job.alive(str(Path(rec.run_dir) / "scripts" / "job.sh")), 10)
+    shutil.rmtree(rec.run_dir)
+    st = json.loads(ftc("status", rec.run_id, "--json", state=state).stdout)
+    gone = f"its run folder {rec.run_dir} is gone (removed, or purged from a scratch filesystem)"
+    assert (st["state"], st["ranks"], st["reason"]) == ("UNKNOWN", [], f"{gone}: how its job ended is not known"), st
+    assert st["phase_label"] == "not known (its events went with the folder)"
+    logs = ftc("logs", rec.run_id, state=state)
+    assert logs.returncode == 3 and logs.stderr == f"error: RUN: run {rec.run_id}: {gone}, and its logs with it\n"
+    stop = ftc("stop", rec.run_id, state=state)
+    assert stop.returncode == 0 and "has already ended" in stop.stdout and "nothing was stopped" in stop.stdout
 
 
 def test_list_json_shape_matches_status_nodes(live_run: tuple[Path, RunRecord]) -> None:
