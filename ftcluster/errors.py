@@ -43,3 +43,18 @@ class LaunchError(UserError):
     """A launch failed after submission (the job was cancelled)."""
 
     exit_code = EXIT_FAILED
+
+
+def os_error_words(exc: OSError) -> str:
+    """An OSError for a person: its reason, and the file where it names one. shutil's copies
+    gather their failures into one shutil.Error whose text is a list of tuples: the first one
+    is said instead."""
+    errors = exc.args[0] if exc.args else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], tuple) and len(errors[0]) == 3:
+        _, dst, why = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        # why is str() of the OSError: "[Errno 27] File too large: 'src' -> 'dst'".
+        reason = str(why).split("] ", 1)[-1].split(": '", 1)[0]
+        return f"{dst}: {reason}{more}"
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster.errors import LaunchError, UserError
+from ftcluster.errors import LaunchError, UserError, os_error_words
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
@@ -195,8 +195,12 @@ class Launch:
         self._claim_run()
         try:
             write_run(request, self.cluster, self.model, self.plan, self.launcher, self._replica())
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)   # ours: _claim_run made it
+            if isinstance(exc, OSError):   # a full or read-only workspace: nothing was submitted
+                raise UserError(f"cannot write the run folder {self.paths.run_dir}: {os_error_words(exc)}; "
+                                "nothing was submitted", field="workspace",
+                                hint="free space there, or choose another workspace") from None
             raise
         record = RunRecord(
             run_id=self.paths.run_id, created=time.time(), cluster_name=self.cluster.name,

@@ -95,19 +95,32 @@ class RunStore:
     def __init__(self, path: Path | None = None):
         self.path = path or state_dir() / "runs.sqlite"
         # The store names every run folder and endpoint: yours alone, whatever the umask.
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise self._unusable(exc.strerror or str(exc)) from None
         with self._db() as db:
             db.execute(_SCHEMA)
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         # Several ftcluster processes may touch the store at once (launch + status).
-        db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        try:
+            db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._unusable(str(exc)) from None
         try:
             yield db
+        except sqlite3.Error as exc:   # a full disk, a damaged file, a lock held past the timeout
+            raise self._unusable(str(exc)) from None
         finally:
             db.close()
+
+    def _unusable(self, why: str) -> UserError:
+        return UserError(f"the run store {self.path} cannot be used: {why}", field="FTCLUSTER_STATE_DIR",
+                         hint="free space there, move a damaged file aside (the run folders stay), or point "
+                              "FTCLUSTER_STATE_DIR at another folder")
 
     def add(self, rec: RunRecord) -> None:
         with self._db() as db:

@@ -19,7 +19,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from ftcluster.errors import UserError
+from ftcluster.errors import UserError, os_error_words
 from ftcluster.store import cache_root
 
 WRAPPER_NAME = "tritonserver-wrapper"
@@ -137,7 +137,12 @@ def pytriton_bundle() -> Path | None:
     bundle = cache_root() / _bundle_name(pytriton)
     wrapper = bundle / "bin" / WRAPPER_NAME
     if not wrapper.is_file():
-        _build_bundle(pytriton, bundle)
+        try:
+            _build_bundle(pytriton, bundle)
+        except OSError as exc:   # a full cache, a file size limit: the half-built folder is gone
+            raise UserError(f"cannot set up the CPU tritonserver in {bundle.parent}: {os_error_words(exc)}",
+                            field="server.binary",
+                            hint="free space there, or point FTCLUSTER_CACHE at a folder with room") from None
     return wrapper
 
 

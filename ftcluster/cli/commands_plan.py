@@ -15,7 +15,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import plan_json
-from ftcluster.errors import UserError
+from ftcluster.errors import UserError, os_error_words
 from ftcluster.layout import RunPaths
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
@@ -62,8 +62,9 @@ def new_folder(out: Path, option: str = "--out") -> Iterator[Path]:
                 shutil.rmtree(p, ignore_errors=True)
                 break
         if isinstance(exc, OSError):
-            where = exc.filename or out
-            raise UserError(f"cannot write {where}: {exc.strerror or exc}", field=option,
+            # The words name the file where the error does (a copy's first failure); else the folder.
+            where = "" if exc.filename or isinstance(exc, shutil.Error) else f"{out}: "
+            raise UserError(f"cannot write {where}{os_error_words(exc)}", field=option,
                             hint="choose a folder you can write to") from None
         raise
 
