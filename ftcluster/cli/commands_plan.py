@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 
 from ftcluster.cli import cli
+from ftcluster.cli.folders import new_folder, out_folder
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import plan_json
-from ftcluster.errors import UserError, os_error_words
+from ftcluster.errors import UserError
 from ftcluster.layout import RunPaths
 from ftcluster.modelrepo import prepare_repository
 from ftcluster.plan import Plan
@@ -31,42 +28,6 @@ def plan_table(plan: Plan, title: str = "plan") -> Table:
         ranks += f", ... ({len(plan.ranks)} ranks)"
     t.add_row("rank -> node", cell(ranks))
     return t
-
-
-def out_folder(out: str, option: str = "--out") -> Path:
-    """The folder an --out names, refused when empty ('' would be the current folder) or when
-    it holds something already (it would be overwritten)."""
-    if not out.strip():
-        raise UserError("an empty path", field=option, hint="name a new or empty folder")
-    path = Path(out).expanduser()
-    try:
-        taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}", field=option) from None
-    if taken:
-        raise UserError(f"{path} is not empty (or not a folder); nothing was written", field=option,
-                        hint="name a new or empty folder")
-    return path
-
-
-@contextmanager
-def new_folder(out: Path, option: str = "--out") -> Iterator[Path]:
-    """Yield `out`; if the body fails, remove every folder it created there (a retry then works),
-    and report an unwritable place as one line naming the option."""
-    created = [p for p in (out, *out.parents) if not p.exists()]
-    try:
-        yield out
-    except BaseException as exc:
-        for p in reversed(created):   # the outermost new folder holds everything made
-            if p.exists():
-                shutil.rmtree(p, ignore_errors=True)
-                break
-        if isinstance(exc, OSError):
-            # The words name the file where the error does (a copy's first failure); else the folder.
-            where = "" if exc.filename or isinstance(exc, shutil.Error) else f"{out}: "
-            raise UserError(f"cannot write {where}{os_error_words(exc)}", field=option,
-                            hint="choose a folder you can write to") from None
-        raise
 
 
 @cli.command("plan")

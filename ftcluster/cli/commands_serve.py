@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.folders import new_folder
 from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
 from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
@@ -49,9 +50,11 @@ def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: st
     for role, port in ports.items():
         if not 0 < port < 65536:
             raise click.BadParameter(f"{port} is not a port", param_hint=f"--{role}-port")
-    svc, files = prepare_service(cluster, model, out, gpus=parse_gpus(gpus, cluster), ports=ports,
-                                 image=image, name=name, network_host=network_host,
-                                 ulimits=parse_ulimits(ulimits))
+    gpu_ids, limits = parse_gpus(gpus, cluster), parse_ulimits(ulimits)
+    # A folder that cannot be written is one line naming --out; what this made there goes again.
+    with new_folder(out.expanduser()):
+        svc, files = prepare_service(cluster, model, out, gpus=gpu_ids, ports=ports, image=image, name=name,
+                                     network_host=network_host, ulimits=limits)
     return cluster, model, svc, files
 
 

@@ -137,3 +137,12 @@ def test_docker_compose_config_accepts_it(tmp_path: Path, gpus: str) -> None:
     devices = s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
     assert devices == ([{"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
                        if gpus != "none" else None)
+
+
+@pytest.mark.parametrize("out", ["/proc/no-such/svc", "{tmp}/" + "s" * 300, "{tmp}/file/svc"])
+def test_cli_refuses_a_folder_it_cannot_write_in_one_line(tmp_path: Path, out: str) -> None:
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    r = compose_cli(tmp_path, "--out", out.format(tmp=tmp_path))
+    assert r.returncode == 3 and r.stderr.startswith("error: --out: cannot write ") and r.stderr.count("\n") == 1, \
+        r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.yaml", "file"]   # nothing of its own left
