@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.numbers import DAY, count, fraction, seconds
 from ftcluster.cli.options_access import token_options
 from ftcluster.client.endpoint import PROTOCOLS, Endpoint
+from ftcluster.errors import UserError, os_error_words
 from ftcluster.run_access import resolve_endpoint
 
 
@@ -56,13 +59,37 @@ def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _with_endpoint(fn)
 
 
-def _write_result(path: str | None, data: dict[str, Any]) -> None:
+def _writable(**outputs: str | None) -> None:
+    """Refuse, before any request is sent, an output file that could not be written at the end:
+    a long bench's result is not to be lost to a mistyped folder. Each given path's nearest
+    existing folder must take a new file (a probe made and removed there; no folder is made)."""
+    for option, path in outputs.items():
+        if not path:
+            continue
+        flag = "--" + option.replace("_", "-")
+        folder = Path(path).expanduser().absolute().parent
+        try:
+            while not folder.exists():
+                folder = folder.parent
+            fd, probe = tempfile.mkstemp(prefix=".ftcluster-probe-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}; nothing was sent", field=flag,
+                            hint="choose a folder you can write to") from None
+
+
+def _write_result(path: str | None, data: dict[str, Any], option: str = "--result-file") -> None:
     if path:
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        tmp.replace(target)  # readers (the launcher) never see half a file
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+            tmp.replace(target)  # readers (the launcher) never see half a file
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {os_error_words(exc)}", field=option,
+                            hint="choose a folder you can write to") from None
 
 
 @cli.group("client")
@@ -110,6 +137,7 @@ def identity_cmd(endpoint: Endpoint, model: str, batch_size: int | None,
         run_identity,
     )
 
+    _writable(result_file=result_file, save=save_path)
     reference = load_reference(against_path) if against_path else None
     result = run_identity(endpoint, model, batch_size=batch_size or 2, input_len=input_len,
                           output_len=output_len, repeats=repeats, seed=seed, vocab_size=vocab_size,
@@ -117,7 +145,7 @@ def identity_cmd(endpoint: Endpoint, model: str, batch_size: int | None,
     if reference is not None and result.ok:
         result.checks.append(check_against(result, reference, Path(against_path or "").name))
     if save_path:
-        _write_result(save_path, reference_of(result))
+        _write_result(save_path, reference_of(result), "--save")
     _write_result(result_file, result.to_dict())
     click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_identity(result))
     return 0 if result.ok else 1
@@ -151,14 +179,17 @@ def bench_cmd(endpoint: Endpoint, model: str, batch_size: int | None, input_len:
     from ftcluster.client.bench import format_table, parse_steps, run_bench, write_csv, write_plot
 
     steps = parse_steps(concurrency if concurrency or rate else "1,2,4,8,16", rate)
+    _writable(result_file=result_file, csv=csv_path, plot=plot_path)
     result = run_bench(endpoint, model, steps, batch_size=batch_size or 1, input_len=input_len,
                        output_len=output_len, warmup_s=warmup, duration_s=duration, windows=windows,
                        stability=stability, processes=processes, seed=seed, hidden_size=hidden_size)
     _write_result(result_file, result.to_dict())
-    if csv_path:
-        write_csv(result, csv_path)
-    if plot_path:
-        write_plot(result, plot_path)
+    for option, path, write in (("--csv", csv_path, write_csv), ("--plot", plot_path, write_plot)):
+        if path:
+            try:
+                write(result, path)
+            except OSError as exc:
+                raise UserError(f"cannot write {path}: {os_error_words(exc)}", field=option) from None
     click.echo(json.dumps(result.to_dict(), indent=2, default=str) if as_json else format_table(result))
     return 0 if result.ok else 1
 
@@ -195,6 +226,7 @@ def text_cmd(endpoint: Endpoint, model: str, prompts_path: str, tokenizer: str |
     """
     from ftcluster.client.text import format_text, read_prompts, read_references, run_text
 
+    _writable(result_file=result_file)
     prompts = read_prompts(prompts_path)
     references = read_references(reference_path, len(prompts)) if reference_path else None
     result = run_text(endpoint, model, prompts, tokenizer=tokenizer, output_len=output_len,

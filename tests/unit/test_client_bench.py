@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,21 @@ def test_empty_step_is_not_ok_and_prints(tmp_path: Path) -> None:
         rows = list(csv.DictReader(fh))
     assert rows[0]["mode"] == "concurrency" and rows[0]["requests"] == "0"
     assert set(result.to_dict()) >= {"steps", "ok", "protocol"}
+
+
+@pytest.mark.parametrize("args", [
+    ["identity", "--result-file", "/proc/no-such/r.json"],
+    ["identity", "--save", "{tmp}/file/ref.json"],
+    ["bench", "--concurrency", "1", "--csv", "/proc/no-such/b.csv"],
+    ["bench", "--concurrency", "1", "--plot", "{tmp}/file/p.png"],
+])
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_request(tmp_path: Path, args: list[str]) -> None:
+    # Nothing listens at the URL: a refusal that came after a request would name the server instead.
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    args = [a.format(tmp=tmp_path) for a in args]
+    r = subprocess.run([sys.executable, "-m", "ftcluster", "client", *args, "--url", "127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    option, path = args[1] if args[0] == "identity" else args[3], args[2] if args[0] == "identity" else args[4]
+    assert r.returncode == 3 and r.stderr.startswith(f"error: {option}: cannot write {path}: "), r.stderr
+    assert "; nothing was sent" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
