@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from typing import Any, NoReturn
 
@@ -140,8 +141,16 @@ def cli() -> None:
 ARGV: list[str] = []
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def entry(argv: list[str] | None = None) -> NoReturn:
-    """The `ftcluster` command (and `python -m ftcluster`): main(), then the process ends."""
+    """The `ftcluster` command (and `python -m ftcluster`): main(), then the process ends.
+
+    SIGTERM (kill, `timeout`, a CI runner's cancel) is taken as Ctrl-C is, as srun takes it: an
+    attached launch cancels its job and cleans up instead of leaving it to run unwatched."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         main(argv)
         code: str | int | None = 0
