@@ -196,7 +196,9 @@ class RunStore:
         if Path(known.run_dir).resolve() != folder.resolve():
             raise UserError(f"run id {rec.run_id} is recorded already, for {known.run_dir}", field="RUN",
                             hint="render the folder again with another --run-id")
-        if rec.job_id and rec.job_id != known.job_id:   # submitted (again) since it was recorded
+        # Submitted (again) since it was recorded; not the same job seen after its process ended
+        # (`local:PID`, where the record has `local:PID@START`).
+        if rec.job_id and rec.job_id != known.job_id and not (known.job_id or "").startswith(f"{rec.job_id}@"):
             return self.update(known, job_id=rec.job_id, status=rec.status)
         return known
 

@@ -173,6 +173,44 @@ def test_ctrl_c_cancels_the_run(tmp_path: Path, pause: float) -> None:
     assert "done" in _events(run_dir)
 
 
+def test_sigterm_cancels_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    # kill, `timeout`, a CI runner's cancel: an attached launch does not leave its job unwatched.
+    cluster = write_cluster(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2",
+                             "--keep-serving", "--no-client"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "FTCLUSTER_TEST_LOAD_DELAY": "60"})
+    ws = tmp_path / "ws"
+    assert wait_for(lambda: (d := _newest_run_dir(ws)) is not None and "servers_starting" in _events(d), 30)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode not in (0, -signal.SIGTERM), (proc.returncode, err)
+    assert "interrupted" in err and "cancelled" in err and "Traceback" not in err, err
+    run_dir = _newest_run_dir(ws)
+    assert run_dir is not None
+    _assert_nothing_left(run_dir.name)
+    assert "done" in _events(run_dir)
+
+
+def test_a_running_folder_named_by_path_is_followed_and_stopped(tmp_path: Path) -> None:
+    # A run launched with another run store (another FTCLUSTER_STATE_DIR, another login): its
+    # folder alone names it. Its job named itself by its pid; the record gets the launcher's id.
+    cluster = write_cluster(tmp_path)
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_dir = out["run_dir"]
+    other = {**os.environ, "FTCLUSTER_STATE_DIR": str(tmp_path / "other-store")}
+    st = json.loads(subprocess.run([sys.executable, "-m", "ftcluster", "status", run_dir, "--json"], env=other,
+                                   capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert st["state"] == "RUNNING" and st["job_id"] == out["run"]["job_id"], st
+    stop = subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_dir], env=other, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert stop.returncode == 0 and stop.stdout.startswith(f"stopped run {out['run_id']}"), stop.stderr
+    _assert_nothing_left(out["run_id"])
+    st = json.loads(subprocess.run([sys.executable, "-m", "ftcluster", "status", run_dir, "--json"], env=other,
+                                   capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert st["job_id"] == out["run"]["job_id"] and st["state"] == "CANCELLED", st
+
+
 def test_killed_launcher_leaves_run_that_status_and_stop_reattach(tmp_path: Path) -> None:
     cluster = write_cluster(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2",
