@@ -12,7 +12,7 @@ from ftcluster.events import EV, parse_events
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.layout import RunPaths
-from ftcluster.procs import ProcessId
+from ftcluster.launchers.local import job_id_of
 from ftcluster.store import RunRecord
 from ftcluster.styles import STYLES, style_name
 
@@ -49,23 +49,13 @@ def record_of_folder(folder: Path) -> RunRecord | None:
     started = [e for e in events if e.kind == EV.job_started and len(e.args) > 1]
     job_id = started[-1].args[1] if started else None
     if job_id is not None and STYLES[style].runs_here:
-        job_id = _here_job_id(job_id)
+        # Such a job names itself by its pid; its launcher's id holds the start time too.
+        job_id = job_id_of(int(job_id)) if job_id.isdigit() else None
     return RunRecord(run_id=cfg.run_id, created=(folder / "scripts" / FILES.job_config).stat().st_mtime,
                      cluster_name=_text(cluster.get("name")), cluster_source=_text(cluster.get("source")),
                      scheduler=scheduler, style=style, run_dir=str(folder.resolve()), nodes=cfg.nodes,
                      model=cfg.served_model, job_id=job_id, status="SUBMITTED" if job_id else "CREATED",
                      plan=plan, launcher=STYLES[style].launcher)
-
-
-def _here_job_id(pid: str) -> str | None:
-    """A job that ran on this host names itself by its pid; its launcher's id is `local:PID@START`.
-    The start time is read now: a pid since reused gets another's, and that process is never
-    taken for the job, which is also known by its command line (the run's scripts folder)."""
-    if not pid.isdigit():
-        return None
-    found = ProcessId.of(int(pid))
-    # Gone: `local:PID`, an id that reports (from the run's events) and identifies nothing.
-    return f"local:{found or pid}"
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -196,9 +196,9 @@ class RunStore:
         if Path(known.run_dir).resolve() != folder.resolve():
             raise UserError(f"run id {rec.run_id} is recorded already, for {known.run_dir}", field="RUN",
                             hint="render the folder again with another --run-id")
-        # Submitted (again) since it was recorded; not the same job seen after its process ended
-        # (`local:PID`, where the record has `local:PID@START`).
-        if rec.job_id and rec.job_id != known.job_id and not (known.job_id or "").startswith(f"{rec.job_id}@"):
+        # Submitted (again) since it was recorded. A local job's id is read afresh from its pid
+        # (local:PID@START): once it has ended, the same job reads as local:PID@0.
+        if rec.job_id and rec.job_id.partition("@")[0] != (known.job_id or "").partition("@")[0]:
             return self.update(known, job_id=rec.job_id, status=rec.status)
         return known
 

@@ -35,6 +35,15 @@ def _job_process(job_id: str) -> ProcessId | None:
     return ProcessId.parse(rest)
 
 
+def job_id_of(pid: int) -> str:
+    """The job id of the job script with this pid, `local:PID@START`, its start time read now.
+    One already gone gets start 0, which no live process has: the id reports (from the run's
+    events) and never names a process to signal. The job is also known by its command line
+    (_job_mark), so a pid reused since is never taken for it either."""
+    ident = ProcessId.of(pid)
+    return f"local:{ident or f'{pid}@0'}"
+
+
 def _job_mark(paths: RunPaths) -> str:
     """What the job's command line holds: job.sh execs the supervisor with the run's scripts
     folder in its arguments (`python3 RUN/scripts/ftcluster_job RUN/scripts/job.json`)."""
@@ -72,8 +81,7 @@ class LocalLauncher(Launcher):
             )
         self._children[proc.pid] = proc
         # Our child, not reaped yet: its pid cannot name another process before we read this.
-        ident = ProcessId.of(proc.pid)
-        return f"local:{ident or f'{proc.pid}@0'}"
+        return job_id_of(proc.pid)
 
     def _script_alive(self, job_id: str, paths: RunPaths) -> bool:
         job = _job_process(job_id)

@@ -194,6 +194,15 @@ def test_a_running_folder_named_by_path_is_followed_and_stopped(tmp_path: Path) 
     st = json.loads(subprocess.run([sys.executable, "-m", "ftcluster", "status", run_dir, "--json"], env=other,
                                    capture_output=True, text=True, timeout=60, check=True).stdout)
     assert st["job_id"] == out["run"]["job_id"] and st["state"] == "CANCELLED", st
+    # Named by its folder once more, with a third store, after its job ended: reported, and
+    # `stop` has nothing to stop (the id names no process to signal).
+    third = {**os.environ, "FTCLUSTER_STATE_DIR": str(tmp_path / "third-store")}
+    st = json.loads(subprocess.run([sys.executable, "-m", "ftcluster", "status", run_dir, "--json"], env=third,
+                                   capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert st["state"] == "CANCELLED" and st["job_id"] == f"{out['run']['job_id'].partition('@')[0]}@0", st
+    stop = subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_dir], env=third, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert stop.returncode == 0 and "has already ended" in stop.stdout, stop.stderr
 
 
 def test_killed_launcher_leaves_run_that_status_and_stop_reattach(tmp_path: Path) -> None:
