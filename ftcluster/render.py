@@ -70,7 +70,7 @@ RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
 SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "exporter.py", "front.py", "gpu_sampler.py",
                       "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py", "nvml.py", "poll.py",
-                      "ranks.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
+                      "ranks.py", "restarts.py", "rotation.py", "styles.py", "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -485,7 +485,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         mpi=ctx.mpi, srun_args=[w for arg in ctx.srun_args for w in arg.split(" ", 1)], container_flags=container_flags, container_name=ctx.container_name,
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
         mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
-        restart_backoff=ctx.server.restart_backoff, on_failure=list(ctx.server.on_failure),
+        restart_backoff=ctx.server.restart_backoff, restart_reset=ctx.server.restart_reset, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
         handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,

@@ -402,6 +402,10 @@ class Server(_Strict):
     # the same allocation. Unset: DEFAULT_SERVING_RESTARTS with --keep-serving, else 0.
     restarts: int | None = Field(None, ge=0, le=MAX_RESTARTS)
     restart_backoff: float = Field(10.0, gt=0, le=DAY)   # seconds before the first restart, doubling
+    # A world that served this many seconds without a fault starts afresh: the faults before
+    # no longer count against `restarts` and the back-off is restart_backoff again, so a run
+    # that serves for weeks is not given up for faults days apart. 0: every fault counts.
+    restart_reset: float = Field(3600.0, ge=0, le=365 * DAY)
     # Run once (argv, no shell) when a serving run gives up: an alert hook. It gets FTC_RUN_ID,
     # FTC_RUN_DIR and FTC_FAILURE in its environment.
     on_failure: tuple[str, ...] = ()

@@ -97,6 +97,9 @@ class JobConfig:
     liveness: Optional[LivenessConfig] = None   # serving runs with a probe
     restarts: int = 0               # restarts of the whole world on a fault while serving
     restart_backoff: float = 10.0   # seconds before the first restart; doubling for each next
+    # Seconds of serving without a fault after which the faults before are no longer counted
+    # (job/restarts.py); 0: all are.
+    restart_reset: float = 0.0
     on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
     # Submits a successor run on other nodes (argv; `--exclude NODES` and `--restarts N` are

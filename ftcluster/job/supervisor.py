@@ -28,10 +28,11 @@ from .liveness import Liveness
 from .metrics import Sampler
 from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
+from .restarts import Faults, faults_of_events
 from .rotation import Rotation
 from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_logs, http_get, keep_incarnation,
                     load_progress, rank0_ready)
-from .text import last_line, read_text, squeeze, write_json
+from .text import last_line, mtime, read_text, squeeze, write_json
 
 # The phase of a run whose servers are starting, as failure messages name it.
 STARTING = "during start-up"
@@ -91,7 +92,7 @@ class Job:
         self.restarting = False   # a fault now fails the restart, not the run (Fault)
         self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover_lead)
         self.handover = HandOver(self) if cfg.successor else None
-        self.earlier_causes: List[str] = []   # the faults of this run before a Slurm requeue
+        self.faults = Faults(cfg.restart_reset)   # those counted against cfg.restarts, and the restarts
         self.phase = STARTING     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
@@ -534,23 +535,23 @@ class Job:
         """Serve until a fault -- a rank's death (the servers' step ends) or a hung world (the
         liveness probe through rank 0) -- then restart the whole world (FT cannot restart one
         rank) up to cfg.restarts times, in this allocation; give up naming every cause."""
-        causes: List[str] = self.earlier_causes
+        faults = self.faults
         while True:
             cause = self.serve_until_fault()
             if cause is None:
                 return
-            causes.append(cause)
+            faults.fault(cause, time.monotonic())
             if self.handover is not None and self.node_lost():
-                self.relocate(causes)
+                self.relocate(faults.counted)
                 return
             while True:
-                if len(causes) > self.cfg.restarts:
-                    self.give_up(causes)
+                if len(faults.counted) > self.cfg.restarts:
+                    self.give_up(faults.counted)
                 try:
-                    self.restart(len(causes), causes[-1])
+                    self.restart(len(faults.counted), faults.counted[-1])
                     break
                 except Fault as f:   # the restart's start-up failed: a cause like any other
-                    causes.append(f.why)
+                    faults.fault(f.why, None)
 
     def kill_servers(self) -> None:
         """Every rank killed. After a rank's death, where the style's launcher ends the world
@@ -585,6 +586,7 @@ class Job:
         # over to it on that word finds it already in its front's view.
         self.enter_rotation()
         self.event(EV.serving, self.rank0_url)
+        self.faults.serving(time.monotonic())
         live = None
         if self.cfg.liveness is not None:
             live = Liveness(replace(self.cfg.liveness, metrics_port=self.metrics_port()), *self.triton_at(),
@@ -755,10 +757,9 @@ class Job:
         self.kill_servers()
         self.style.clear_servers()
         self.event(EV.servers_stopped)
-        keep_incarnation(cfg.logs, cfg.state, cfg.nodes, tries - 1)
+        self.next_incarnation()
         self.phase = "while restarting"
         self.nap(min(cfg.restart_backoff * 2 ** (tries - 1), MAX_BACKOFF))
-        self.child_env["FTC_INCARNATION"] = str(tries)
         self.phase = STARTING
         self.restarting = True
         try:
@@ -766,6 +767,13 @@ class Job:
             self.wait_ready()
         finally:
             self.restarting = False
+
+    def next_incarnation(self) -> None:
+        """This incarnation's rank files and logs go aside; the servers started next are the
+        next incarnation (numbered over the run's life, whatever is still counted)."""
+        keep_incarnation(self.cfg.logs, self.cfg.state, self.cfg.nodes, self.faults.restarts)
+        self.faults.restarts += 1
+        self.child_env["FTC_INCARNATION"] = str(self.faults.restarts)
 
     def relocate(self, causes: List[str]) -> None:
         """A node is lost: no restart in this allocation can work. A successor run of the same
@@ -786,17 +794,18 @@ class Job:
     def requeued(self) -> None:
         """Slurm requeued this serving job (its batch host was lost, or by hand): the earlier
         attempt's rank files and logs go aside as an incarnation, and it counts as a restart."""
-        prior = [ln.split()[3:] for ln in read_text(os.path.join(self.cfg.state, FILES.events)).splitlines()
-                 if len(ln.split()) > 3 and ln.split()[1] == EV.restarting]
-        self.earlier_causes = [" ".join(words) for words in prior]
+        state = self.cfg.state
+        faults = self.faults = faults_of_events(read_text(os.path.join(state, FILES.events)), self.cfg.restart_reset)
         cause = f"Slurm requeued the job (restart {os.environ.get('SLURM_RESTART_COUNT')}): its batch host was lost " \
                 "or it was requeued by hand"
-        keep_incarnation(self.cfg.logs, self.cfg.state, self.cfg.nodes, len(prior))
-        self.earlier_causes.append(cause)
-        self.event(EV.restarting, len(self.earlier_causes), cause)
-        self.child_env["FTC_INCARNATION"] = str(len(self.earlier_causes))
-        if len(self.earlier_causes) > self.cfg.restarts:
-            self.give_up(list(self.earlier_causes))
+        # The earlier attempt served until its last probe or metrics sample: a requeue after a
+        # long healthy stretch starts the count afresh, as a restart would.
+        alive = [mtime(os.path.join(state, name)) for name in (FILES.health, FILES.metrics)]
+        tries = faults.fault(cause, max((t for t in alive if t is not None), default=None))
+        self.next_incarnation()
+        self.event(EV.restarting, tries, cause)
+        if tries > self.cfg.restarts:
+            self.give_up(list(faults.counted))
 
     def give_up(self, causes: List[str]) -> NoReturn:
         cfg = self.cfg

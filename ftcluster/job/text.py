@@ -17,6 +17,14 @@ def read_text(path: str) -> str:
         return ""
 
 
+def mtime(path: str) -> Optional[float]:
+    """When the file was last written; None when it is not there."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
 def squeeze(text: str) -> str:
     """On one line, runs of white space as one space."""
     return " ".join(text.split())

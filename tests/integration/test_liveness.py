@@ -173,6 +173,33 @@ def test_a_restart_whose_start_up_fails_counts_as_a_fault_and_is_tried_again(tmp
 
 
 @pytest.mark.triton
+def test_faults_after_a_healthy_stretch_start_the_count_afresh(tmp_path: Path) -> None:
+    # Every incarnation's rank 1 dies 6 s after loading, having served for longer than
+    # restart_reset: each fault is the first of its count, so with restarts 1 the run outlives a
+    # second fault (counted over its life, it would give up there), restarted after the first
+    # back-off each time, in incarnations numbered on.
+    cluster = write_cluster(tmp_path, server={**RESTARTS, "restart_reset": 1.5})
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client",
+                               env={"FTCLUSTER_TEST_DIE_NODE": "rank1@6", "FTCLUSTER_TEST_FAULTS_ALWAYS": "1"})
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    try:
+        assert wait_for(lambda: len(_status(run_id)["restarts"]) == 2 and _status(run_id)["phase"] == "serving", 90), \
+            _status(run_id)
+        st = _status(run_id)
+        assert st["failure"] is None and st["state"] == "RUNNING", st["failure"]
+        assert all(r["cause"].startswith("rank 1 on 127.0.0.1 exited (code 137) while serving") for r in st["restarts"])
+        events = (Path(out["run_dir"]) / "state" / FILES.events).read_text().splitlines()
+        tries = [line.split()[2] for line in events if line.split()[1] == "restarting"]
+        assert tries == ["1", "1"], events
+        logs = Path(out["run_dir"]) / "logs"
+        assert (logs / "incarnation-0").is_dir() and (logs / "incarnation-1").is_dir()
+    finally:
+        assert ftcluster("stop", run_id).returncode == 0
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+@pytest.mark.triton
 def test_restarts_exhausted_fail_naming_every_cause_and_run_the_hook(tmp_path: Path) -> None:
     alert = tmp_path / "alert.txt"
     hook = ["sh", "-c", f'echo "$FTC_RUN_ID: $FTC_FAILURE" > {alert}']
