@@ -115,8 +115,8 @@ def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
 @click.option("--preflight", is_flag=True,
               help="First check every rank's GPUs and NCCL bandwidth (also resolves gpus_per_node: auto).")
 @click.option("--restarts", type=count(0, MAX_RESTARTS), default=None,
-              help="With --keep-serving: restarts of the whole world on a fault while serving "
-                   "(default: server.restarts, else 3).")
+              help="With --keep-serving: restarts of the whole world on a fault while serving, in a row "
+                   "(server.restart_reset: a long healthy stretch starts afresh; default: server.restarts, else 3).")
 @click.option("--replicas", type=count(1, 256), default=None,
               help="With --keep-serving: this many identical worlds behind one balancer (default: replicas "
                    "in the cluster spec, else 1).")

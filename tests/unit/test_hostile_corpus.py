@@ -32,7 +32,7 @@ STRING_FIELDS = ("name", "partition", "account", "qos", "time_limit", "mpi", "wo
                  "server.binary", "server.extra_args.0", "env.MY_VAR", "container.image", "container.workdir",
                  "sbatch_args.0", "server.on_failure.0", "proxy.binary", "access")
 NUMBER_FIELDS = ("max_nodes", "gpus_per_node", "ssh_port", "ports.http", "server.ready_timeout", "server.exit_grace",
-                 "server.log_verbose", "server.restarts", "server.restart_backoff", "server.liveness.interval",
+                 "server.log_verbose", "server.restarts", "server.restart_backoff", "server.restart_reset", "server.liveness.interval",
                  "server.liveness.deadline", "server.liveness.failures", "server.log_max_mb", "server.handover_lead",
                  "proxy.loopback_offset")
 
