@@ -56,6 +56,18 @@ MARKED_GRACE = 30
 # A node's teardown after the servers: $1 the run id, $2 its /dev/shm prefix, then the python
 # backend's /tmp folders it left.
 NODE_TEARDOWN = KILL_MARKED + 'kill_marked "$1" "$2"; rm -rf -- "$3"*; set -- "$1" "${@:4}"; ' + FREE_PYTHON_ENVS
+# The guard of a job that runs beside its launcher (local, ssh + Docker), where no scheduler
+# ends a job's processes with it: bash in a session of its own, reading a pipe that only the
+# supervisor holds. At its end without the supervisor's "done" (its teardown ran) -- the
+# supervisor SIGKILLed, by hand or by the OOM killer -- it kills what is left of the job's session (a
+# session's id is not reused while anything is in it, so it names the job's processes only),
+# then what a node's teardown removes, with no grace: the ranks' marked processes, their
+# /dev/shm entries and their marks in the python backend's folders. $1 the job's session id
+# ("": the job leads none, as a job script run by hand from a terminal: the marks alone), $2
+# Open MPI's folder of the run, $3 the run id, $4 its /dev/shm prefix.
+SESSION_GUARD = ('read -r word; [[ $word != "done" ]] || exit 0; [[ -z $1 ]] || pkill -KILL -s "$1"; '
+                 + KILL_MARKED + 'kill_marked "$3" 0; [[ -z $2 ]] || rm -rf -- "$2"; [[ -z $4 ]] || rm -rf -- "$4"*; ' + UNMARK_PYTHON_ENVS + '; shopt -s nullglob; '
+                 'unmark_python_envs /tmp/python_env_*/".ftc+$3+r"*')
 
 if TYPE_CHECKING:
     from .supervisor import Job
@@ -106,6 +118,17 @@ class JobStyle:
 
     def state_file(self, name: str) -> str:
         return os.path.join(self.cfg.state, name)
+
+    # --- the job beside its launcher ------------------------------------------------------------
+
+    # The job runs beside its launcher (local, ssh + Docker), where no scheduler ends the job's
+    # processes with it: a guard does, should the supervisor die (SESSION_GUARD).
+    guarded = False
+
+    def guard_argv(self, mpi_folder: str = "") -> List[str]:
+        session = os.getsid(0)
+        return ["bash", "-c", SESSION_GUARD, "_", str(session) if session == os.getpid() else "", mpi_folder,
+                self.cfg.run_id, self.shm_glob()]
 
     # --- containers ---------------------------------------------------------------------------
 
@@ -633,6 +656,7 @@ class SshDockerStyle(DockerStyle):
     (docker_node.sh proxy_up), and the job reaches rank 0 through it."""
 
     proxy_in_container = True
+    guarded = True
 
     def __init__(self, job: Job):
         super().__init__(job)
@@ -726,6 +750,7 @@ class LocalStyle(JobStyle):
     of 0..N-1 when unset (local_rank.sh)."""
 
     world_ends_s = 0.0   # mpirun: killed at once (it takes longer to end the world itself)
+    guarded = True
 
     ended_while_serving = "a server rank exited while serving"
 
@@ -741,11 +766,18 @@ class LocalStyle(JobStyle):
         return [self.cfg.mpirun, "-np", str(self.cfg.nodes), "--oversubscribe", "--bind-to", "none", *exports,
                 "bash", self.script("local_rank.sh"), stdout, *argv]
 
-    def mpi_env(self) -> Dict[str, str]:
+    def mpi_folder(self) -> str:
         # Open MPI's session folder (its PMIx sockets) in a folder of this run: a SIGKILLed mpirun
         # leaves it behind, and a later mpirun that gets the same pid cannot start its PMIx server there.
         if not self.mpi_tmp:
             self.mpi_tmp = tempfile.mkdtemp(prefix="ftc-mpi.", dir=self.job.child_env.get("TMPDIR") or None)
+        return self.mpi_tmp
+
+    def guard_argv(self, mpi_folder: str = "") -> List[str]:
+        return super().guard_argv(self.mpi_folder())
+
+    def mpi_env(self) -> Dict[str, str]:
+        self.mpi_folder()
         env = self.job.child_env
         n = self.cfg.nodes * self.cfg.gpus_per_node
         pool = env["CUDA_VISIBLE_DEVICES"] if "CUDA_VISIBLE_DEVICES" in env else ",".join(str(i) for i in range(n))

@@ -107,6 +107,8 @@ class Job:
         self.loads: Optional[LoadWatch] = None
         self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
         self.exporter: Optional[Exporter] = None   # every node's GPUs for Prometheus (ports.gpus)
+        self.guard: Optional[subprocess.Popen[bytes]] = None   # styles.SESSION_GUARD, and its pipe's end
+        self.guard_pipe = -1
         self.incarnation_since = 0.0   # when this incarnation's servers started: its GPU events count
         self.style = style_for(self)
 
@@ -821,6 +823,8 @@ class Job:
     def body(self) -> int:
         cfg = self.cfg
         self.event(EV.job_started, socket.gethostname(), self.style.job_id())
+        if self.style.guarded:
+            self.start_guard()
         if cfg.successor and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
             self.requeued()
         self.style.up()
@@ -896,6 +900,31 @@ class Job:
             self.kill_servers()
             self.event(EV.servers_stopped)
 
+    def start_guard(self) -> None:
+        """The guard that ends what is left of the job if this process dies without its teardown
+        (styles.SESSION_GUARD): it waits on a pipe whose one writer is this process (os.pipe's
+        ends are not inherited by the job's other children)."""
+        read_end, self.guard_pipe = os.pipe()
+        try:
+            self.guard = subprocess.Popen(self.style.guard_argv(), stdin=read_end, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True, env=self.child_env)
+        finally:
+            os.close(read_end)
+
+    def end_guard(self) -> None:
+        """The teardown ran: the guard ends with nothing to do."""
+        if self.guard is not None:
+            try:
+                os.write(self.guard_pipe, b"done\n")
+            except OSError:
+                pass
+            os.close(self.guard_pipe)
+            try:
+                self.guard.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.guard = None
+
     def main(self) -> int:
         for d in (self.cfg.logs, self.cfg.state, self.cfg.results):
             os.makedirs(d, exist_ok=True)
@@ -916,7 +945,9 @@ class Job:
 
             traceback.print_exc()
             rc = 1
-        return self.teardown(rc)
+        rc = self.teardown(rc)
+        self.end_guard()
+        return rc
 
 
 def main(argv: List[str]) -> int:

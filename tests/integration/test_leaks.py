@@ -2,12 +2,14 @@
 that failed and one that was stopped while serving, locally and on Slurm (the test bed's nodes
 share both folders, so this sees every node). Ranks are SIGKILLed by design; what they named
 there (the python backend's regions, Open MPI's segments and session folders) is the run's own
-teardown's to remove."""
+teardown's to remove. Locally also a run whose job was SIGKILLed while serving: its guard
+removes them, and ends its processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -63,6 +65,21 @@ def _stopped(cluster: Path) -> str:
     return run_id
 
 
+def _killed(cluster: Path) -> str:
+    # The job's supervisor SIGKILLed while serving (the OOM killer, a kill -9): no teardown of its
+    # own runs; its guard ends the rest (a job beside its launcher: no scheduler does).
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--detach", "--no-client")
+    assert rc == 0, err
+    run_id = str(out["run_id"])
+    assert wait_for(lambda: json.loads(ftcluster("status", run_id, "--json").stdout)["phase"] == "serving", 90,
+                    interval=0.5)
+    pid = int(out["job_id"].split(":")[1].split("@")[0])
+    assert run_id in Path(f"/proc/{pid}/cmdline").read_text(), "not the run's job"
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: json.loads(ftcluster("status", run_id, "--json").stdout)["state"] == "FAILED", 30)
+    return run_id
+
+
 RUNS: dict[str, Callable[[Path], str]] = {"served": _served, "failed": _failed, "stopped": _stopped}
 
 
@@ -72,11 +89,11 @@ def _nothing_new(before: set[str], own: Path, run_id: str) -> None:
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("how", list(RUNS))
+@pytest.mark.parametrize("how", [*RUNS, "killed"])
 def test_a_local_run_leaves_nothing_in_shm_or_tmp(how: str, tmp_path: Path) -> None:
     cluster = write_cluster(tmp_path)
     before = _entries(tmp_path)
-    run_id = RUNS[how](cluster)
+    run_id = {**RUNS, "killed": _killed}[how](cluster)
     _nothing_new(before, tmp_path, run_id)
 
 
