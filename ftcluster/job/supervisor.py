@@ -921,8 +921,9 @@ class Job:
             os.close(self.guard_pipe)
             try:
                 self.guard.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            except subprocess.TimeoutExpired:   # stopped by someone: our child, not reaped, so ours to kill
+                self.guard.kill()
+                self.guard.wait()
             self.guard = None
 
     def main(self) -> int:
