@@ -151,12 +151,18 @@ def test_mpi_check_fails_when_a_hosts_tritonserver_differs(tmp_path: Path, ssh_n
     assert_nothing_left(dn, run_dir)
 
 
-def test_killed_job_script_is_cleaned_up_by_the_guards(tmp_path: Path, ssh_nodes: DockerNodes) -> None:
-    """kill -9 of the whole job (as when the machine running it is lost): no teardown runs
-    there, but the ssh sessions drop and each host's guard removes its containers."""
+@pytest.mark.parametrize("what", ["group", "job"])
+def test_killed_job_script_is_cleaned_up_by_the_guards(tmp_path: Path, ssh_nodes: DockerNodes, what: str) -> None:
+    """kill -9 of the whole job (as when the machine running it is lost), or of the job's own
+    process alone (the OOM killer): no teardown runs there, but the ssh sessions drop (the job's
+    guard ends what is left of it here) and each host's guard removes its containers."""
     dn = ssh_nodes
     out, run_dir = serve_detached(dn, ssh_spec(tmp_path, dn))
-    os.killpg(int(out["job_id"].split(":")[1].split("@")[0]), signal.SIGKILL)  # local:PID@START
+    pid = int(out["job_id"].split(":")[1].split("@")[0])  # local:PID@START
+    if what == "group":
+        os.killpg(pid, signal.SIGKILL)
+    else:
+        os.kill(pid, signal.SIGKILL)
     assert wait_no_containers(dn, run_dir) == []
     assert "containers_stopped" not in [e[0] for e in events(run_dir)]  # the guards did it
     # `stop` then finds the job gone and removes what is left here: the run's keys.
