@@ -59,15 +59,15 @@ NODE_TEARDOWN = KILL_MARKED + 'kill_marked "$1" "$2"; rm -rf -- "$3"*; set -- "$
 # The guard of a job that runs beside its launcher (local, ssh + Docker), where no scheduler
 # ends a job's processes with it: bash in a session of its own, reading a pipe that only the
 # supervisor holds. At its end without the supervisor's "done" (its teardown ran) -- the
-# supervisor SIGKILLed, by hand or by the OOM killer -- it kills what is left of the job's session (a
-# session's id is not reused while anything is in it, so it names the job's processes only),
+# supervisor SIGKILLed, by hand or by the OOM killer -- it kills what is left of the job's
+# session (a session's id is not reused while anything is in it: it names the job's processes),
 # then what a node's teardown removes, with no grace: the ranks' marked processes, their
 # /dev/shm entries and their marks in the python backend's folders. $1 the job's session id
 # ("": the job leads none, as a job script run by hand from a terminal: the marks alone), $2
 # Open MPI's folder of the run, $3 the run id, $4 its /dev/shm prefix.
 SESSION_GUARD = ('read -r word; [[ $word != "done" ]] || exit 0; [[ -z $1 ]] || pkill -KILL -s "$1"; '
-                 + KILL_MARKED + 'kill_marked "$3" 0; [[ -z $2 ]] || rm -rf -- "$2"; [[ -z $4 ]] || rm -rf -- "$4"*; ' + UNMARK_PYTHON_ENVS + '; shopt -s nullglob; '
-                 'unmark_python_envs /tmp/python_env_*/".ftc+$3+r"*')
+                 + KILL_MARKED + 'kill_marked "$3" 0; [[ -z $2 ]] || rm -rf -- "$2"; [[ -z $4 ]] || rm -rf -- "$4"*; '
+                 + UNMARK_PYTHON_ENVS + '; shopt -s nullglob; unmark_python_envs /tmp/python_env_*/".ftc+$3+r"*')
 
 if TYPE_CHECKING:
     from .supervisor import Job
