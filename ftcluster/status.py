@@ -169,9 +169,11 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     st["nodes"] = scheduler_nodes or run_hosts(rec.run_dir, rec.nodes, rec.plan)
     st["health"] = _health(paths)
     # Every restart of the world while serving: when, why, in which job (this allocation; a
-    # requeue keeps the job id), and the nodes of the incarnation it ended.
+    # requeue keeps the job id), the nodes of the incarnation it ended, and its place among the
+    # faults counted against server.restarts then (1: the first since a healthy stretch).
     st["restarts"] = [{"time": e.time, "cause": " ".join(e.args[1:]), "job_id": rec.job_id,
-                       "nodes": _incarnation_nodes(paths, i, rec.nodes)}
+                       "nodes": _incarnation_nodes(paths, i, rec.nodes),
+                       "in_a_row": int(e.args[0]) if e.args and e.args[0].isdigit() else None}
                       for i, e in enumerate(e for e in events if e.kind == EV.restarting)]
     st["predecessor"] = rec.predecessor
     st["successor"] = _successor(events)

@@ -165,6 +165,7 @@ def test_a_restart_whose_start_up_fails_counts_as_a_fault_and_is_tried_again(tmp
         st = _status(run_id)
         assert st["failure"] is None and st["state"] == "RUNNING"
         first, second = (r["cause"] for r in st["restarts"])
+        assert [r["in_a_row"] for r in st["restarts"]] == [1, 2]
         assert first.startswith("the MPI world is hung"), first
         assert second.startswith("rank 1 on 127.0.0.1 exited") and "during start-up" in second, second
     finally:
@@ -189,6 +190,7 @@ def test_faults_after_a_healthy_stretch_start_the_count_afresh(tmp_path: Path) -
         st = _status(run_id)
         assert st["failure"] is None and st["state"] == "RUNNING", st["failure"]
         assert all(r["cause"].startswith("rank 1 on 127.0.0.1 exited (code 137) while serving") for r in st["restarts"])
+        assert [r["in_a_row"] for r in st["restarts"]] == [1, 1]
         events = (Path(out["run_dir"]) / "state" / FILES.events).read_text().splitlines()
         tries = [line.split()[2] for line in events if line.split()[1] == "restarting"]
         assert tries == ["1", "1"], events
