@@ -150,6 +150,12 @@ def test_a_rank_that_dies_while_serving_is_restarted_locally(tmp_path: Path) -> 
                            "rank 1 on 127.0.0.1 exited (code 137) while serving")
 
 
+def _restarted_twice_and_serving(st: dict[str, Any], answered: bool = False) -> bool:
+    """One status read per look: its restarts, phase and last probe seen together."""
+    probe = (st["health"] or {}).get("last_probe") or {}
+    return len(st["restarts"]) == 2 and st["phase"] == "serving" and (not answered or probe.get("answered") is True)
+
+
 @pytest.mark.triton
 def test_a_restart_whose_start_up_fails_counts_as_a_fault_and_is_tried_again(tmp_path: Path) -> None:
     # Incarnation 0 freezes while serving; incarnation 1's rank 1 refuses to load; 2 serves.
@@ -159,9 +165,7 @@ def test_a_restart_whose_start_up_fails_counts_as_a_fault_and_is_tried_again(tmp
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
     try:
-        assert wait_for(lambda: len(_status(run_id)["restarts"]) == 2 and _status(run_id)["phase"] == "serving"
-                        and ((_status(run_id)["health"] or {}).get("last_probe") or {}).get("answered") is True,
-                        90), _status(run_id)
+        assert wait_for(lambda: _restarted_twice_and_serving(_status(run_id), answered=True), 90), _status(run_id)
         st = _status(run_id)
         assert st["failure"] is None and st["state"] == "RUNNING"
         first, second = (r["cause"] for r in st["restarts"])
@@ -185,8 +189,7 @@ def test_faults_after_a_healthy_stretch_start_the_count_afresh(tmp_path: Path) -
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
     try:
-        assert wait_for(lambda: len(_status(run_id)["restarts"]) == 2 and _status(run_id)["phase"] == "serving", 90), \
-            _status(run_id)
+        assert wait_for(lambda: _restarted_twice_and_serving(_status(run_id)), 90), _status(run_id)
         st = _status(run_id)
         assert st["failure"] is None and st["state"] == "RUNNING", st["failure"]
         assert all(r["cause"].startswith("rank 1 on 127.0.0.1 exited (code 137) while serving") for r in st["restarts"])
