@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -18,6 +20,30 @@ from ftcluster.spec import embedded_model_path
 from ftcluster.status import rank_exit as state_rank_exit
 
 
+@contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    """A filesystem of its own at `path` (a tmpfs of `size`), to fill for real (the tests run as
+    root, as the test cluster needs)."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "ftc-test-small", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """A file that takes every byte left on `folder`'s filesystem (remove it to give room back)."""
+    path = folder / "fill"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        while True:
+            os.write(fd, bytes(1 << 20))
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+    return path
 
 
 def free_port_base(ranks: int = 3, stride: int = 10) -> int:

@@ -54,7 +54,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
             "failure": st["failure"], "endpoint": st["endpoint"],
             "access": "private (`ftcluster token`)" if st["access"] == "private" else None, "source": st.get("source"),
             "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"],
-            "health": health_label(st["health"]) if st["health"] else None,
+            "health": health_label(st["health"]) if st["health"] else None, "room": st["room"],
             "restarts": "; ".join(f"{r['cause'][:160]}" for r in st["restarts"]) or None,
             "predecessor": st["predecessor"], "successor": successor_label(st["successor"])}
     for key, value in rows.items():

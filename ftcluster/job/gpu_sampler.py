@@ -25,9 +25,11 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from .gpu_samples import BASE_QUERY, QUERY, format_event
 from .nvml import Nvml, NvmlError
+from .text import Room, append_lines
 
 EVENT_WAIT_MS = 1000   # one wait's limit: how soon the event thread sees the sampler stop
 LIVENESS_S = 0.5       # how often the server's pid is looked at between samples
+MAX_UNWRITTEN = 1000   # XID/ECC events kept while the filesystem has no room
 
 
 def roll(path: str, max_bytes: int) -> None:
@@ -63,9 +65,17 @@ class NodeSampler:
         self.nvml = nvml
         self.stop = threading.Event()
         self.lock = threading.Lock()   # the events file: one writer at a time
+        # The run folder's filesystem may fill while the node serves: a sample that finds no
+        # room is skipped, an event waits for room (at most MAX_UNWRITTEN of them).
+        self.room = Room()
+        self.unwritten: List[str] = []
+        self.room_told: Optional[float] = None
 
     def say(self, text: str) -> None:
-        print(f"ftcluster gpu sampler: {text}", file=sys.stderr, flush=True)
+        try:
+            print(f"ftcluster gpu sampler: {text}", file=sys.stderr, flush=True)
+        except OSError:   # its log on a full filesystem
+            pass
 
     def sample(self) -> bool:
         """One nvidia-smi answer appended (a line per GPU); False when it gave none."""
@@ -90,15 +100,30 @@ class NodeSampler:
             self.say(f"nvidia-smi exited {r.returncode}: {r.stdout.decode(errors='replace').strip()[:300]}")
             return False
         roll(self.out, self.max_bytes)
-        with open(self.out, "ab") as f:
-            f.write(r.stdout)   # one write: a reader sees whole lines but for the last
-        return True
+        # One write: a reader sees whole lines but for the last.
+        wrote = self.room.attempt(self.out, lambda: append_lines(self.out, r.stdout))
+        self.tell_room()
+        if wrote:
+            self.record("")   # events that waited for room
+        return wrote
 
     def record(self, line: str) -> None:
         with self.lock:
-            roll(self.events, self.max_bytes)
-            with open(self.events, "a") as f:
-                f.write(line)
+            if line:
+                self.unwritten = [*self.unwritten, line][-MAX_UNWRITTEN:]
+            while self.unwritten:
+                roll(self.events, self.max_bytes)
+                if not self.room.attempt(self.events, lambda: append_lines(self.events, self.unwritten[0].encode())):
+                    break
+                del self.unwritten[0]
+
+    def tell_room(self) -> None:
+        if self.room.since is not None and self.room_told != self.room.since:
+            self.room_told = self.room.since
+            self.say(f"no room ({self.room.why}): samples skipped, events kept until there is room")
+        if self.room.ended is not None:
+            self.room.ended = None
+            self.say("room again: sampling on")
 
     def watch_events(self) -> None:
         """NVML's XID and ECC events until the sampler stops (a thread)."""

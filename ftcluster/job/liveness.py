@@ -19,7 +19,7 @@ from typing import Any
 
 from .config import LivenessConfig
 from .ranks import DIRECT, Via, http_get
-from .text import write_json
+from .text import Room, write_json
 
 _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
@@ -97,8 +97,10 @@ def _error_text(data: bytes) -> str:
 class Liveness:
     """The probes of one incarnation of the servers; `check` once per tick of the job's loop."""
 
-    def __init__(self, cfg: LivenessConfig, host: str, port: int, health_path: str, via: Via = DIRECT):
+    def __init__(self, cfg: LivenessConfig, host: str, port: int, health_path: str, via: Via = DIRECT,
+                 room: Room | None = None):
         self.cfg, self.host, self.port, self.health_path, self.via = cfg, host, port, health_path, via
+        self.room = room or Room()
         self.probe: Probe | None = None
         self.next_at = time.monotonic() + cfg.interval
         self.misses = 0
@@ -152,4 +154,6 @@ class Liveness:
                 "failures": self.cfg.failures}
 
     def _write_health(self) -> None:
-        write_json(self.health_path, self.health())
+        # Skipped for want of room: the next probe's record says all there is to say.
+        health = self.health()
+        self.room.attempt("state/health.json", lambda: write_json(self.health_path, health))

@@ -29,6 +29,7 @@ import time
 from typing import Any, Dict, Optional
 
 from .ranks import DIRECT, Via, http_get
+from .text import Room, append_line
 
 # Triton's metric -> the short key in a line. Summed over a model's versions.
 MODEL_METRICS = {
@@ -76,8 +77,9 @@ class Sampler:
     """Rank 0's metrics every `interval` seconds; `tick` once per turn of the job's loop."""
 
     def __init__(self, host: str, port: int, path: str, interval: float, max_bytes: int, incarnation: int = 0,
-                 via: Via = DIRECT):
+                 via: Via = DIRECT, room: Optional[Room] = None):
         self.host, self.port, self.path, self.via = host, port, path, via
+        self.room = room or Room()
         self.interval, self.max_bytes, self.incarnation = interval, max_bytes, incarnation
         self.next_at = time.monotonic()
         self.thread: Optional[threading.Thread] = None
@@ -102,6 +104,6 @@ class Sampler:
                 os.replace(self.path, self.path + ".1")
         except OSError:
             pass
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+        # A sample that finds no room is skipped: the counters in the next one cover its span.
+        self.room.attempt("state/metrics.jsonl", lambda: append_line(self.path, json.dumps(line, separators=(",", ":"))))
 

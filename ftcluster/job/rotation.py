@@ -14,22 +14,32 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
-from .text import write_json
+from .text import Room, write_json
 
 ROTATION = "rotation"
 
 
 class Rotation:
-    def __init__(self, state: str):
+    def __init__(self, state: str, room: Optional[Room] = None):
         self.path = os.path.join(state, ROTATION)
         self.on = False
         self.address: Dict[str, Any] = {}
+        self.room = room or Room()
+        self.unsaved: Optional[Dict[str, Any]] = None   # found no room: saved at the next `save`
 
     def _write(self, data: Dict[str, Any]) -> None:
         data.update(self.address, time=time.time())
-        write_json(self.path, data)
+        self.unsaved = data
+        self.save()
+
+    def save(self) -> None:
+        """The rotation as it is, should it not be written yet. Until it is, the balancer goes by
+        its own health checks: a member out of rotation has closed its door (its proxy) anyway."""
+        data = self.unsaved
+        if data is not None and self.room.attempt("state/rotation", lambda: write_json(self.path, data)):
+            self.unsaved = None
 
     def enter(self, host: str, http: int, grpc: int) -> None:
         self.on = True

@@ -32,7 +32,7 @@ from .restarts import Faults, faults_of_events
 from .rotation import Rotation
 from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_logs, http_get, keep_incarnation,
                     load_progress, rank0_ready)
-from .text import last_line, mtime, read_text, squeeze, write_json
+from .text import Room, append_line, last_line, no_room_in, mtime, read_text, squeeze, write_json
 
 # The phase of a run whose servers are starting, as failure messages name it.
 STARTING = "during start-up"
@@ -47,6 +47,9 @@ ROTATION_SETTLE_S = 15.0
 FRONT_POLL_S = 0.5
 # The longest wait between restarts (the back-off doubles from server.restart_backoff).
 MAX_BACKOFF = 300.0
+# Events kept in memory while the run folder's filesystem has no room (Room): some days' worth.
+MAX_UNWRITTEN = 10000
+ROOM_WAIT_S = 10.0   # how often a restart waiting for room looks again
 
 
 class Interrupted(Exception):
@@ -82,6 +85,9 @@ class Job:
         from .styles import style_for
 
         self.cfg = cfg
+        self.room = Room()   # the run folder's filesystem: full or not (its records wait)
+        self.room_told: Optional[float] = None
+        self.unwritten: List[Tuple[str, str]] = []   # events that found no room yet: (file, line)
         self.ranks = RankFiles(cfg.state, cfg.logs, cfg.nodes)
         # The job's children see the spec's env; the supervisor's own environment stays as it came.
         self.child_env: Dict[str, str] = {**os.environ, **cfg.env}
@@ -100,7 +106,7 @@ class Job:
         self.proxy_token = ""   # read once from the run's token file when the proxy first starts
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
-        self.rotation = Rotation(cfg.state) if cfg.rotation else None
+        self.rotation = Rotation(cfg.state, self.room) if cfg.rotation else None
         self.next_stall_check = 0.0
         # This incarnation's exit and load lines (state/exits, state/loads), from its start.
         self.exits: Optional[ExitWatch] = None
@@ -123,11 +129,38 @@ class Job:
             # Another job of the run took it over (a front's hand-over): the run's events are that
             # job's now, this one's last words go apart.
             path += f".job{job}"
-        with open(path, "a") as f:
-            f.write(line + "\n")
+        self.unwritten.append((path, line))
+        if len(self.unwritten) > MAX_UNWRITTEN:   # days without room: the oldest go
+            del self.unwritten[:len(self.unwritten) - MAX_UNWRITTEN]
+        self.write_events()
+
+    def write_events(self) -> None:
+        """The events not yet written, in order, while the filesystem takes them."""
+        while self.unwritten:
+            path, line = self.unwritten[0]
+            if not self.room.attempt("state/events", lambda: append_line(path, line)):
+                return
+            del self.unwritten[0]
+
+    def tell_room(self) -> None:
+        """Once when the run folder's filesystem refuses the job's records, once when it takes
+        them again (an event, after those that waited)."""
+        room = self.room
+        if room.since is not None and self.room_told != room.since:
+            self.room_told = room.since
+            self.say(f"ftcluster: no room on the run folder's filesystem ({room.why}): the servers serve on; "
+                     f"the job's events wait, its health and metrics records are skipped until there is room")
+        if room.ended is not None and not self.unwritten:
+            (since, skipped), room.ended = room.ended, None
+            self.event(EV.records_resumed, f"{since:.3f}", skipped)
+            self.say(f"ftcluster: the run folder's filesystem has room again after {time.time() - since:.0f} s "
+                     f"({skipped} records skipped or late)")
 
     def say(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except OSError:   # the job's output on a full filesystem: the events tell what matters
+            pass
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.interrupted = True
@@ -445,6 +478,10 @@ class Job:
         if not self.is_ready():
             why.append(f"rank 0 gives no answer on {self.rank0_url or 'its HTTP port'} with our id and model "
                        f"{self.cfg.served_model} ready")
+        no_room = no_room_in(self.cfg.state)
+        if no_room is not None:   # the ranks' own files could not be written: say that first
+            why.append(f"the run folder's filesystem has no room ({no_room}): the ranks could not write "
+                       f"their files in state/")
         assert self.loads is not None
         for r in self.loads.not_loaded():
             if not (self.ranks.read(r, "host") or "").strip():
@@ -592,10 +629,10 @@ class Job:
         live = None
         if self.cfg.liveness is not None:
             live = Liveness(replace(self.cfg.liveness, metrics_port=self.metrics_port()), *self.triton_at(),
-                            os.path.join(self.cfg.state, FILES.health), self.via())
+                            os.path.join(self.cfg.state, FILES.health), self.via(), self.room)
         sampler = Sampler(self.triton_at()[0], self.metrics_port(), os.path.join(self.cfg.state, FILES.metrics),
                           self.cfg.metrics_interval, self.cfg.metrics_max_bytes,
-                          int(self.child_env.get("FTC_INCARNATION", "0")), self.via())
+                          int(self.child_env.get("FTC_INCARNATION", "0")), self.via(), self.room)
         next_cut = time.monotonic() + LOG_CUT_S
         self.start_exporter()
         self.publish_targets()
@@ -632,6 +669,11 @@ class Job:
                 if endpoint:
                     self.say(f"ftcluster: the successor serves at {endpoint}; this job stops")
                     return None
+            if self.unwritten or self.room.since is not None or self.room.ended is not None:
+                self.write_events()
+                if self.rotation is not None:
+                    self.rotation.save()
+                self.tell_room()
             if time.monotonic() >= next_cut:
                 next_cut = time.monotonic() + LOG_CUT_S
                 for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
@@ -762,6 +804,7 @@ class Job:
         self.next_incarnation()
         self.phase = "while restarting"
         self.nap(min(cfg.restart_backoff * 2 ** (tries - 1), MAX_BACKOFF))
+        self.wait_for_room()
         self.phase = STARTING
         self.restarting = True
         try:
@@ -769,6 +812,22 @@ class Job:
             self.wait_ready()
         finally:
             self.restarting = False
+
+    def wait_for_room(self) -> None:
+        """The ranks of a restart say they are up through small files in the run folder: on a
+        filesystem with no room they never could, and the restart would fail at its deadline.
+        So it waits for room (the world is down anyway; stop and the time limit still end it)."""
+        why = no_room_in(self.cfg.state)
+        if why is not None:
+            self.say(f"ftcluster: the run folder's filesystem has no room ({why}): the restart waits until it "
+                     f"has (looked at every {ROOM_WAIT_S:g} s)")
+            since = time.monotonic()
+            while no_room_in(self.cfg.state) is not None:
+                self.nap(ROOM_WAIT_S)
+            self.say(f"ftcluster: room again after {time.monotonic() - since:.0f} s: restarting")
+        self.room.regained()   # the look wrote a MiB: what waited is written before the servers start
+        self.write_events()
+        self.tell_room()
 
     def next_incarnation(self) -> None:
         """This incarnation's rank files and logs go aside; the servers started next are the
@@ -944,7 +1003,10 @@ class Job:
             self.event(EV.failed, f"the job supervisor failed: {type(e).__name__}: {e}")
             import traceback
 
-            traceback.print_exc()
+            try:
+                traceback.print_exc()
+            except OSError:
+                pass
             rc = 1
         rc = self.teardown(rc)
         self.end_guard()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Optional, Tuple
+
+# A write refused for want of room: a full filesystem, or the user's quota on it.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def read_text(path: str) -> str:
@@ -45,8 +50,92 @@ def write_json(path: str, data: Any, mode: Optional[int] = None) -> None:
     """Whole or not at all: a reader elsewhere (status on the login node, the front, Prometheus)
     may read the file at any moment. `mode`: its permissions (default: the umask's)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, sort_keys=True)
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, sort_keys=True)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)   # a half-written copy on a full disk is only in the way
+        except OSError:
+            pass
+        raise
+
+
+def append_line(path: str, line: str) -> None:
+    """`line` and its newline on a line of their own (append_lines)."""
+    append_lines(path, (line + "\n").encode())
+
+
+def append_lines(path: str, data: bytes) -> None:
+    """Whole lines, from the start of a line, in one write: after a write cut short (no room left
+    midway) the next one starts a new line, so a reader loses only the cut one."""
+    with open(path, "ab") as f:
+        if f.tell():
+            with open(path, "rb") as r:
+                r.seek(-1, os.SEEK_END)
+                if r.read(1) != b"\n":
+                    data = b"\n" + data
+        f.write(data)
+
+
+# What a start of the servers needs of the run folder's filesystem, at least: every rank writes a
+# few small files there (its host, pid, progress, log), each a block or more.
+ROOM_NEEDED = 1 << 20
+
+
+def no_room_in(folder: str) -> Optional[str]:
+    """None when `folder` takes ROOM_NEEDED bytes (written, synced and removed: a quota counts
+    too, which free space does not show); else the system's words for why not."""
+    path = os.path.join(folder, f".room-{os.getpid()}")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            left = memoryview(bytes(ROOM_NEEDED))
+            while left:
+                left = left[os.write(fd, left):]
+            os.fsync(fd)   # a network filesystem may say ENOSPC only here
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return e.strerror if e.errno in NO_ROOM else None   # other troubles are not for this to say
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return None
+
+
+class Room:
+    """Whether the run folder's filesystem took the job's writes lately. A serving world needs no
+    disk, and a shared scratch filled by someone else (or a quota reached) must not end it: a
+    record refused for want of room is skipped (the caller keeps what must not be lost) and
+    the job serves on. `attempt` is called from the job's loop and its sampling thread."""
+
+    def __init__(self) -> None:
+        self.since: Optional[float] = None   # the first refused write of the present shortage
+        self.why = ""                        # ... which record, and the system's words
+        self.skipped = 0
+        self.ended: Optional[Tuple[float, int]] = None   # (since, skipped) of one just over
+
+    def attempt(self, what: str, write: Callable[[], None]) -> bool:
+        """True when `write` wrote; False when it found no room; other errors are raised."""
+        try:
+            write()
+        except OSError as e:
+            if e.errno not in NO_ROOM:
+                raise
+            if self.since is None:
+                self.since, self.why, self.skipped = time.time(), f"{what}: {e.strerror}", 0
+            self.skipped += 1
+            return False
+        self.regained()
+        return True
+
+    def regained(self) -> None:
+        """Room again (a write went through): the shortage, if any, is over."""
+        if self.since is not None:
+            self.ended, self.since = (self.since, self.skipped), None

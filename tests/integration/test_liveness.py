@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import glob
 import json
+import os
+import re
+import signal
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,8 @@ import pytest
 
 from ftcluster.job.names import FILES
 from tests.integration.test_launch_slurm import _job_gone, _write_spec
-from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
+from tests.launch_helpers import (fill, ftcluster, launch_json, processes_matching, small_filesystem, wait_for,
+                                  write_cluster)
 
 LIVENESS = {"interval": 1, "deadline": 1, "failures": 2}
 NO_RESTARTS = {"liveness": LIVENESS, "restarts": 0}
@@ -202,6 +208,47 @@ def test_faults_after_a_healthy_stretch_start_the_count_afresh(tmp_path: Path) -
     finally:
         assert ftcluster("stop", run_id).returncode == 0
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+@pytest.mark.triton
+def test_a_full_filesystem_neither_ends_a_serving_run_nor_its_restart(tmp_path: Path) -> None:
+    # The workspace on a filesystem of its own, filled while the run serves: the servers serve on
+    # through probes whose records find no room; a rank that dies meanwhile is restarted once
+    # there is room again (its ranks could not say they are up before), and the events kept
+    # meanwhile are written then.
+    with small_filesystem(tmp_path / "small", "48m") as small:
+        cluster = write_cluster(tmp_path, workspace=str(small / "ws"), server=RESTARTS)
+        rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client")
+        assert rc == 0 and out["ok"], err
+        run_id, url = out["run_id"], f"http://{out['endpoint']}/v2/health/ready"
+        try:
+            filler = fill(small)
+            probes = (_status(run_id)["health"] or {}).get("probes", 0)
+            time.sleep(3 * LIVENESS["interval"] + 0.5)   # three probes, each record refused
+            st = _status(run_id)
+            assert st["state"] == "RUNNING" and st["failure"] is None, st["failure"]
+            assert st["room"] and st["room"].startswith("the run folder's filesystem has 0 KiB free"), st["room"]
+            assert (st["health"] or {}).get("probes", 0) == probes   # not one written
+            assert urllib.request.urlopen(url, timeout=5).status == 200
+            [rank1] = [re.search(r"\(pid (\d+),", line).group(1)  # type: ignore[union-attr]
+                       for line in processes_matching(run_id) if "tritonserver " in line and f"{run_id}-rank1 " in line]
+            os.kill(int(rank1), signal.SIGKILL)
+            assert wait_for(lambda: not [p for p in processes_matching(run_id) if "tritonserver " in p], 30)
+            time.sleep(RESTARTS["restart_backoff"] + 2)   # the back-off over: no servers without room
+            assert not [p for p in processes_matching(run_id) if "tritonserver " in p]
+            os.unlink(filler)
+            assert wait_for(lambda: len(_status(run_id)["restarts"]) == 1 and _status(run_id)["phase"] == "serving",
+                            60), _status(run_id)
+            st = _status(run_id)
+            assert st["room"] is None and st["failure"] is None
+            kinds = [line.split()[1] for line in (Path(out["run_dir"]) / "state" / FILES.events).read_text().splitlines()]
+            at = kinds.index("restarting")
+            assert kinds[at:at + 6] == ["restarting", "servers_stopped", "records_resumed", "servers_starting", "ready",
+                                        "serving"], kinds
+            assert urllib.request.urlopen(url, timeout=5).status == 200
+        finally:
+            assert ftcluster("stop", run_id).returncode == 0
+        assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
 
 
 @pytest.mark.triton

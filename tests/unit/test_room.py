@@ -1,0 +1,111 @@
+"""A run folder's filesystem that fills while the job serves (a shared scratch filled by someone
+else, a quota reached): the job's records are skipped or wait, never the service, and nothing
+half-written is left. On a real filesystem filled for real (a tmpfs of its own)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ftcluster.events import parse_events
+from ftcluster.job.config import JobConfig, LivenessConfig
+from ftcluster.job.liveness import Liveness
+from ftcluster.job.supervisor import Job
+from ftcluster.job.text import Room, append_line, no_room_in, write_json
+from tests.launch_helpers import fill, small_filesystem
+from tests.unit.test_render import render_style
+
+
+@pytest.fixture
+def small(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with small_filesystem(tmp_path / "small", "4m") as path:
+        yield path
+
+
+def test_a_write_that_finds_no_room_is_counted_and_the_next_that_writes_ends_the_shortage(tmp_path: Path) -> None:
+    room = Room()
+    assert not room.attempt("state/events", lambda: append_line("/dev/full", "a line"))
+    assert not room.attempt("state/events", lambda: append_line("/dev/full", "another"))
+    assert room.since is not None and room.skipped == 2 and room.ended is None
+    assert room.why == "state/events: No space left on device"
+    since = room.since
+    assert room.attempt("state/events", lambda: append_line(str(tmp_path / "events"), "a line"))
+    assert room.since is None and room.ended == (since, 2)
+
+
+def test_other_troubles_are_not_taken_for_want_of_room(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        Room().attempt("state/events", lambda: append_line(str(tmp_path / "gone" / "events"), "a line"))
+
+
+def test_a_json_record_that_finds_no_room_leaves_no_half_copy(small: Path) -> None:
+    write_json(str(small / "health.json"), {"probes": 1})
+    fill(small)
+    with pytest.raises(OSError) as e:
+        write_json(str(small / "health.json"), {"probes": 2, "pad": "x" * 8192})
+    assert e.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in small.iterdir()) == ["fill", "health.json"]
+    assert json.loads((small / "health.json").read_text()) == {"probes": 1}
+
+
+def test_a_line_cut_short_for_want_of_room_costs_only_itself(small: Path) -> None:
+    events = small / "events"
+    append_line(str(events), "1.0 first")
+    fill(small)
+    os.truncate(small / "fill", os.path.getsize(small / "fill") - 4096)   # one page left
+    with pytest.raises(OSError):
+        append_line(str(events), "2.0 long " + "x" * 8192)
+    assert not events.read_bytes().endswith(b"\n")   # cut short midway, for real
+    os.unlink(small / "fill")
+    append_line(str(events), "3.0 third")
+    assert [(e.time, e.kind) for e in parse_events(events.read_text())] == [(1.0, "first"), (2.0, "long"), (3.0, "third")]
+    assert events.read_text().splitlines()[-1] == "3.0 third"
+
+
+def test_room_is_looked_for_by_writing_and_the_look_leaves_nothing(small: Path) -> None:
+    assert no_room_in(str(small)) is None
+    filler = fill(small)
+    assert no_room_in(str(small)) == "No space left on device"
+    os.unlink(filler)
+    assert no_room_in(str(small)) is None and list(small.iterdir()) == []
+
+
+def _job(state: Path) -> Job:
+    cfg = JobConfig.from_json(render_style("local").files["job.json"])
+    return Job(replace(cfg, state=str(state)))
+
+
+def test_the_job_keeps_its_events_until_there_is_room_and_then_says_how_long(small: Path) -> None:
+    job = _job(small)
+    filler = fill(small)
+    job.event("serving", "host:8000")
+    job.event("rank_failed", 1, "host", "?")
+    job.event("restarting", 1, "rank 1 on host exited")
+    job.tell_room()
+    assert job.room.since is not None and len(job.unwritten) == 3
+    assert (small / "events").read_text() == ""
+    os.unlink(filler)
+    job.write_events()
+    job.tell_room()
+    kinds = [e for e in parse_events((small / "events").read_text())]
+    assert [e.kind for e in kinds] == ["serving", "rank_failed", "restarting", "records_resumed"]
+    assert kinds[1].time < kinds[2].time < kinds[3].time   # in order, each at its own moment
+    assert float(kinds[3].args[0]) == pytest.approx(kinds[0].time, abs=1.0) and kinds[3].args[1] == "3"
+    assert job.unwritten == [] and job.room.since is None and job.room.ended is None
+
+
+def test_a_probe_whose_record_finds_no_room_is_skipped_not_raised(small: Path) -> None:
+    room = Room()
+    cfg = LivenessConfig(interval=1, deadline=1, failures=2, model="m", body="", json_size=0, what="a probe",
+                         metrics_port=9)
+    live = Liveness(cfg, "127.0.0.1", 9, str(small / "health.json"), room=room)
+    fill(small)
+    live.misses, live.last = 1, {"time": 1.0, "answered": False}
+    live._write_health()
+    assert room.since is not None and not (small / "health.json").exists()
+    assert sorted(p.name for p in small.iterdir()) == ["fill"]
