@@ -129,14 +129,10 @@ def _health(paths: RunPaths) -> dict[str, Any] | None:
 def _room(paths: RunPaths) -> str | None:
     """Words when the run folder's filesystem is nearly full: the running job then skips its
     records (health, metrics), keeps its events in memory, and a restart waits for room."""
-    from ftcluster.job.text import ROOM_NEEDED
+    from ftcluster.job.text import ROOM_NEEDED, free_bytes
 
-    try:
-        fs = os.statvfs(paths.state)
-    except OSError:
-        return None
-    free = fs.f_bavail * fs.f_frsize
-    if free >= ROOM_NEEDED:
+    free = free_bytes(str(paths.state))
+    if free is None or free >= ROOM_NEEDED:
         return None
     return (f"the run folder's filesystem has {free >> 10} KiB free: the job's "
             f"records wait (health and metrics are skipped), and a restart waits for room")
@@ -184,7 +180,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     # The scheduler's node list where it has one (Slurm), else the ranks' own records.
     st["nodes"] = scheduler_nodes or run_hosts(rec.run_dir, rec.nodes, rec.plan)
     st["health"] = _health(paths)
-    st["room"] = _room(paths) if running and not paths.gone() else None
+    st["room"] = None if paths.gone() else _room(paths)
     # Every restart of the world while serving: when, why, in which job (this allocation; a
     # requeue keeps the job id), the nodes of the incarnation it ended, and its place among the
     # faults counted against server.restarts then (1: the first since a healthy stretch).

@@ -32,7 +32,8 @@ from .restarts import Faults, faults_of_events
 from .rotation import Rotation
 from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_logs, http_get, keep_incarnation,
                     load_progress, rank0_ready)
-from .text import Room, append_line, last_line, no_room_in, mtime, read_text, squeeze, write_json
+from .text import (ROOM_NEEDED, Room, append_line, free_bytes, last_line, mtime, no_room_in, read_text, squeeze,
+                   write_json)
 
 # The phase of a run whose servers are starting, as failure messages name it.
 STARTING = "during start-up"
@@ -813,6 +814,16 @@ class Job:
         finally:
             self.restarting = False
 
+    def check_room(self) -> None:
+        """Before the first start: a job that waited in the queue while its run folder's
+        filesystem filled would otherwise wait out server.ready_timeout for ranks that cannot
+        say they are up. (Free space only: a look that costs nothing; a quota shows later.)"""
+        free = free_bytes(self.cfg.state)
+        if free is not None and free < ROOM_NEEDED:
+            self.fail(f"the run folder's filesystem has {free >> 10} KiB free: the ranks could not write their files "
+                      f"in {self.cfg.state}; free space there (or set the cluster spec's workspace to a filesystem "
+                      f"with room) and launch again", named=True)
+
     def wait_for_room(self) -> None:
         """The ranks of a restart say they are up through small files in the run folder: on a
         filesystem with no room they never could, and the restart would fail at its deadline.
@@ -896,6 +907,7 @@ class Job:
             return 0
         if cfg.proxy is not None and self.rotation is None:
             self.start_proxy()   # a member's opens when it enters rotation
+        self.check_room()
         self.start_servers()
         self.wait_ready()
         if cfg.run_client:

@@ -86,6 +86,15 @@ def append_lines(path: str, data: bytes) -> None:
 ROOM_NEEDED = 1 << 20
 
 
+def free_bytes(folder: str) -> Optional[int]:
+    """What the filesystem of `folder` has free for us (a quota not counted); None: not known."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    return fs.f_bavail * fs.f_frsize
+
+
 def no_room_in(folder: str) -> Optional[str]:
     """None when `folder` takes ROOM_NEEDED bytes (written, synced and removed: a quota counts
     too, which free space does not show); else the system's words for why not."""

@@ -33,6 +33,7 @@ from ftcluster.job.gpu_samples import (
     read_events,
 )
 from tests.helpers_specs import DATA
+from tests.launch_helpers import fill, small_filesystem
 
 H100_CSV = DATA / "nvidia_smi_h100_ecc.csv"
 H100_NVML = json.loads((DATA / "nvml_events_h100.json").read_text())
@@ -270,6 +271,23 @@ def test_the_samples_roll_past_their_cap(tmp_path: Path, fake_smi: Path, monkeyp
         s.sample()
     # Each line is about 110 bytes: the file moved aside once it passed 150.
     assert len(out.read_text().splitlines()) == 1 and len((tmp_path / "g.csv.1").read_text().splitlines()) == 2
+
+
+def test_a_full_filesystem_skips_samples_and_keeps_events_until_there_is_room(
+        tmp_path: Path, fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{fake_smi}:{os.environ['PATH']}")
+    with small_filesystem(tmp_path / "small", "1m") as small:
+        out, events = small / "gpu-rank0.csv", small / "gpu-events-rank0"
+        s = NodeSampler(str(out), str(events), 1, 1 << 20)
+        filler = fill(small)
+        assert not s.sample() and not s.sample()   # skipped, not raised
+        s.record(format_event(time.time(), 0, "GPU-195afd21-f8a0-bb6f-870e-95567053fab5", "xid", 79))
+        assert s.room.skipped == 3 and len(s.unwritten) == 1 and not events.read_text()
+        os.unlink(filler)
+        assert s.sample()   # room again: the sample, then the event that waited
+        assert len(parse_samples(out.read_text().splitlines())) == 1
+        (ev,) = read_events(str(events))
+        assert (ev.kind, ev.data) == ("xid", 79) and s.unwritten == [] and s.room.since is None
 
 
 # --------------------------------------------------------------------------- failure messages

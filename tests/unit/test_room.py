@@ -15,7 +15,7 @@ import pytest
 from ftcluster.events import parse_events
 from ftcluster.job.config import JobConfig, LivenessConfig
 from ftcluster.job.liveness import Liveness
-from ftcluster.job.supervisor import Job
+from ftcluster.job.supervisor import Failed, Job
 from ftcluster.job.text import Room, append_line, no_room_in, write_json
 from tests.launch_helpers import fill, small_filesystem
 from tests.unit.test_render import render_style
@@ -109,3 +109,17 @@ def test_a_probe_whose_record_finds_no_room_is_skipped_not_raised(small: Path) -
     live._write_health()
     assert room.since is not None and not (small / "health.json").exists()
     assert sorted(p.name for p in small.iterdir()) == ["fill"]
+
+
+def test_a_job_that_finds_no_room_at_its_first_start_fails_at_once_saying_so(small: Path) -> None:
+    job = _job(small)
+    job.check_room()   # room: nothing to say
+    fill(small)
+    with pytest.raises(Failed):
+        job.check_room()
+    job.room.regained()
+    os.unlink(small / "fill")
+    job.write_events()
+    (failed,) = parse_events((small / "events").read_text())
+    assert failed.kind == "failed" and " ".join(failed.args).startswith(
+        f"the run folder's filesystem has 0 KiB free: the ranks could not write their files in {small}; free space")
