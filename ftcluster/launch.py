@@ -49,6 +49,7 @@ class LaunchOptions:
     token: str | None = None       # access: private: the run's token (None: a new one; a successor keeps its predecessor's)
     member_of: str | None = None   # a replica set's member: the set's run id
     member: int | None = None      # ... and the member's index
+    carried_faults: tuple[str, ...] = ()   # a successor's: its predecessor's faults still counted
 
 
 @dataclass
@@ -141,7 +142,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         if build and access_of(cluster) == "private":
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                         servers=opts.servers, rotation=opts.member_of is not None,
+                         servers=opts.servers, rotation=opts.member_of is not None, carried_faults=opts.carried_faults,
                          front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
                          if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 

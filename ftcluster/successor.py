@@ -86,12 +86,13 @@ def run_specs(run_dir: Path) -> RunSpecs:
     return RunSpecs(cluster, model, plan, cfg, meta)
 
 
-def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = None) -> LaunchOutcome:
+def submit_successor(run_dir: Path, exclude: list[str], faults: tuple[str, ...] = ()) -> LaunchOutcome:
     """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or
-    a lost one), with `restarts` left (default: the run's own)."""
+    a lost one), with the run's own server.restarts, counting on from `faults` (those of the
+    run still counted)."""
     specs = run_specs(run_dir)
     cluster, model, plan, cfg = specs.cluster, specs.model, specs.plan, specs.job
-    server = cluster.server.model_copy(update={"restarts": cfg.restarts if restarts is None else restarts})
+    server = cluster.server.model_copy(update={"restarts": cfg.restarts})
     cluster = cluster.model_copy(update={"server": server,
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
     replica = specs.replica
@@ -103,7 +104,7 @@ def submit_successor(run_dir: Path, exclude: list[str], restarts: int | None = N
     token = read_token(run_dir)
     opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token,
                          member_of=replica["set"] if replica else None,
-                         member=int(replica["index"]) if replica else None)
+                         member=int(replica["index"]) if replica else None, carried_faults=tuple(faults))
     return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()
 
 

@@ -264,12 +264,13 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
 @cli.command("successor", hidden=True)
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--exclude", default="", help="Nodes the successor must not use (comma-separated).")
-@click.option("--restarts", type=count(0, MAX_RESTARTS), default=None,
-              help="Restarts left to the successor (default: the run's own).")
+@click.option("--fault", "faults", multiple=True, metavar="CAUSE",
+              help="A fault of the run still counted against server.restarts (repeated, oldest first): the "
+                   "successor counts on from them.")
 @click.option("--took-over", "took_over", default=None, metavar="JOB",
               help="Record JOB as the run's job: another job of the run serves in its place (a replica set's "
                    "balancer hands over on its node before its time limit).")
-def successor_cmd(run_dir: str, exclude: str, restarts: int | None, took_over: str | None) -> None:
+def successor_cmd(run_dir: str, exclude: str, faults: tuple[str, ...], took_over: str | None) -> None:
     """Submit a serving run's successor (the job does this before its time limit); prints
     {"run_id", "job_id", "run_dir"} as one JSON line."""
     import json
@@ -287,6 +288,9 @@ def successor_cmd(run_dir: str, exclude: str, restarts: int | None, took_over: s
     if bad:
         raise UserError(f"not a node name: {', '.join(map(repr, bad))}", field="--exclude",
                         hint="give Slurm node names, comma-separated")
-    outcome = submit_successor(Path(run_dir), nodes, restarts)
+    if len(faults) > MAX_RESTARTS + 1:
+        raise UserError(f"{len(faults)} faults: more than server.restarts can count", field="--fault",
+                        hint=f"give at most {MAX_RESTARTS + 1}")
+    outcome = submit_successor(Path(run_dir), nodes, faults)
     rec = outcome.record
     click.echo(json.dumps({"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir}))

@@ -100,6 +100,9 @@ class JobConfig:
     # Seconds of serving without a fault after which the faults before are no longer counted
     # (job/restarts.py); 0: all are.
     restart_reset: float = 0.0
+    # A successor's (a lost node, the time limit): its predecessor's faults still counted then,
+    # counted on here until a healthy stretch of restart_reset (their causes, oldest first).
+    carried_faults: List[str] = field(default_factory=list)
     on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
     # Submits a successor run on other nodes (argv; `--exclude NODES` and `--restarts N` are

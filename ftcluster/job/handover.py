@@ -59,7 +59,7 @@ class HandOver:
         if self.over:
             return None
         if self.proc is None and not self.successor:
-            self._submit(self.job.style.job_nodes())
+            self._submit(self.job.style.job_nodes(), self.job.faults.still_counted(time.monotonic()))
         elif self.proc is not None:
             self._submitted()
         elif time.monotonic() >= self.events_at:
@@ -67,17 +67,19 @@ class HandOver:
             return self._successor_serves()
         return None
 
-    def _submit(self, nodes: List[str], restarts: Optional[int] = None) -> None:
+    def _submit(self, nodes: List[str], faults: List[str], lost: bool = False) -> None:
+        """The successor counts on from this job's faults still counted (a lost node's among
+        them): with server.restarts of its own, so faults days apart never wear the run down."""
         job, cfg = self.job, self.job.cfg
         self.started = time.monotonic()
         self.excluded = ",".join(nodes)
-        argv = [*cfg.successor, "--exclude", self.excluded, "--restarts", str(cfg.restarts if restarts is None else restarts)]
-        if restarts is None:
+        argv = [*cfg.successor, "--exclude", self.excluded, *(w for f in faults for w in ("--fault", f))]
+        if not lost:
             job.say(f"ftcluster: the job nears its time limit; submitting a successor on other nodes than "
                     f"{' '.join(nodes)}")
         self.proc = job.start(argv, out=job.log_path(FILES.handover_log), whole_env=submit_env(job.child_env))
 
-    def relocate(self, lost: List[str], restarts: int) -> Optional[str]:
+    def relocate(self, lost: List[str], faults: List[str]) -> Optional[str]:
         """Submit the successor without the lost nodes, waiting for the submission (not for it
         to serve: this job's nodes are freed for it by ending); the failure, or None."""
         if self.proc is not None:          # a hand-over's submission under way: let it finish
@@ -89,7 +91,7 @@ class HandOver:
             self.over = True
             return None
         self.over = False
-        self._submit(lost, restarts)
+        self._submit(lost, faults, lost=True)
         assert self.proc is not None
         try:
             self.proc.wait(timeout=SUBMIT_LIMIT_S)

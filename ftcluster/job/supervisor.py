@@ -51,6 +51,7 @@ MAX_BACKOFF = 300.0
 # Events kept in memory while the run folder's filesystem has no room (Room): some days' worth.
 MAX_UNWRITTEN = 10000
 ROOM_WAIT_S = 10.0   # how often a restart waiting for room looks again
+ROOM_RETRY_S = 5.0   # ... and a serving job writes again what waits
 
 
 class Interrupted(Exception):
@@ -88,6 +89,7 @@ class Job:
         self.cfg = cfg
         self.room = Room()   # the run folder's filesystem: full or not (its records wait)
         self.room_told: Optional[float] = None
+        self.room_retry_at = 0.0
         self.unwritten: List[Tuple[str, str]] = []   # events that found no room yet: (file, line)
         self.ranks = RankFiles(cfg.state, cfg.logs, cfg.nodes)
         # The job's children see the spec's env; the supervisor's own environment stays as it came.
@@ -99,7 +101,7 @@ class Job:
         self.restarting = False   # a fault now fails the restart, not the run (Fault)
         self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover_lead)
         self.handover = HandOver(self) if cfg.successor else None
-        self.faults = Faults(cfg.restart_reset)   # those counted against cfg.restarts, and the restarts
+        self.faults = Faults(cfg.restart_reset, cfg.carried_faults)   # those counted against cfg.restarts, and the restarts
         self.phase = STARTING     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
@@ -142,6 +144,17 @@ class Job:
             if not self.room.attempt("state/events", lambda: append_line(path, line)):
                 return
             del self.unwritten[0]
+
+    def mend_records(self) -> None:
+        """While the run folder's filesystem has no room: what waits is tried again every
+        ROOM_RETRY_S (each try is a write on what may be a shared filesystem)."""
+        now = time.monotonic()
+        if now >= self.room_retry_at:
+            self.room_retry_at = now + ROOM_RETRY_S
+            self.write_events()
+            if self.rotation is not None:
+                self.rotation.save()
+        self.tell_room()
 
     def tell_room(self) -> None:
         """Once when the run folder's filesystem refuses the job's records, once when it takes
@@ -670,11 +683,8 @@ class Job:
                 if endpoint:
                     self.say(f"ftcluster: the successor serves at {endpoint}; this job stops")
                     return None
-            if self.unwritten or self.room.since is not None or self.room.ended is not None:
-                self.write_events()
-                if self.rotation is not None:
-                    self.rotation.save()
-                self.tell_room()
+            if self.room.since is not None or self.room.ended is not None:
+                self.mend_records()
             if time.monotonic() >= next_cut:
                 next_cut = time.monotonic() + LOG_CUT_S
                 for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
@@ -859,7 +869,7 @@ class Job:
             self.give_up(causes)
         self.kill_servers()
         assert self.handover is not None
-        why = self.handover.relocate(lost, self.cfg.restarts - len(causes))
+        why = self.handover.relocate(lost, causes)
         if why:
             self.fail(f"{causes[-1]}; the successor job could not be submitted: {why}", named=True)
 
@@ -867,7 +877,8 @@ class Job:
         """Slurm requeued this serving job (its batch host was lost, or by hand): the earlier
         attempt's rank files and logs go aside as an incarnation, and it counts as a restart."""
         state = self.cfg.state
-        faults = self.faults = faults_of_events(read_text(os.path.join(state, FILES.events)), self.cfg.restart_reset)
+        faults = self.faults = faults_of_events(read_text(os.path.join(state, FILES.events)), self.cfg.restart_reset,
+                                                   self.cfg.carried_faults)
         cause = f"Slurm requeued the job (restart {os.environ.get('SLURM_RESTART_COUNT')}): its batch host was lost " \
                 "or it was requeued by hand"
         # The earlier attempt served until its last probe or metrics sample: a requeue after a

@@ -159,6 +159,10 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
             assert successor["excluded"] == [lost] and not successor["handed_over"]
             events = (Path(out["run_dir"]) / "state" / "events").read_text()
             assert f"node_lost {lost}" in events and events.rstrip().endswith("done 0"), events
+            # The successor has the run's own restarts and counts on from the lost node's fault.
+            job = json.loads((Path(new["run_dir"]) / "scripts" / "job.json").read_text())
+            assert job["restarts"] == 2 and len(job["carried_faults"]) == 1, job["carried_faults"]
+            assert job["carried_faults"][0].endswith(f"(node {lost} lost)"), job["carried_faults"]
             check = ftcluster("client", "identity", "--url", new["endpoint"], "--model", "fastertransformer",
                               env=_first_token(run_id))
             assert check.returncode == 0, check.stdout + check.stderr

@@ -62,3 +62,38 @@ def test_a_requeued_job_counts_what_its_events_count() -> None:
     assert later.fault("requeued", 60.0 + 3 * HOUR) == 1
     # Without a reset, every restart of the events counts.
     assert faults_of_events(events, 0.0).fault("requeued", 60.0 + 3 * HOUR) == 4
+
+
+def test_a_successor_counts_on_from_what_its_predecessor_still_counted() -> None:
+    # The predecessor: a hang, then a lost node within the hour; its successor (with the run's
+    # own restarts) carries both, and its own first fault is the third in a row...
+    before = Faults(HOUR)
+    before.serving(0.0)
+    before.fault("the MPI world is hung", 60.0)
+    before.serving(100.0)
+    before.fault("rank 1 on n2 exited (node n2 lost)", 200.0)
+    successor = Faults(HOUR, before.still_counted(200.0))
+    successor.serving(0.0)
+    assert successor.fault("died", 30.0) == 3
+    # ...while one that has served an hour since starts afresh: node losses days apart never
+    # wear the run's restarts down.
+    later = Faults(HOUR, ["the MPI world is hung", "rank 1 on n2 exited (node n2 lost)"])
+    later.serving(0.0)
+    assert later.fault("died", HOUR + 1) == 1
+
+
+def test_a_time_limit_hand_over_carries_nothing_after_a_healthy_stretch() -> None:
+    faults = Faults(HOUR)
+    faults.serving(0.0)
+    faults.fault("hang", 10.0)
+    faults.serving(20.0)
+    assert faults.still_counted(30.0) == ["hang"]
+    assert faults.still_counted(20.0 + HOUR) == []
+    assert Faults(0.0, ["a", "b"]).still_counted(10 * HOUR) == ["a", "b"]   # no reset: all of them
+
+
+def test_a_requeued_successor_counts_its_carried_faults_first() -> None:
+    events = "\n".join([_line(5.0, EV.serving, "http://h1:8000"),
+                        _line(20.0, EV.restarting, 2, "rank 1 on h2 exited (code 137) while serving")])
+    faults = faults_of_events(events, HOUR, ["node n3 lost"])
+    assert faults.counted == ["node n3 lost", "rank 1 on h2 exited (code 137) while serving"]

@@ -14,12 +14,13 @@ from ftcluster.successor import with_excluded
 from tests.unit.test_render import PYTHON, RUN_DIR, SPECS, _model, _plan, cluster
 
 
-def _rendered(style: str, keep_serving: bool, **server: object) -> tuple[str, dict[str, object]]:
+def _rendered(style: str, keep_serving: bool, faults: tuple[str, ...] = (),
+              **server: object) -> tuple[str, dict[str, object]]:
     # No probe: the test model's config.pbtxt is not there to make one from.
     base = dict(SPECS[style]["server"])  # type: ignore[call-overload]
     c = cluster(**{**SPECS[style], "server": {**base, "handover_lead": 600, "liveness": {"interval": 0}, **server}})
     scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR),
-                     RenderOptions(python=PYTHON, keep_serving=keep_serving))
+                     RenderOptions(python=PYTHON, keep_serving=keep_serving, carried_faults=faults))
     job = next(t for n, t in scripts.files.items() if n.endswith((".sbatch", ".sh")) and n.startswith("job"))
     return job, json.loads(scripts.files["job.json"])
 
@@ -40,6 +41,14 @@ def test_no_hand_over_with_a_lead_of_0_and_nothing_for_a_run_that_does_not_serve
     assert cfg["successor"]
     job, cfg = _rendered("none", keep_serving=False)
     assert "--requeue" not in job and "B:USR1" not in job and cfg["successor"] == []
+
+
+def test_a_successor_keeps_the_runs_restarts_and_counts_on_from_its_predecessors_faults() -> None:
+    lost = "rank 1 on n2 exited (code ?) while serving (node n2 lost)"
+    _, cfg = _rendered("pyxis", keep_serving=True, faults=("the MPI world is hung", lost), restarts=3)
+    assert cfg["carried_faults"] == ["the MPI world is hung", lost] and cfg["restarts"] == 3
+    _, first = _rendered("pyxis", keep_serving=True, restarts=3)
+    assert first["carried_faults"] == [] and first["restarts"] == 3
 
 
 def test_local_runs_have_no_successor() -> None:
