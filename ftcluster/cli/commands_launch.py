@@ -291,6 +291,11 @@ def successor_cmd(run_dir: str, exclude: str, faults: tuple[str, ...], took_over
     if len(faults) > MAX_RESTARTS + 1:
         raise UserError(f"{len(faults)} faults: more than server.restarts can count", field="--fault",
                         hint=f"give at most {MAX_RESTARTS + 1}")
+    # Each becomes part of an events line of the successor's (a cause given up on).
+    broken = [f for f in faults if not f.strip() or not f.isprintable()]
+    if broken:
+        raise UserError(f"not a fault's cause on one line: {', '.join(map(repr, broken))}", field="--fault",
+                        hint="give each cause as printable text on one line")
     outcome = submit_successor(Path(run_dir), nodes, faults)
     rec = outcome.record
     click.echo(json.dumps({"run_id": rec.run_id, "job_id": rec.job_id, "run_dir": rec.run_dir}))

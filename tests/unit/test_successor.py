@@ -5,12 +5,14 @@ excluded nodes merged into sbatch_args, and sbatch's environment inside a job.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from ftcluster.job.handover import submit_env
 from ftcluster.render import RenderOptions, RunPaths, render
 from ftcluster.successor import with_excluded
+from tests.helpers_specs import assert_one_line_error, run_cli
 from tests.unit.test_render import PYTHON, RUN_DIR, SPECS, _model, _plan, cluster
 
 
@@ -118,3 +120,11 @@ def test_a_run_folder_with_blanks_keeps_relative_paths() -> None:
     odd = Path("/shared/my runs/gpt")
     sbatch = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", odd), RenderOptions(python=PYTHON)).files["job.sbatch"]
     assert "--chdir" not in sbatch and "#SBATCH --output=logs/slurm-%j.out\n" in sbatch
+
+
+@pytest.mark.parametrize("cause", ["a\nb", "x\x1b[31mred", " "])
+def test_a_carried_fault_must_be_one_printable_line(tmp_path: Path, cause: str) -> None:
+    # Each becomes part of an events line of the successor's; refused before anything is read.
+    res = run_cli("successor", str(tmp_path), "--exclude", "n2", "--fault", "the MPI world is hung", "--fault", cause)
+    assert res.rc == 3
+    assert_one_line_error(res, "--fault", "not a fault's cause on one line")
