@@ -9,6 +9,8 @@ from ftcluster.events import EV
 
 PHASES = {
     "submitted": "queued",        # the launcher's own milestone, not an event of the job
+    # status's word for a job that ran and waits in the queue again: Slurm requeued it.
+    "requeued": "requeued: waiting to start again",
     EV.job_started: "job started",
     EV.mpicheck_started: "MPI check",
     EV.mpicheck_ok: "MPI check passed",

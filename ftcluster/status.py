@@ -174,6 +174,10 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
                   source=info.source, exit_code=exit_number(info.exit_code))
         scheduler_nodes = list(dict.fromkeys(info.nodes))
         running = info.state.value == "RUNNING"
+        if info.state.value == "PENDING" and any(e.kind == EV.job_started for e in events):
+            # It ran, and waits again: Slurm requeued it (preempted, its batch host lost, or
+            # by hand); its events' last word ("done") is the earlier attempt's.
+            st.update(phase="requeued", phase_label=PHASES["requeued"])
     else:
         st.update(state=rec.status, source="store")
         running = False

@@ -877,10 +877,16 @@ class Job:
         """Slurm requeued this serving job (its batch host was lost, or by hand): the earlier
         attempt's rank files and logs go aside as an incarnation, and it counts as a restart."""
         state = self.cfg.state
-        faults = self.faults = faults_of_events(read_text(os.path.join(state, FILES.events)), self.cfg.restart_reset,
-                                                   self.cfg.carried_faults)
-        cause = f"Slurm requeued the job (restart {os.environ.get('SLURM_RESTART_COUNT')}): its batch host was lost " \
-                "or it was requeued by hand"
+        text = read_text(os.path.join(state, FILES.events))
+        faults = self.faults = faults_of_events(text, self.cfg.restart_reset, self.cfg.carried_faults)
+        # An attempt that was told to stop (Slurm's TERM: preemption, `scontrol requeue`) said
+        # so; one whose batch host was lost had no word after its start.
+        kinds = [line.split()[1] for line in text.splitlines() if len(line.split()) > 1]
+        starts = [i for i, kind in enumerate(kinds) if kind == EV.job_started]
+        earlier = kinds[starts[-2]:starts[-1]] if len(starts) > 1 else []
+        how = "it was preempted or requeued by hand (the earlier attempt was told to stop)" \
+            if EV.interrupted in earlier else "its batch host was lost (the earlier attempt ended unheard)"
+        cause = f"Slurm requeued the job (restart {os.environ.get('SLURM_RESTART_COUNT')}): {how}"
         # The earlier attempt served until its last probe or metrics sample: a requeue after a
         # long healthy stretch starts the count afresh, as a restart would.
         alive = [mtime(os.path.join(state, name)) for name in (FILES.health, FILES.metrics)]

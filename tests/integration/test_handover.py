@@ -196,11 +196,45 @@ def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: 
             assert wait_for(serving_again, 150), _status(run_id)
             st = _status(run_id)
             assert batch_host not in st["nodes"] and st["job_id"] == out["job_id"]
-            assert st["restarts"][-1]["cause"].startswith("Slurm requeued the job")
+            assert st["restarts"][-1]["cause"].startswith("Slurm requeued the job (restart 1): its batch host was lost")
             check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
                               env=_first_token(run_id))
             assert check.returncode == 0, check.stdout + check.stderr
             assert (Path(out["run_dir"]) / "logs" / "incarnation-0" / "rank0.host").is_file()
+    finally:
+        _stop_chain(run_id)
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+def test_a_preempted_serving_job_is_requeued_and_serves_again(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """Preemption on a partition that requeues (PreemptMode=REQUEUE; `scontrol requeue` does the
+    same): Slurm TERMs the job, which stops its world and ends, and puts it back in the queue;
+    `status` says so while it waits, and once it starts again it serves as a restart of the same
+    run, its cause naming the preemption."""
+    from ftcluster.triton_local import find_tritonserver
+
+    spec = _write_spec(shared_tmp, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+                                           "restarts": 2, "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+    rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    try:
+        slurm_cluster.slurm(["scontrol", "requeue", out["job_id"]])
+        assert wait_for(lambda: _status(run_id)["state"] == "PENDING", 60), _status(run_id)
+        st = _status(run_id)
+        assert st["phase"] == "requeued" and st["phase_label"] == "requeued: waiting to start again", st
+
+        def serving_again() -> bool:
+            st = _status(run_id)
+            return bool(st["restarts"]) and st["phase"] == "serving" and st["state"] == "RUNNING"
+        assert wait_for(serving_again, 150), _status(run_id)   # Slurm holds a requeued job ~cred_expire
+        st = _status(run_id)
+        assert st["job_id"] == out["job_id"] and len(st["restarts"]) == 1
+        assert st["restarts"][0]["cause"] == ("Slurm requeued the job (restart 1): it was preempted or requeued by "
+                                              "hand (the earlier attempt was told to stop)")
+        check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
+                          env=_first_token(run_id))
+        assert check.returncode == 0, check.stdout + check.stderr
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
