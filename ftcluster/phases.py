@@ -22,5 +22,6 @@ PHASES = {
     EV.client_done: "client done",
     EV.serving: "serving",
     EV.restarting: "restarting the servers",
+    EV.slurm_unanswered: "waiting for slurmctld to answer",
     EV.done: "done",
 }

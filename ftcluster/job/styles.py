@@ -217,18 +217,28 @@ class JobStyle:
                 *([f"--exclude={','.join(self.lost)}"] if self.lost else []), f"--output={output}"]
 
     def lost_nodes(self) -> List[str]:
-        """The job's nodes that no longer run a step (their slurmd is gone, or the machine):
-        first one tiny step over every node (the common case, none lost: one step, not one srun
-        and one step request per node -- 16 of them took 0.9 s here), given ALL_NODES_S; only if
-        it fails, one on each at once, each given LOST_NODE_S. They are remembered (the
-        teardown's node steps leave them out). Not the batch host: this runs on it."""
-        nodes = self.job_nodes()
+        """The job's nodes that no longer run a step (their slurmd is gone, or the machine).
+        They are remembered (the teardown's node steps leave them out). A step needs slurmctld:
+        while it does not answer, no step runs anywhere, and that loses no node. The batch host
+        is the proof (this runs on it): where its own step failed too, the job waits until
+        slurmctld answers and asks again."""
+        while True:
+            nodes = self.job_nodes()
+            lost = self._nodes_without_a_step(nodes)
+            if this_node() not in lost or this_node() not in nodes:
+                self.lost = lost
+                return self.lost
+            self.job.wait_for_slurm(f"not even this node ({this_node()}) ran a step")
+
+    def _nodes_without_a_step(self, nodes: List[str]) -> List[str]:
+        """First one tiny step over every node (the common case, none lost: one step, not one
+        srun and one step request per node -- 16 of them took 0.9 s here), given ALL_NODES_S;
+        only if it fails, one on each at once, each given LOST_NODE_S."""
         if len(nodes) > 1:
             rc = self.job.run([*self.every_node(os.devnull), "true"], out=subprocess.DEVNULL,
                               limit=ALL_NODES_S + 0.01 * len(nodes), kill_after=0, interruptible=False)
             if rc == 0:
-                self.lost = []
-                return self.lost
+                return []
         probes = {n: self.job.start(["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", n, "--kill-on-bad-exit=0",
                                      "true"], out=subprocess.DEVNULL) for n in nodes}
         deadline = time.monotonic() + LOST_NODE_S
@@ -238,8 +248,7 @@ class JobStyle:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self.lost = [n for n, proc in probes.items() if proc.returncode != 0]
-        return self.lost
+        return [n for n, proc in probes.items() if proc.returncode != 0]
 
     def mpi_check(self) -> None:
         """The MPI world through the same path and container as the servers: a broken world

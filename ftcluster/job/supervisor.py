@@ -52,6 +52,7 @@ MAX_BACKOFF = 300.0
 MAX_UNWRITTEN = 10000
 ROOM_WAIT_S = 10.0   # how often a restart waiting for room looks again
 ROOM_RETRY_S = 5.0   # ... and a serving job writes again what waits
+SLURM_WAIT_S = 5.0   # how often a job that found slurmctld silent asks again
 
 
 class Interrupted(Exception):
@@ -823,6 +824,17 @@ class Job:
             self.wait_ready()
         finally:
             self.restarting = False
+
+    def wait_for_slurm(self, why: str) -> None:
+        """Until slurmctld answers (`scontrol ping`, every SLURM_WAIT_S: one request each, to a
+        controller that may be recovering): a restart or a successor needs it, and until it
+        answers no step can tell a lost node from a live one."""
+        self.event(EV.slurm_unanswered, why)
+        self.say(f"ftcluster: {why}: waiting for slurmctld to answer before judging the nodes")
+        since = time.monotonic()
+        while "is UP" not in (self.capture(["scontrol", "ping"], limit=SLURM_WAIT_S + 20) or ""):
+            self.nap(SLURM_WAIT_S)
+        self.say(f"ftcluster: slurmctld answers again after {time.monotonic() - since:.0f} s")
 
     def check_room(self) -> None:
         """Before the first start: a job that waited in the queue while its run folder's

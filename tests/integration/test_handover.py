@@ -7,6 +7,9 @@ moves. A successor that stays pending leaves the old job serving to its end, and
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -232,6 +235,47 @@ def test_a_preempted_serving_job_is_requeued_and_serves_again(slurm_cluster: Any
         assert st["job_id"] == out["job_id"] and len(st["restarts"]) == 1
         assert st["restarts"][0]["cause"] == ("Slurm requeued the job (restart 1): it was preempted or requeued by "
                                               "hand (the earlier attempt was told to stop)")
+        check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
+                          env=_first_token(run_id))
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        _stop_chain(run_id)
+    assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+
+
+def test_a_fault_while_slurmctld_is_silent_is_restarted_in_place_once_it_answers(slurm_cluster: Any,
+                                                                                  shared_tmp: Path) -> None:
+    """slurmctld frozen (a controller's restart or overload) when a rank dies: no step runs on
+    any node, the batch host's own neither, which loses no node. The job waits for the
+    controller, then restarts the world in its allocation (before: both nodes taken for lost, a
+    successor refused, the service ended)."""
+    from ftcluster.triton_local import find_tritonserver
+
+    spec = _write_spec(shared_tmp, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+                                           "restarts": 2, "restart_backoff": 1,
+                                           "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+    rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    run_id = out["run_id"]
+    events = Path(out["run_dir"]) / "state" / "events"
+    ctld = slurm_cluster.current_pid("slurmctld")
+    try:
+        os.kill(ctld, signal.SIGSTOP)
+        try:
+            [rank1] = [re.search(r"\(pid (\d+),", line).group(1)  # type: ignore[union-attr]
+                       for line in processes_matching(run_id) if "tritonserver " in line and f"{run_id}-rank1 " in line]
+            os.kill(int(rank1), signal.SIGKILL)
+            assert wait_for(lambda: " slurm_unanswered " in events.read_text(), 60), events.read_text()
+        finally:
+            os.kill(ctld, signal.SIGCONT)
+
+        def serving_again() -> bool:
+            st = _status(run_id)
+            return len(st["restarts"]) == 1 and st["phase"] == "serving" and st["state"] == "RUNNING"
+        assert wait_for(serving_again, 90), _status(run_id)
+        st = _status(run_id)
+        assert st["job_id"] == out["job_id"] and st["successor"] is None and " node_lost " not in events.read_text()
+        assert st["restarts"][0]["cause"].startswith("rank 1 on ") and "while serving" in st["restarts"][0]["cause"]
         check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
                           env=_first_token(run_id))
         assert check.returncode == 0, check.stdout + check.stderr
