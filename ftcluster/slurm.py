@@ -118,13 +118,20 @@ class Slurm:
         """End the job; with a signal, send it that instead (batch: to the batch shell alone,
         not to its steps)."""
         argv = ["scancel"] + (["--batch"] if batch else []) + ([f"--signal={signal}"] if signal else [])
-        self.runner.run([*argv, job_id], timeout=60)
+        res = self.runner.run([*argv, job_id], timeout=60)
+        # "": no such job any more, or one already ending: nothing left to cancel.
+        problem = "" if res.ok or "already completing or completed" in res.stderr else self._query_problem(res)
+        if problem:
+            raise LaunchError(f"scancel of job {job_id} failed: {problem}; the job may still run: try again once "
+                              f"Slurm answers (`ftcluster status` says whether it does)")
 
     def info(self, job_id: str) -> JobInfo:
         """The job's state; JobInfo.gone and .unreachable say whether Slurm knows it no more
         or could not be asked."""
         problem = ""
         for probe in (self._squeue, self._sacct, self._scontrol):
+            if problem and probe == self._scontrol:
+                break   # slurmctld did not answer squeue: scontrol asks it too (another timeout)
             got = probe(job_id)
             if isinstance(got, JobInfo):
                 return got

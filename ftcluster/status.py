@@ -173,7 +173,11 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
                   source=info.source, exit_code=exit_number(info.exit_code))
         scheduler_nodes = list(dict.fromkeys(info.nodes))
-        running = info.state.value == "RUNNING"
+        # Slurm not answering (a busy or restarting slurmctld) says nothing of the job: its ranks
+        # are told from their own files, as for a running job, and the reason says so.
+        running = info.state.value == "RUNNING" or info.unreachable
+        if info.unreachable:
+            st["reason"] = f"Slurm did not answer ({info.reason}): the ranks and phase are as the run's own files say"
         if info.state.value == "PENDING" and any(e.kind == EV.job_started for e in events):
             # It ran, and waits again: Slurm requeued it (preempted, its batch host lost, or
             # by hand); its events' last word ("done") is the earlier attempt's.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ftcluster.errors import UserError
+from ftcluster.errors import LaunchError, UserError
 from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.runner import Runner
 from ftcluster.slurm import JobInfo, JobState, Slurm
@@ -74,7 +74,10 @@ class SlurmLauncher(Launcher):
                 if watch.wait_gone(grace + TEARDOWN_GRACE):
                     return
             self.slurm.cancel(job_id)
-            watch.wait_gone(grace + 30)
+            if not watch.wait_gone(grace + 30) and watch.info is not None and watch.info.unreachable:
+                raise LaunchError(f"Slurm took the cancel of job {job_id} but has not answered since "
+                                  f"({watch.info.reason}): its end is not confirmed; `ftcluster status` once Slurm "
+                                  f"answers, and stop again if it still runs")
         finally:
             watch.close()
 

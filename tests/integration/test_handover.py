@@ -266,6 +266,10 @@ def test_a_fault_while_slurmctld_is_silent_is_restarted_in_place_once_it_answers
                        for line in processes_matching(run_id) if "tritonserver " in line and f"{run_id}-rank1 " in line]
             os.kill(int(rank1), signal.SIGKILL)
             assert wait_for(lambda: " slurm_unanswered " in events.read_text(), 60), events.read_text()
+            # status answers meanwhile, from the run's own files, saying Slurm did not.
+            st = _status(run_id)
+            assert st["state"] == "UNKNOWN" and st["reason"].startswith("Slurm did not answer (")
+            assert st["phase_label"] == "waiting for slurmctld to answer"
         finally:
             os.kill(ctld, signal.SIGCONT)
 

@@ -7,11 +7,13 @@ from typing import IO
 
 import pytest
 
+from ftcluster.errors import LaunchError
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.slurm import PyxisSlurmLauncher, SlurmLauncher
 from ftcluster.layout import RunPaths
 from ftcluster.runner import CommandResult
 from ftcluster.slurm import JobInfo, JobState, Slurm
+from tests.fake_clock import FakeClock
 
 
 class Scripted:
@@ -86,3 +88,34 @@ def test_cancel_of_a_pending_job_is_a_plain_scancel(tmp_path: Path) -> None:
     runner = Cancellable(squeue=(0, "PENDING|Resources|\n", ""))
     SlurmLauncher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
     assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "7"]]
+
+
+def test_a_silent_controller_is_asked_once_not_again_through_scontrol() -> None:
+    # squeue timed out: scontrol would wait on the same slurmctld; accounting (slurmdbd) is asked.
+    runner = Scripted(squeue=TIMED_OUT, sacct=(1, "", "disabled"), scontrol=TIMED_OUT)
+    assert Slurm(runner).info("7").unreachable
+    assert [c[0] for c in runner.calls] == ["squeue", "sacct"]
+
+
+@pytest.mark.parametrize("answer", [(0, "", ""), INVALID,
+                                    (1, "", "scancel: error: Kill job error on job id 7: Job/step already "
+                                            "completing or completed")])
+def test_a_cancel_that_finds_nothing_left_to_cancel_is_no_error(answer: tuple[int, str, str]) -> None:
+    Slurm(Scripted(scancel=answer)).cancel("7")
+
+
+def test_a_cancel_slurm_did_not_take_says_the_job_may_still_run() -> None:
+    with pytest.raises(LaunchError) as e:
+        Slurm(Scripted(scancel=(1, "", "scancel: error: Socket timed out on send/recv operation"))).cancel("7")
+    assert str(e.value) == ("scancel of job 7 failed: scancel: error: Socket timed out on send/recv operation; the job "
+                            "may still run: try again once Slurm answers (`ftcluster status` says whether it does)")
+
+
+def test_a_cancel_taken_but_never_confirmed_is_not_called_done(tmp_path: Path) -> None:
+    # scancel went through, then slurmctld fell silent: `stop` must not say the job ended.
+    launcher = SlurmLauncher(Scripted(squeue=TIMED_OUT, sacct=(1, "", "disabled")))
+    launcher.clock = FakeClock()
+    with pytest.raises(LaunchError) as e:
+        launcher.cancel("7", RunPaths("r", tmp_path), grace=0.0)
+    assert str(e.value).startswith("Slurm took the cancel of job 7 but has not answered since (squeue: error: Unable "
+                                   "to contact slurm controller (connect failure)): its end is not confirmed")
