@@ -169,6 +169,28 @@ def test_a_hung_world_is_restarted_and_serves_again(tmp_path: Path, docker_nodes
     assert_nothing_left(dn, run_dir)
 
 
+def test_a_container_that_died_is_made_again_by_the_restart(tmp_path: Path, docker_nodes: DockerNodes) -> None:
+    """A node's container gone while serving (the OOM killer, a dockerd restarted without
+    live-restore, a `docker rm` by hand): the world is restarted as after any fault, and the
+    restart makes the container again on that node (before: the reap failed and the run ended)."""
+    from tests.integration.test_liveness import RESTARTS, restarted_and_serving
+
+    dn = docker_nodes
+    spec = write_spec(tmp_path, dn, top={"server": {"ready_timeout": 90, "exit_grace": 10, **RESTARTS}})
+    launched = launch(dn, spec, "--nodes", "2", "--keep-serving", "--no-client", "--no-mpi-check")
+    rc, out, err = launched
+    assert rc == 0 and out["ok"], err
+    run_dir = Path(out["run_dir"])
+    label = f"org.ftcluster.run={out['run_id']}"
+    node = next(n for n in dn.nodes if n != out["endpoint"].split(":")[0] and dn.containers(n, label))
+    (before,) = dn.containers(node, label)
+    dn.docker(node, ["rm", "-f", before], check=True)
+    st = restarted_and_serving(launched, "", env=dn.tb.env)  # type: ignore[attr-defined]
+    assert "no longer runs: making it again" in (run_dir / "logs" / f"docker-reap-{node}.log").read_text()
+    assert dn.containers(node, label) == [] and st["failure"] is None   # stopped: removed again
+    assert_nothing_left(dn, run_dir)
+
+
 def assert_stock_container(dn: DockerNodes, node: str, run_id: str) -> None:
     """The docker SDK's view of a serving container: the node's GPU (through the "nvidia"
     runtime the spec asked for) and an image with nothing of ftcluster in it."""

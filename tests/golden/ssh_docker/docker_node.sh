@@ -246,6 +246,23 @@ reap_inside() {
   return 1
 }
 
+# Before a restart of the servers: the node's container emptied of the killed world. One that
+# no longer runs (its sleep killed, the OOM killer, a daemon restarted without live-restore, a
+# `docker rm` by hand) is made again as `up` made it (same name, keys and account): a dead
+# container is a fault the restart mends, not the end of the service.
+reap() {
+  local running
+  running=$(docker ps -q --filter "name=^${CNAME}\$" --filter status=running 2>&1) \
+    || { echo "ftcluster: $NODE: docker ps: $(lastline "$running")" >&2; exit 1; }
+  if [ -z "$running" ]; then
+    echo "ftcluster: $NODE: container $CNAME no longer runs: making it again"
+    docker rm -f "$CNAME" >/dev/null 2>&1
+    up
+    return
+  fi
+  exec docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" reap_inside
+}
+
 # The guard's removal: every container of the run on this node.
 remove_all() {
   local ids
@@ -388,7 +405,7 @@ case "${1:-}" in
   exec) shift; exec docker exec -e FTC_NODE="$NODE" -e FTC_INCARNATION="${FTC_INCARNATION:-0}" "$CNAME" \
     bash "$SCRIPTS/docker_node.sh" run "$@" ;;
   run) shift; exec "$@" ;;   # inside the container, with the spec's env (sourced above)
-  reap) exec docker exec "$CNAME" bash "$SCRIPTS/docker_node.sh" reap_inside ;;
+  reap) reap ;;
   reap_inside) reap_inside ;;
   proxy_up) proxy_up ;;
   proxy_run) proxy_run ;;
