@@ -169,10 +169,14 @@ def test_a_hung_world_is_restarted_and_serves_again(tmp_path: Path, docker_nodes
     assert_nothing_left(dn, run_dir)
 
 
-def test_a_container_that_died_is_made_again_by_the_restart(tmp_path: Path, docker_nodes: DockerNodes) -> None:
+@pytest.mark.parametrize("fault", ["container removed", "sshd killed"])
+def test_a_dead_container_or_its_sshd_is_mended_by_the_restart(tmp_path: Path, docker_nodes: DockerNodes,
+                                                               fault: str) -> None:
     """A node's container gone while serving (the OOM killer, a dockerd restarted without
-    live-restore, a `docker rm` by hand): the world is restarted as after any fault, and the
-    restart makes the container again on that node (before: the reap failed and the run ended)."""
+    live-restore, a `docker rm` by hand), or the run's sshd in it (mpirun's orted loses its link,
+    the world hangs): the world is restarted as after any fault, and the restart makes the
+    container again, or starts its sshd again (before: the reap failed, or the next mpirun could
+    not reach the node, and the run ended)."""
     from tests.integration.test_liveness import RESTARTS, restarted_and_serving
 
     dn = docker_nodes
@@ -184,9 +188,13 @@ def test_a_container_that_died_is_made_again_by_the_restart(tmp_path: Path, dock
     label = f"org.ftcluster.run={out['run_id']}"
     node = next(n for n in dn.nodes if n != out["endpoint"].split(":")[0] and dn.containers(n, label))
     (before,) = dn.containers(node, label)
-    dn.docker(node, ["rm", "-f", before], check=True)
+    if fault == "container removed":
+        dn.docker(node, ["rm", "-f", before], check=True)
+    else:
+        dn.docker(node, ["exec", "-u", "0", before, "pkill", "-KILL", "sshd"], check=True)
     st = restarted_and_serving(launched, "", env=dn.tb.env)  # type: ignore[attr-defined]
-    assert "no longer runs: making it again" in (run_dir / "logs" / f"docker-reap-{node}.log").read_text()
+    said = {"container removed": "no longer runs: making it again", "sshd killed": "sshd in "}[fault]
+    assert said in (run_dir / "logs" / f"docker-reap-{node}.log").read_text()
     assert dn.containers(node, label) == [] and st["failure"] is None   # stopped: removed again
     assert_nothing_left(dn, run_dir)
 

@@ -218,13 +218,23 @@ down() {
   record down ok
 }
 
+# Whether process $1 lives (a zombie does not: PID 1 is sleep, which reaps nobody).
+alive() {
+  local state
+  read -r state <"/proc/$1/stat" 2>/dev/null || return 1
+  state=${state##*) }
+  [ "${state%% *}" != Z ]
+}
+
 # Inside a container, before a restart of the servers: every process but the container's own
 # (PID 1), this run's sshd and this script is one of the killed world's (orted, a rank, its
 # stubs, mpirun): all are killed, so the next world starts in a clean container. Zombies
-# (PID 1 is sleep, which reaps nobody) hold nothing and are left.
+# (PID 1 is sleep, which reaps nobody) hold nothing and are left. An sshd that is gone (killed,
+# the OOM killer) is started again: the next world's mpirun reaches this container through it.
 reap_inside() {
   local p pid state sshd_pid='' i left
   [ -r "$IN_SSH/sshd.pid" ] && read -r sshd_pid <"$IN_SSH/sshd.pid"
+  if ! [[ $sshd_pid =~ ^[0-9]+$ ]] || ! alive "$sshd_pid"; then sshd_pid=''; fi
   # Nor is the run's proxy (Caddy and the shell that waits for it): it outlives a restart of the
   # world, as it does beside the job on the other styles.
   local proxy_pids=''
@@ -238,7 +248,13 @@ reap_inside() {
       state=${state##*) }
       [ "${state%% *}" = Z ] || left+=("$pid")
     done
-    [ -n "${left[*]}" ] || return 0
+    if [ -z "${left[*]}" ]; then
+      [ -n "$sshd_pid" ] && return 0
+      echo "ftcluster: $NODE: this run's sshd in $CNAME is gone: starting it again"
+      mpi_on_path
+      sshd_start
+      return
+    fi
     kill -KILL "${left[@]}" 2>/dev/null
     sleep 0.1
   done
