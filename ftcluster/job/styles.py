@@ -78,6 +78,9 @@ SERVER_STEP = "ftc-servers"
 # A step that has not run on a node within this long (srun's own wait for an unanswering
 # slurmd is MessageTimeout, 10 s by default) means the node is lost.
 LOST_NODE_S = 10.0
+# How often the nodes are asked while not even the batch host runs a step (slurmctld waited for
+# between asks).
+LOST_NODE_ASKS = 3
 # One step over all of them, first: this long, plus 10 ms a node (srun's fan-out).
 ALL_NODES_S = 3.0
 # The guards' own removal of the containers, when the teardown asks for it: done and recorded
@@ -221,14 +224,16 @@ class JobStyle:
         They are remembered (the teardown's node steps leave them out). A step needs slurmctld:
         while it does not answer, no step runs anywhere, and that loses no node. The batch host
         is the proof (this runs on it): where its own step failed too, the job waits until
-        slurmctld answers and asks again."""
-        while True:
+        slurmctld answers and asks again (LOST_NODE_ASKS times at most: a slurmd of the batch host
+        that is gone while slurmctld answers is a lost node too)."""
+        for ask in range(LOST_NODE_ASKS):
             nodes = self.job_nodes()
             lost = self._nodes_without_a_step(nodes)
-            if this_node() not in lost or this_node() not in nodes:
-                self.lost = lost
-                return self.lost
+            if this_node() not in lost or this_node() not in nodes or ask == LOST_NODE_ASKS - 1:
+                break
             self.job.wait_for_slurm(f"not even this node ({this_node()}) ran a step")
+        self.lost = lost
+        return self.lost
 
     def _nodes_without_a_step(self, nodes: List[str]) -> List[str]:
         """First one tiny step over every node (the common case, none lost: one step, not one

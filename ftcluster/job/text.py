@@ -72,12 +72,11 @@ def append_line(path: str, line: str) -> None:
 def append_lines(path: str, data: bytes) -> None:
     """Whole lines, from the start of a line, in one write: after a write cut short (no room left
     midway) the next one starts a new line, so a reader loses only the cut one."""
-    with open(path, "ab") as f:
-        if f.tell():
-            with open(path, "rb") as r:
-                r.seek(-1, os.SEEK_END)
-                if r.read(1) != b"\n":
-                    data = b"\n" + data
+    with open(path, "a+b") as f:   # one open: O_APPEND writes at the end wherever it read
+        if f.seek(0, os.SEEK_END):
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                data = b"\n" + data
         f.write(data)
 
 

@@ -65,6 +65,22 @@ def _stop_chain(run_id: str) -> None:
     raise AssertionError(f"runs of the chain still live: {chain_live()}")
 
 
+def _restarting_spec(folder: Path) -> Path:
+    """A serving run that restarts (twice in a row at most), its probe seeing a hang in 2 s."""
+    from ftcluster.triton_local import find_tritonserver
+
+    return _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
+                                       "restarts": 2, "restart_backoff": 1,
+                                       "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+
+
+def _assert_answers(run_id: str, endpoint: str) -> None:
+    """The client's check passes against `endpoint` with the run's (first) token."""
+    check = ftcluster("client", "identity", "--url", endpoint, "--model", "fastertransformer",
+                      env=_first_token(run_id))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm_cluster: Any, shared_tmp: Path) -> None:
     folder = shared_tmp
     rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
@@ -78,9 +94,7 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
         new = _status(successor["run_id"])
         assert new["predecessor"] == run_id and new["phase"] == "serving" and new["state"] == "RUNNING"
         assert new["endpoint"] == successor["endpoint"]
-        check = ftcluster("client", "identity", "--url", successor["endpoint"], "--model", "fastertransformer",
-                              env=_first_token(run_id))
-        assert check.returncode == 0, check.stdout + check.stderr
+        _assert_answers(run_id, successor["endpoint"])
         # The old job drained and ended by itself, well before its limit: not TIMEOUT.
         assert wait_for(lambda: _job_gone(out["job_id"]), 30)
         events = (Path(out["run_dir"]) / "state" / "events").read_text()
@@ -138,12 +152,7 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
     """Rank 1's machine lost (its slurmd silent, the job's processes there gone): the probe
     finds the world hung, a step no longer runs on that node, so no restart in this allocation
     can work; the job submits a successor without it and ends, and the successor serves."""
-    folder = shared_tmp
-    server = {"liveness": {"interval": 1, "deadline": 1, "failures": 2}, "restarts": 2, "restart_backoff": 1}
-    from ftcluster.triton_local import find_tritonserver
-
-    spec = _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
-                                       **server})
+    spec = _restarting_spec(shared_tmp)
     rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
@@ -166,9 +175,7 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
             job = json.loads((Path(new["run_dir"]) / "scripts" / "job.json").read_text())
             assert job["restarts"] == 2 and len(job["carried_faults"]) == 1, job["carried_faults"]
             assert job["carried_faults"][0].endswith(f"(node {lost} lost)"), job["carried_faults"]
-            check = ftcluster("client", "identity", "--url", new["endpoint"], "--model", "fastertransformer",
-                              env=_first_token(run_id))
-            assert check.returncode == 0, check.stdout + check.stderr
+            _assert_answers(run_id, new["endpoint"])
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
@@ -179,11 +186,7 @@ def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: 
     job is submitted with --requeue; Slurm requeues it once it declares the node down
     (SlurmdTimeout), the job starts again on other nodes as a restart of the same run, and
     serves."""
-    folder = shared_tmp
-    from ftcluster.triton_local import find_tritonserver
-
-    spec = _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
-                                       "restarts": 2, "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+    spec = _restarting_spec(shared_tmp)
     rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
@@ -200,9 +203,7 @@ def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: 
             st = _status(run_id)
             assert batch_host not in st["nodes"] and st["job_id"] == out["job_id"]
             assert st["restarts"][-1]["cause"].startswith("Slurm requeued the job (restart 1): its batch host was lost")
-            check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
-                              env=_first_token(run_id))
-            assert check.returncode == 0, check.stdout + check.stderr
+            _assert_answers(run_id, st["endpoint"])
             assert (Path(out["run_dir"]) / "logs" / "incarnation-0" / "rank0.host").is_file()
     finally:
         _stop_chain(run_id)
@@ -214,10 +215,7 @@ def test_a_preempted_serving_job_is_requeued_and_serves_again(slurm_cluster: Any
     same): Slurm TERMs the job, which stops its world and ends, and puts it back in the queue;
     `status` says so while it waits, and once it starts again it serves as a restart of the same
     run, its cause naming the preemption."""
-    from ftcluster.triton_local import find_tritonserver
-
-    spec = _write_spec(shared_tmp, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
-                                           "restarts": 2, "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+    spec = _restarting_spec(shared_tmp)
     rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
@@ -235,9 +233,7 @@ def test_a_preempted_serving_job_is_requeued_and_serves_again(slurm_cluster: Any
         assert st["job_id"] == out["job_id"] and len(st["restarts"]) == 1
         assert st["restarts"][0]["cause"] == ("Slurm requeued the job (restart 1): it was preempted or requeued by "
                                               "hand (the earlier attempt was told to stop)")
-        check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
-                          env=_first_token(run_id))
-        assert check.returncode == 0, check.stdout + check.stderr
+        _assert_answers(run_id, st["endpoint"])
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
@@ -249,11 +245,7 @@ def test_a_fault_while_slurmctld_is_silent_is_restarted_in_place_once_it_answers
     any node, the batch host's own neither, which loses no node. The job waits for the
     controller, then restarts the world in its allocation (before: both nodes taken for lost, a
     successor refused, the service ended)."""
-    from ftcluster.triton_local import find_tritonserver
-
-    spec = _write_spec(shared_tmp, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
-                                           "restarts": 2, "restart_backoff": 1,
-                                           "liveness": {"interval": 1, "deadline": 1, "failures": 2}})
+    spec = _restarting_spec(shared_tmp)
     rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
@@ -280,9 +272,7 @@ def test_a_fault_while_slurmctld_is_silent_is_restarted_in_place_once_it_answers
         st = _status(run_id)
         assert st["job_id"] == out["job_id"] and st["successor"] is None and " node_lost " not in events.read_text()
         assert st["restarts"][0]["cause"].startswith("rank 1 on ") and "while serving" in st["restarts"][0]["cause"]
-        check = ftcluster("client", "identity", "--url", st["endpoint"], "--model", "fastertransformer",
-                          env=_first_token(run_id))
-        assert check.returncode == 0, check.stdout + check.stderr
+        _assert_answers(run_id, st["endpoint"])
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
