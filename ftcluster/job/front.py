@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .handover import submit_env
 from .names import FILES
 from .rotation import ROTATION
-from .text import squeeze, write_json
+from .text import Room, squeeze, write_json
 
 CADDY_RESTARTS = 5
 # How often a successor that has not served yet is looked for in Slurm's queue.
@@ -131,6 +131,9 @@ class Front:
         self.stopping = False
         self.applied: Optional[List[Tuple[str, int, int]]] = None
         self.said: Optional[List[str]] = None
+        # The run folder's filesystem may fill while the set serves: a look's record that finds no
+        # room is skipped (the next look writes it again), as the members' jobs do (text.Room).
+        self.room = Room()
         self.env = dict(os.environ)
         if settings.get("token_file"):
             with open(settings["token_file"]) as f:
@@ -234,15 +237,15 @@ class Front:
         if in_rotation != self.said:
             self.said = in_rotation
             print(f"ftcluster: in rotation: {' '.join(in_rotation) or 'none'}", flush=True)
-        write_json(os.path.join(self.state, "rotation.json"),
-                   {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in self.applied or []],
-                    "in_rotation": in_rotation, "members": seen})
+        rotation = {"time": time.time(), "upstreams": [f"{h}:{p}" for h, p, _ in self.applied or []],
+                    "in_rotation": in_rotation, "members": seen}
+        self.room.attempt("state/rotation.json", lambda: write_json(os.path.join(self.state, "rotation.json"), rotation))
         if not self.serving:
             # Caddy answers with the members loaded: this front serves the endpoint (a predecessor
-            # on this node waits for this word to go).
-            self.serving = True
-            write_json(os.path.join(self.state, FILES.front_job),
-                       {"job_id": self.job_id, "host": socket.gethostname(), "time": time.time()})
+            # on this node waits for this word to go; said again at the next look if no room).
+            word = {"job_id": self.job_id, "host": socket.gethostname(), "time": time.time()}
+            self.serving = self.room.attempt(FILES.front_job,
+                                             lambda: write_json(os.path.join(self.state, FILES.front_job), word))
 
     # --- the hand-over before the time limit ----------------------------------------------
 

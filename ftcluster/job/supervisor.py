@@ -855,6 +855,7 @@ class Job:
             self.say(f"ftcluster: the run folder's filesystem has no room ({why}): the restart waits until it "
                      f"has (looked at every {ROOM_WAIT_S:g} s)")
             since = time.monotonic()
+            self.nap(ROOM_WAIT_S)   # it was just looked at
             while no_room_in(self.cfg.state) is not None:
                 self.nap(ROOM_WAIT_S)
             self.say(f"ftcluster: room again after {time.monotonic() - since:.0f} s: restarting")
