@@ -106,15 +106,15 @@ def _progress(paths: RunPaths, rank: int) -> LoadProgress | None:
 
 
 def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
-    """(exit code, 'died' | 'stopped') from state/rank<R>.exit ("CODE EPOCH HOW", written by
-    rank_server.sh); None when the rank was killed outright (its wrapper too) and wrote none."""
+    """(exit code, 'died' | 'stopped') from state/rank<R>.exit; None when the rank was killed
+    outright (its wrapper too) and wrote none, or not whole."""
+    from ftcluster.job.ranks import parse_exit
+
     try:
-        parts = (state / FILES.rank(rank, "exit")).read_text().split()
+        found = parse_exit((state / FILES.rank(rank, "exit")).read_text())
     except OSError:
         return None
-    if not parts:
-        return None
-    return parts[0], parts[2] if len(parts) > 2 else "exited"
+    return None if found is None else (found[0], found[2])
 
 
 def _health(paths: RunPaths) -> dict[str, Any] | None:

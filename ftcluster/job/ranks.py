@@ -45,6 +45,19 @@ class RankLines:
         self.f.close()
 
 
+def parse_exit(text: str) -> Optional[Tuple[str, float, str]]:
+    """A rank's exit record, "CODE EPOCH died|stopped": (code, epoch, how). None for a record
+    not whole: the wrapper's `>` empties the file before its one write, so a reader may see it
+    empty, and a wrapper killed in between leaves it so -- no exit of its own was recorded."""
+    parts = text.split()
+    if len(parts) != 3 or not parts[0].isdigit() or parts[2] not in ("died", "stopped"):
+        return None
+    try:
+        return parts[0], float(parts[1]), parts[2]
+    except ValueError:
+        return None
+
+
 class ExitWatch(RankLines):
     """state/exits: "RANK CODE EPOCH died|stopped INCARNATION" per rank exit."""
 
@@ -123,16 +136,9 @@ class RankFiles:
         return (self.read(rank, "host") or "").strip() or "?"
 
     def exit(self, rank: int) -> Optional[Tuple[str, float, str]]:
-        """state/rank<R>.exit, "CODE EPOCH died|stopped" (rank_server.sh): (code, time, how)."""
+        """state/rank<R>.exit (rank_server.sh): (code, time, how), or None while there is none."""
         text = self.read(rank, "exit")
-        if text is None:
-            return None
-        parts = text.split()
-        try:
-            t = float(parts[1]) if len(parts) > 1 else 0.0
-        except ValueError:
-            t = 0.0
-        return (parts[0] if parts else "?", t, parts[2] if len(parts) > 2 else "died")
+        return None if text is None else parse_exit(text)
 
     def first_died(self) -> Optional[int]:
         """The rank that died first, or None. Ranks that were asked to stop are not a cause."""

@@ -45,3 +45,22 @@ def test_every_rank_exited_and_a_death_is_remembered(tmp_path: Path) -> None:
         f.write("1 143 200.2 stopped 1\n")
     assert exits.all_exited(3) and exits.dead == {2}
     exits.close()
+
+
+def test_a_rank_exit_record_not_yet_whole_names_no_rank(tmp_path: Path) -> None:
+    # rank_server.sh's `>` empties rank<R>.exit before its one write: read in between (or left so
+    # by a wrapper killed there), the rank recorded no exit -- it is not the first to die, code "?".
+    from ftcluster.job.ranks import RankFiles, parse_exit
+    from ftcluster.status import rank_exit
+
+    assert parse_exit("") is None and parse_exit("137") is None and parse_exit("137 17") is None
+    assert parse_exit("137 1700000000.5 died\n") == ("137", 1700000000.5, "died")
+    assert parse_exit("x 1.0 died") is None and parse_exit("1 y died") is None and parse_exit("1 1.0 gone") is None
+    state = tmp_path / "state"
+    state.mkdir()
+    ranks = RankFiles(str(state), str(tmp_path), 2)
+    (state / "rank0.exit").write_text("")
+    (state / "rank1.exit").write_text("143 200.0 stopped\n")
+    assert ranks.first_died() is None and ranks.exit(0) is None and rank_exit(state, 0) is None
+    (state / "rank0.exit").write_text("137 201.0 died\n")
+    assert ranks.first_died() == 0 and rank_exit(state, 0) == ("137", "died")
