@@ -23,6 +23,7 @@ reconnects reach the new one) and ends. The endpoint's address never changes.
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import os
@@ -166,7 +167,13 @@ class Front:
 
     def start_caddy(self) -> None:
         path = self.config_path
-        write_json(path, self.config(self.applied or []))
+        config = self.config(self.applied or [])
+        # A Caddy that died while the filesystem is full starts again from the config file of its
+        # last start (write_json leaves it whole), then loads the present one through its admin
+        # socket: the endpoint does not wait for room.
+        fresh = self.room.attempt(path, lambda: write_json(path, config))
+        if not fresh and not os.path.exists(path):
+            raise OSError(errno.ENOSPC, f"no room for the balancer's config ({self.room.why})")
         try:
             os.unlink(os.path.join(self.state, self.admin_name))
         except OSError:
@@ -183,9 +190,12 @@ class Front:
                                  "see logs/front_caddy.log")
             try:
                 self.admin("GET", "/config/admin")
-                return
             except OSError:
                 time.sleep(0.1)
+                continue
+            if not fresh:
+                self.admin("POST", "/load", json.dumps(config).encode())
+            return
         raise SystemExit("ftcluster: the balancer's admin socket did not answer within 30 s")
 
     def admin(self, method: str, path: str, body: Optional[bytes] = None) -> bytes:

@@ -69,7 +69,6 @@ class NodeSampler:
         # room is skipped, an event waits for room (at most MAX_UNWRITTEN of them).
         self.room = Room()
         self.unwritten: List[str] = []
-        self.room_told: Optional[float] = None
 
     def say(self, text: str) -> None:
         try:
@@ -118,8 +117,7 @@ class NodeSampler:
                 del self.unwritten[0]
 
     def tell_room(self) -> None:
-        if self.room.since is not None and self.room_told != self.room.since:
-            self.room_told = self.room.since
+        if self.room.untold():
             self.say(f"no room ({self.room.why}): samples skipped, events kept until there is room")
         if self.room.ended is not None:
             self.room.ended = None

@@ -89,7 +89,6 @@ class Job:
 
         self.cfg = cfg
         self.room = Room()   # the run folder's filesystem: full or not (its records wait)
-        self.room_told: Optional[float] = None
         self.room_retry_at = 0.0
         self.unwritten: List[Tuple[str, str]] = []   # events that found no room yet: (file, line)
         self.ranks = RankFiles(cfg.state, cfg.logs, cfg.nodes)
@@ -161,8 +160,7 @@ class Job:
         """Once when the run folder's filesystem refuses the job's records, once when it takes
         them again (an event, after those that waited)."""
         room = self.room
-        if room.since is not None and self.room_told != room.since:
-            self.room_told = room.since
+        if room.untold():
             self.say(f"ftcluster: no room on the run folder's filesystem ({room.why}): the servers serve on; "
                      f"the job's events wait, its health and metrics records are skipped until there is room")
         if room.ended is not None and not self.unwritten:

