@@ -68,35 +68,48 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def ended(run_dir: str) -> bool:
-    """The run's job has ended (its events' last word, `done`)."""
+def run_word(run_dir: str) -> Tuple[Optional[str], bool]:
+    """What a run's events say of it: the run folder of its successor (the last one submitted,
+    if any), and whether its job has ended (`done`)."""
+    nxt, done = None, False
     try:
         with open(os.path.join(run_dir, "state", "events")) as f:
-            return any(line.split()[1:2] == ["done"] for line in f)
+            for line in f:
+                words = line.split()
+                if len(words) >= 5 and words[1] == "successor_submitted":
+                    nxt = words[4]
+                elif words[1:2] == ["done"]:
+                    done = True
     except OSError:
-        return False
+        pass
+    return nxt, done
 
 
-def successors(run_dir: str) -> List[str]:
-    """The run folders of a member's successors, in order (their events name them)."""
-    chain: List[str] = []
-    seen = {run_dir}
-    here = run_dir
-    while True:
-        nxt = None
-        try:
-            with open(os.path.join(here, "state", "events")) as f:
-                for line in f:
-                    words = line.split()
-                    if len(words) >= 5 and words[1] == "successor_submitted":
-                        nxt = words[4]
-        except OSError:
-            pass
-        if nxt is None or nxt in seen:
-            return chain
-        chain.append(nxt)
-        seen.add(nxt)
-        here = nxt
+class Chains:
+    """Each member's runs in order: its first, then a successor per hand-over or lost node. A
+    run whose job has ended says nothing more (its successor was named before its `done`), so it
+    is read once: over days of hourly hand-overs a look reads a member's live runs only, not
+    every run it ever had."""
+
+    def __init__(self) -> None:
+        self.over: Dict[str, Optional[str]] = {}   # an ended run -> its successor's folder
+
+    def runs(self, run_dir: str) -> List[Tuple[str, bool]]:
+        """(run folder, ended) of each run of the member whose first run is `run_dir`."""
+        chain: List[Tuple[str, bool]] = []
+        seen = set()
+        here: Optional[str] = run_dir
+        while here is not None and here not in seen:
+            seen.add(here)
+            if here in self.over:
+                nxt, done = self.over[here], True
+            else:
+                nxt, done = run_word(here)
+                if done:
+                    self.over[here] = nxt
+            chain.append((here, done))
+            here = nxt
+        return chain
 
 
 def needs_load(applied: List[Tuple[str, int, int]], wanted: List[Tuple[str, int, int]]) -> bool:
@@ -135,6 +148,7 @@ class Front:
         # The run folder's filesystem may fill while the set serves: a look's record that finds no
         # room is skipped (the next look writes it again), as the members' jobs do (text.Room).
         self.room = Room()
+        self.chains = Chains()
         self.env = dict(os.environ)
         if settings.get("token_file"):
             with open(settings["token_file"]) as f:
@@ -217,11 +231,13 @@ class Front:
         ups: List[Tuple[str, int, int]] = []
         seen: List[Dict[str, Any]] = []
         for m in members:
-            for run_dir in [m["run_dir"], *successors(m["run_dir"])]:
+            chain = self.chains.runs(m["run_dir"])
+            for k, (run_dir, gone) in enumerate(chain):
+                if gone and k + 1 < len(chain):
+                    continue   # handed over: its successor is the member now
                 r = read_json(os.path.join(run_dir, "state", ROTATION))
                 if r is None or not r.get("host"):
                     continue
-                gone = ended(run_dir)
                 on = bool(r.get("in")) and not gone
                 seen.append({"replica": m.get("replica"), "run_dir": run_dir, "in": on,
                              "why": r.get("why", "") if not on else "", "endpoint": f"{r['host']}:{r['http']}"})

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ftcluster.job.front import Front, ended, needs_load, successors
+from ftcluster.job.front import Front, needs_load
 from ftcluster.plan import Plan, RankSlot
 from ftcluster.proxy import caddy_config, loopback_ports
 from ftcluster.replicas import GRPC_UNARY_RETRIED, front_config, member_cluster, member_id, replica_problems
@@ -128,7 +128,8 @@ def test_the_front_follows_members_and_successors(tmp_path: Path) -> None:
     assert ups == [("n1", 8020, 8021), ("n3", 8040, 8041), ("n5", 8020, 8021)]
     assert [(m["endpoint"], m["in"]) for m in seen] == [("n1:8020", True), ("n5:8020", True), ("n3:8040", False),
                                                        ("n6:8060", False)]
-    assert successors(str(a)) == [str(tmp_path / "s2")] and ended(str(gone)) and not ended(str(a))
+    assert front.chains.runs(str(a)) == [(str(a), False), (str(tmp_path / "s2"), False)]
+    assert front.chains.runs(str(gone)) == [(str(gone), True)]
     cfg = front.config(ups)
     dials = [u["dial"] for r in _servers(cfg)["grpc"]["routes"] for h in r["handle"] if h["handler"] == "reverse_proxy"
              for u in h["upstreams"]]
@@ -136,6 +137,45 @@ def test_the_front_follows_members_and_successors(tmp_path: Path) -> None:
     # The job's own admin socket, 0600, in the state folder: never a TCP port.
     assert cfg["admin"] == {"listen": f"unix/{front.admin_name}|0600", "config": {"persist": False}}
     assert front.admin_name == f"admin-{os.environ.get('SLURM_JOB_ID') or os.getpid()}.sock"
+
+
+def test_a_look_reads_a_members_live_runs_only_however_long_its_chain(tmp_path: Path, monkeypatch: Any) -> None:
+    """Days of hourly hand-overs give a member hundreds of runs, each naming the next: the
+    front's look (every 0.5 s) reads an ended run once, then only the live runs and the set's
+    own files -- a constant load on the shared filesystem, not one that grows with the days."""
+    import builtins
+
+    links = 200
+    dirs = [tmp_path / f"s-r0.{k}" for k in range(links)]
+    for k, d in enumerate(dirs):
+        last = k == links - 1
+        nxt = "" if last else f"1.0 successor_submitted s{k + 1} {100 + k} {dirs[k + 1]} n1\n"
+        _member_dir(tmp_path, d.name, {"in": True, "host": f"n{k}", "http": 8020, "grpc": 8021},
+                    events=f"0.5 job_started n{k} {100 + k}\n" + nxt + ("" if last else "2.0 done 0\n"))
+    members = tmp_path / "replicas.json"
+    members.write_text(json.dumps({"members": [{"replica": 0, "run_dir": str(dirs[0])}]}))
+    state = tmp_path / "front"
+    state.mkdir()
+    (state / "cfg.json").write_text(json.dumps(front_config(cluster(), "")))
+    front = Front({"members": str(members), "state": str(state), "config": str(state / "cfg.json"), "token_file": ""})
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(path: Any, *args: Any, **kw: Any) -> Any:
+        opened.append(str(path))
+        return real_open(path, *args, **kw)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    ups, seen = front.wanted()
+    first = len(opened)
+    opened.clear()
+    assert front.wanted() == (ups, seen)
+    monkeypatch.setattr(builtins, "open", real_open)
+    # The live run alone is a member now: those before it handed over and ended.
+    assert ups == [(f"n{links - 1}", 8020, 8021)] and [m["run_dir"] for m in seen] == [str(dirs[-1])]
+    assert first >= links   # every run read once
+    assert sorted(opened) == sorted([str(members), str(dirs[-1] / "state" / "events"),
+                                     str(dirs[-1] / "state" / "rotation")]), opened
 
 
 def test_only_an_added_address_loads_a_config() -> None:
