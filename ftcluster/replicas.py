@@ -73,8 +73,6 @@ def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stri
 def replica_problems(cluster: ClusterSpec, plan: Plan, replicas: int, one_host: bool, rank_stride: int,
                      nodes_known: int | None) -> list[str]:
     """Why R members of this plan cannot run behind one balancer, each naming the field."""
-    if replicas <= 1:
-        return []
     problems = []
     if cluster.scheduler == "ssh":
         problems.append("replicas: the ssh + Docker style runs one world on its fixed hosts; "

@@ -360,9 +360,12 @@ class Proxy(_Strict):
 
 
 class Balancer(_Strict):
-    """The front of a replica set (`replicas` > 1): Caddy on the spec's ports, the members on
-    ports `port_step` x (K+1) above them."""
+    """The front of a replica set (`replicas` > 1, or `always`): Caddy on the spec's ports, the
+    members on ports `port_step` x (K+1) above them."""
 
+    # One world behind the balancer too: an endpoint that stays where it is while the world
+    # moves (a successor at the time limit or off a lost node gets other nodes).
+    always: bool = False
     port_step: int = Field(20, ge=1, le=30_000)
     # A request waits this long for a member in rotation, and a request that failed on one
     # member (a killed world) is sent to another within it: a hung member is found and its

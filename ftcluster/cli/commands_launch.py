@@ -120,10 +120,13 @@ def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
 @click.option("--replicas", type=count(1, 256), default=None,
               help="With --keep-serving: this many identical worlds behind one balancer (default: replicas "
                    "in the cluster spec, else 1).")
+@click.option("--balancer", is_flag=True,
+              help="With --keep-serving: serve behind the balancer even with one replica, so that the endpoint "
+                   "stays while the world moves (hand-over, lost node; default: balancer.always).")
 @click.option("--run-id", default=None, hidden=True, help="Run id to use (set when forwarded).")
 def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool, no_mpi_check: bool,
-               as_json: bool, preflight: bool, restarts: int | None, replicas: int | None, run_id: str | None,
-               **kw: Any) -> None:
+               as_json: bool, preflight: bool, restarts: int | None, replicas: int | None, balancer: bool,
+               run_id: str | None, **kw: Any) -> None:
     """Plan, prepare, submit, wait for rank 0, run the client, report and clean up.
 
     Exits 0 only when the client succeeded. Ctrl-C cancels the job.
@@ -147,9 +150,10 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
     opts = LaunchOptions(keep_serving=keep_serving, detach=detach, dry_run=dry_run, client=not no_client,
                          mpi_check=not no_mpi_check)
     count_ = replicas if replicas is not None else planned.cluster.replicas
-    if count_ > 1:
+    if count_ > 1 or balancer or planned.cluster.balancer.always:
         if not keep_serving:
-            raise UserError("replicas serve behind one balancer", field="--replicas", hint="add --keep-serving")
+            field = "--replicas" if count_ > 1 else "--balancer" if balancer else "balancer.always"
+            raise UserError("a balancer is for serving runs", field=field, hint="add --keep-serving")
         run_replicas(planned, opts, count_, as_json, run_id)
         return
     run_launch(planned, opts, as_json, run_id)

@@ -179,6 +179,9 @@ def test_replicas_are_refused_before_anything_runs(tmp_path: Path) -> None:
     proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "1",
                      "--replicas", "2")
     assert proc.returncode == 3 and "--replicas" in proc.stderr and "--keep-serving" in proc.stderr
+    proc = ftcluster("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "1",
+                     "--balancer")
+    assert proc.returncode == 3 and "--balancer" in proc.stderr and "--keep-serving" in proc.stderr
     assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").iterdir())
 
 
@@ -262,15 +265,16 @@ def need_nodes(bed: Any, n: int) -> None:
 
 
 def _slurm_set(folder: Path, nodes: int, exclusive: bool = False, proxy: dict[str, Any] | None = None,
-               **server: Any) -> str:
-    """Two replicas of `nodes` nodes each on the bare Slurm test bed, serving; the set's run id."""
+               replicas: int = 2, **server: Any) -> str:
+    """`replicas` members of `nodes` nodes each on the bare Slurm test bed, serving behind the
+    balancer (one: `--balancer`); the set's run id."""
     from tests.integration.test_launch_slurm import _write_spec
 
     cluster = _write_spec(folder, server={"binary": _binary(), "ready_timeout": 60, "exit_grace": 5,
                                           "liveness": LIVENESS, **server}, balancer={"port_step": 20},
                           exclusive=exclusive, **({"proxy": proxy} if proxy else {}))
-    rc, out, err = launch_json(cluster, "--nodes", str(nodes), "--keep-serving", "--no-client", "--replicas", "2",
-                               timeout=300)
+    rc, out, err = launch_json(cluster, "--nodes", str(nodes), "--keep-serving", "--no-client",
+                               *(["--replicas", str(replicas)] if replicas > 1 else ["--balancer"]), timeout=300)
     assert rc == 0 and out["ok"], err
     return str(out["run_id"])
 
@@ -291,16 +295,18 @@ def _binary() -> str:
 
 
 @pytest.mark.cluster
-def test_a_members_hand_over_before_its_time_limit_loses_no_request(slurm_cluster: Any, shared_tmp: Path) -> None:
-    """Slurm's notice of a member's time limit (USR1 to its batch shell, as --signal=B:USR1@lead
-    sends it): the member's successor starts on another node, joins the rotation, and the old
-    member leaves it and ends, under load: no request fails, the endpoint stays."""
+def test_a_lone_worlds_hand_over_before_its_time_limit_keeps_its_endpoint(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """One world behind the balancer (`--balancer`). Slurm's notice of its time limit (USR1 to
+    its batch shell, as --signal=B:USR1@lead sends it): its successor starts on another node,
+    joins the rotation, and the old world leaves it and ends, under load: no request fails, the
+    endpoint stays -- though the only world moved to other nodes."""
     from tests.integration.test_launch_slurm import _job_gone
 
-    set_id = _slurm_set(shared_tmp, 1)
+    set_id = _slurm_set(shared_tmp, 1, replicas=1)
     jobs: list[str] = []
     try:
         st = _status(set_id)
+        assert len(st["replicas"]) == 1 and st["style"] == "front"
         first = st["replicas"][0]
         jobs = [st["job_id"], *(m["job_id"] for m in st["replicas"])]
         load = Load(set_id, 25)

@@ -37,7 +37,10 @@ def test_problems_name_every_field() -> None:
     assert "3 x 2 node(s) + 1 for the balancer = 7 nodes, but the cluster has 5" in text
     assert "above max_nodes (4)" in text
     assert "balancer.port_step" in text and "65535" in text
-    assert replica_problems(slurm, _plan(2), 1, False, 0, 1) == []   # one replica: nothing to check
+    # One world behind the balancer (balancer.always) is a set too: its nodes and the balancer's.
+    assert "1 x 2 node(s) + 1 for the balancer = 3 nodes, but the cluster has 1" in \
+        "; ".join(replica_problems(slurm, _plan(2), 1, False, 0, 1))
+    assert replica_problems(cluster(scheduler="slurm", max_nodes=4), _plan(2), 1, False, 0, 3) == []
     shared = cluster(scheduler="slurm", exclusive=False)   # jobs may share nodes: no count to meet
     assert replica_problems(shared, _plan(2), 3, False, 0, 3) == []
     ok = cluster(scheduler="slurm", access="cluster")
