@@ -406,18 +406,32 @@ def scale(set_rec: RunRecord, replicas: int, progress: Progress | None = None) -
 
 
 def rolling_restart(set_rec: RunRecord, model_path: str | None = None, image: str | None = None,
-                    progress: Progress | None = None) -> list[str]:
+                    progress: Progress | None = None, surge: bool | None = None) -> list[str]:
     """One member at a time: out of rotation and stopped (its requests in flight finish), then
     started again (a new run of the same index, with the new model or image where given) and
-    back in rotation before the next. With two or more members the endpoint never lacks one;
-    with one, requests wait at the balancer (balancer.retry_for) while it restarts."""
+    back in rotation before the next. With two or more members the endpoint never lacks one.
+    `surge` (the default for a set of one, which would otherwise have none in rotation
+    meanwhile): each member's replacement starts first, at a free index, and the member drains
+    and stops once the replacement is in rotation -- the nodes of one more member for a while."""
     store = RunStore()
+    set_dir = Path(set_rec.run_dir)
     rs = recorded_set(set_rec, model_path, image, progress)
+    members = sorted(read_members(set_dir), key=lambda m: int(m["replica"]))
+    if surge is None:
+        surge = len(members) == 1
+    if surge:
+        rs.problems_for(len(members) + 1)
     done: list[str] = []
-    for m in sorted(read_members(Path(set_rec.run_dir)), key=lambda m: int(m["replica"])):
+    for m in members:
         k = int(m["replica"])
+        if surge:
+            have = {int(x["replica"]) for x in read_members(set_dir)}
+            new = min(i for i in range(len(have) + 1) if i not in have)
+            rec = start_member(rs, set_rec, new, store)
+            done.append(f"replica {new}: run {rec.run_id} (job {rec.job_id}) in rotation in place of replica {k}")
         for r in stop_set(set_rec, store, k):
             done.append(f"replica {k}: run {r.run_id} stopped")
-        rec = start_member(rs, set_rec, k, store)
-        done.append(f"replica {k}: run {rec.run_id} (job {rec.job_id}) in rotation")
+        if not surge:
+            rec = start_member(rs, set_rec, k, store)
+            done.append(f"replica {k}: run {rec.run_id} (job {rec.job_id}) in rotation")
     return done

@@ -49,12 +49,16 @@ def scale_cmd(run: str | None, replicas: int) -> None:
 @click.option("--model", "model_path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Serve this model spec from now on (the same node count).")
 @click.option("--image", default=None, help="Run this container image from now on (container.image).")
-def restart_cmd(run: str | None, model_path: str | None, image: str | None) -> None:
+@click.option("--surge/--no-surge", default=None,
+              help="Start each member's replacement before the member stops (the nodes of one more member "
+                   "meanwhile; default: only for a set of one).")
+def restart_cmd(run: str | None, model_path: str | None, image: str | None, surge: bool | None) -> None:
     """Restart a replica set one member at a time, optionally with a new model or image.
 
     Each member leaves the balancer's rotation, finishes its requests in flight, stops, starts
     again and rejoins the rotation before the next one goes: with two or more members the
-    endpoint serves throughout.
+    endpoint serves throughout. With --surge (the default for one member) the replacement
+    starts first and the member stops once it is in rotation.
 
     \b
     Examples:
@@ -64,11 +68,12 @@ def restart_cmd(run: str | None, model_path: str | None, image: str | None) -> N
     from ftcluster.replica_set import rolling_restart
 
     rec = _set(run)
-    args = ["restart", rec.run_id] + (["--image", image] if image else [])
+    args = ["restart", rec.run_id] + (["--image", image] if image else []) + \
+        ([] if surge is None else ["--surge" if surge else "--no-surge"])
     if model_path and rec.scheduler == "remote":
         raise UserError("a new model spec cannot be passed on to a login node yet", field="--model",
                         hint="run `ftcluster restart` on the login node")
     if forward_record(rec, args):
         return
-    for line in rolling_restart(rec, model_path, image, _progress):
+    for line in rolling_restart(rec, model_path, image, _progress, surge):
         click.echo(line)

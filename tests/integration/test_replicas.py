@@ -112,13 +112,20 @@ def test_two_replicas_lose_no_request(tmp_path: Path) -> None:
         assert "the MPI world is hung" in _status(members[1])["restarts"][0]["cause"]
         _metrics_seen(set_id, members, tmp_path / "ws")
 
-        # scale 2 -> 1 -> 2 and a rolling restart, each under load: no request fails.
-        for command in (["scale", set_id, "--replicas", "1"], ["scale", set_id, "--replicas", "2"],
-                        ["restart", set_id]):
+        # scale 2 -> 1, a restart of the lone member (its replacement first: the surge), scale
+        # 1 -> 2 and a rolling restart, each under load: no request fails.
+        for command in (["scale", set_id, "--replicas", "1"], ["restart", set_id],
+                        ["scale", set_id, "--replicas", "2"], ["restart", set_id]):
             # gRPC (h2c through the balancer) beside HTTP during the rolling restart.
-            loads = [Load(set_id, 8)] + ([Load(set_id, 8, "grpc")] if command[0] == "restart" else [])
+            lone = command[0] == "restart" and len(_status(set_id)["replicas"]) == 1
+            # The lone member's load lasts past its replacement's start, into its own drain.
+            seconds = 20 if lone else 8
+            loads = [Load(set_id, seconds)] + ([Load(set_id, seconds, "grpc")] if command[0] == "restart" else [])
             done = ftcluster(*command, timeout=240)
             assert done.returncode == 0, done.stderr
+            if lone:
+                assert "in rotation in place of replica 0" in done.stdout and "replica 0: run" in done.stdout, \
+                    done.stdout
             for load in loads:
                 got = load.result()
                 assert got["errors"] == 0 and got["requests"] > 20 and got["rc"] == 0, (command, got)
