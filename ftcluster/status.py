@@ -315,6 +315,21 @@ def successors(rec: RunRecord, store: RunStore) -> list[RunRecord]:
 LIVE_STATUSES = ("SUBMITTED", "SERVING")
 
 
+def still_needed(records: Sequence[RunRecord], may_live: set[str]) -> set[str]:
+    """The ended runs that runs which may still live need: every predecessor of such a run
+    (`status OLD` and `stop OLD` follow the chain from the first run, and a set's balancer
+    follows each member from its first run's folder), and every member of such a set."""
+    by_id = {r.run_id: r for r in records}
+    needed: set[str] = set()
+    for run_id in may_live:
+        rec = by_id.get(run_id)
+        while rec is not None and rec.predecessor and rec.predecessor not in needed:
+            needed.add(rec.predecessor)
+            rec = by_id.get(rec.predecessor)
+    needed |= {r.run_id for r in records if r.replica_of in may_live}
+    return needed - may_live
+
+
 def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
     """The job state now of each run that may still have a live job, by run id: each launcher
     is asked once for all its runs (one squeue for every Slurm run)."""

@@ -206,8 +206,9 @@ def prune_cmd(days: float, yes: bool, dry_run: bool) -> None:
     """Remove ended runs older than N days: their run folders and records.
 
     A run whose job may still live (recorded SUBMITTED or SERVING, and the scheduler does not
-    say it is gone) is kept, and so is a folder that is not the run's own (no scripts/ of
-    that run in it).
+    say it is gone) is kept, and so are the runs it needs: those it succeeded (their run id
+    still names the service) and, for a replica set, its members' first runs. A folder that is
+    not the run's own (no scripts/ of that run in it) is kept too.
 
     \b
     Example:
@@ -216,12 +217,17 @@ def prune_cmd(days: float, yes: bool, dry_run: bool) -> None:
     import shutil
     import time as _time
 
-    from ftcluster.status import LIVE_STATUSES, live_states
+    from ftcluster.status import LIVE_STATUSES, live_states, still_needed
 
     store = RunStore()
-    old = [r for r in store.all() if r.created < _time.time() - days * 86400 and r.scheduler != "remote"]
+    every = list(store.all())
+    old = [r for r in every if r.created < _time.time() - days * 86400 and r.scheduler != "remote"]
     live = live_states([r for r in old if r.status in LIVE_STATUSES])
     ended = [r for r in old if r.status not in LIVE_STATUSES or (r.run_id in live and live[r.run_id].gone)]
+    gone = {r.run_id for r in ended}
+    needed = still_needed(every, {r.run_id for r in every if r.run_id not in gone and
+                                  (r.status in LIVE_STATUSES or r.scheduler == "remote")})
+    ended = [r for r in ended if r.run_id not in needed]
     if not ended:
         click.echo(f"no ended run older than {days:g} days")
         return

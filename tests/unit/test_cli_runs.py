@@ -219,6 +219,42 @@ def test_list_filters_and_prune(tmp_path: Path) -> None:
     assert [r["run_id"] for r in json.loads(ftc("list", "--json", state=state).stdout)] == ["r2", "r3"]
 
 
+def test_prune_keeps_what_a_live_service_needs(tmp_path: Path) -> None:
+    """Days of hand-overs: the first runs of a service ended long ago, but their run id still
+    names it (`status OLD`, `stop OLD` follow the chain) and a set's balancer follows each member
+    from its first run's folder. A weekly `prune` must not take them while the service lives."""
+    state = tmp_path / "state"
+    store = RunStore(state / "runs.sqlite")
+    month = time.time() - 40 * 86400
+
+    def add(run_id: str, status: str, created: float = month, **kw: Any) -> None:
+        d = tmp_path / run_id
+        (d / "scripts").mkdir(parents=True)
+        (d / "scripts" / "job.json").write_text(json.dumps({"run_id": run_id}))
+        store.add(RunRecord(**{"run_id": run_id, "created": created, "cluster_name": "c", "cluster_source": "",
+                               "scheduler": "local", "style": "local", "run_dir": str(d), "nodes": 1, "model": "m",
+                               "job_id": None, "status": status, **kw}))
+
+    # A lone run handed over twice, its latest serving (young); a chain that ended for good.
+    add("a", "COMPLETED")
+    add("a2", "COMPLETED", predecessor="a")
+    add("a3", "SERVING", created=time.time(), predecessor="a2")
+    add("b", "COMPLETED")
+    add("b2", "FAILED", predecessor="b")
+    # A set that serves: its member's first run handed over (ended), and a member stopped by
+    # `scale`; another set stopped long ago.
+    add("s", "SERVING", style="front")
+    add("s-r0", "COMPLETED", replica_of="s", replica=0)
+    add("s-r0.1", "SERVING", created=time.time(), predecessor="s-r0", replica_of="s", replica=0)
+    add("t", "COMPLETED", style="front")
+    add("t-r0", "COMPLETED", replica_of="t", replica=0)
+    done = ftc("prune", "--older-than", "30", "--yes", state=state)
+    assert done.returncode == 0 and "removed 4 run(s)" in done.stdout, done.stdout + done.stderr
+    left = sorted(r["run_id"] for r in json.loads(ftc("list", "--json", state=state).stdout))
+    assert left == ["a", "a2", "a3", "s", "s-r0", "s-r0.1"]
+    assert all((tmp_path / r).is_dir() for r in left) and not (tmp_path / "b").exists()
+
+
 def test_json_of_stop_render_and_check_checkpoint(live_run: tuple[Path, RunRecord], tmp_path: Path) -> None:
     state, rec = live_run
     stopped = json.loads(ftc("stop", rec.run_id, "--json", state=state).stdout)
