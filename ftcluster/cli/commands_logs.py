@@ -100,14 +100,26 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     if not rec.job_id:
         follow(follower, lambda: True, emit)
         sys.exit(EXIT_FAILED)
+    from ftcluster.status import successors
     from ftcluster.watch import JobWatch
 
-    watch = JobWatch(launcher_for_record(rec), rec.job_id, paths)
-    try:
-        final = follow_job(follower, watch, emit,
-                           relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step))
-    finally:
-        watch.close()
+    # The service, not one job: a run that handed over (its time limit, a lost node) is followed
+    # on into its successor, from the successor's first line (it started while this one served).
+    while True:
+        watch = JobWatch(launcher_for_record(rec), rec.job_id or "", paths)
+        try:
+            final = follow_job(follower, watch, emit,
+                               relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step))
+        finally:
+            watch.close()
+        later = successors(rec, store)
+        if not later or not later[0].job_id or (rank is not None and rank >= later[0].nodes):
+            break
+        click.echo(f"(run {rec.run_id} was succeeded by run {later[0].run_id}: following it)", err=True)
+        rec, paths = later[0], paths_of(later[0])
+        srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client, step=step)
+        labelled = len(srcs) > 1
+        follower = Follower(srcs, from_start=True)
     sys.exit(0 if final is JobState.COMPLETED else EXIT_FAILED)
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,9 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
     rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id, old_endpoint = out["run_id"], out["endpoint"]
+    # `logs -f` of the first run follows the service: on into the successor at the hand-over.
+    follow = subprocess.Popen([sys.executable, "-m", "ftcluster", "logs", run_id, "-f", "--rank", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (_status(run_id)["successor"] or {}).get("handed_over"), 110), _status(run_id)
         st = _status(run_id)
@@ -103,7 +107,15 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
         assert "handed over to run" in text.stdout and successor["endpoint"] in text.stdout
     finally:
         _stop_chain(run_id)
+        try:
+            followed, said = follow.communicate(timeout=60)
+        finally:
+            follow.kill()
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+    # Both runs' rank 0 logs, the first's then its successor's, in one stream that ended with the
+    # chain's last job.
+    assert f"(run {run_id} was succeeded by run {successor['run_id']}: following it)" in said, said
+    assert followed.count("Started HTTPService") >= 2, followed[-3000:]
 
 
 def test_a_successor_that_stays_pending_leaves_the_old_job_serving_to_its_end(slurm_cluster: Any, shared_tmp: Path) -> None:
