@@ -278,6 +278,17 @@ def _successor(events: list[Any]) -> dict[str, Any] | None:
     return found
 
 
+def moved_to(status: dict[str, Any]) -> str | None:
+    """The run id of the successor the service moved to: one the run handed over to (it serves),
+    or one submitted when the run ended without it (a lost node); else None."""
+    succ = status.get("successor") or {}
+    if not succ.get("run_id"):
+        return None
+    if succ.get("handed_over") or (status.get("state") != "RUNNING" and not succ.get("failure")):
+        return str(succ["run_id"])
+    return None
+
+
 def successor_label(found: dict[str, Any] | None) -> str | None:
     """The hand-over in words, for `status`."""
     if not found:

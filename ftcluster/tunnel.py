@@ -1,7 +1,8 @@
 """`ftcluster tunnel RUN`: a port on the workstation forwarded through the login node to a
 run's endpoint (SSH local forwarding over the one connection fabric opens to `login_host`, as
 `ssh -L` would). The endpoint and whether the run still serves are asked of the login node
-(`ftcluster status RUN --json` there); the tunnel ends on Ctrl-C or when the run ends.
+(`ftcluster status RUN --json` there); the tunnel follows a hand-over to the successor's
+endpoint, and ends on Ctrl-C or when the service ends.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from ftcluster.errors import UserError
 from ftcluster.remote import HOP_ENV, SshTarget, connect
 from ftcluster.spec import ClusterSpec
+from ftcluster.status import moved_to
 
 @dataclass(frozen=True)
 class Target:
@@ -52,25 +54,41 @@ def endpoint_of(status: dict[str, Any], protocol: str, grpc_port: int | None) ->
 
 def serve_tunnel(cluster: ClusterSpec, run_id: str, local_port: int, protocol: str, remote_port: int | None,
                  said: Callable[[str], None], check_every: float, stop: threading.Event | None = None) -> int:
-    """Forward 127.0.0.1:local_port to the run's endpoint until Ctrl-C, `stop`, or the run's end.
-    Returns 0 when the run ended or the tunnel was stopped."""
+    """Forward 127.0.0.1:local_port to the run's endpoint until Ctrl-C, `stop`, or the service's
+    end: a run that hands over (its time limit, a lost node) is followed to its successor's
+    endpoint on the same local port. Returns 0 when the service ended or the tunnel was stopped."""
     conn = connect(SshTarget.from_spec(cluster))
     stop = stop or threading.Event()
     try:
         status = ask_status(conn, cluster, run_id)
-        target = endpoint_of(status, protocol, remote_port)
-        if protocol == "http" and remote_port:
-            target = Target(target.host, remote_port)
-        with conn.forward_local(local_port, remote_port=target.port, remote_host=target.host,
-                                local_host="127.0.0.1"):
-            said(f"tunnel: 127.0.0.1:{local_port} -> {target.host}:{target.port} through {cluster.login_host} "
-                 f"({protocol}; a private run wants its token: `ftcluster token {run_id}`); Ctrl-C ends it")
-            while not stop.wait(check_every):
-                st = ask_status(conn, cluster, run_id)
-                if st.get("state") != "RUNNING" or st.get("endpoint") != status.get("endpoint"):
-                    said(f"tunnel: run {run_id} {'moved to ' + str(st.get('endpoint')) if st.get('state') == 'RUNNING' else 'ended'}; "
-                         "the tunnel ends")
+        while True:
+            target = endpoint_of(status, protocol, remote_port)
+            if protocol == "http" and remote_port:
+                target = Target(target.host, remote_port)
+            successor = None
+            with conn.forward_local(local_port, remote_port=target.port, remote_host=target.host,
+                                    local_host="127.0.0.1"):
+                said(f"tunnel: 127.0.0.1:{local_port} -> {target.host}:{target.port} through {cluster.login_host} "
+                     f"({protocol}; a private run wants its token: `ftcluster token {run_id}`); Ctrl-C ends it")
+                while not stop.wait(check_every):
+                    st = ask_status(conn, cluster, run_id)
+                    successor = moved_to(st)
+                    if successor:
+                        break
+                    if st.get("state") != "RUNNING" or st.get("endpoint") != status.get("endpoint"):
+                        said(f"tunnel: run {run_id} {'moved to ' + str(st.get('endpoint')) if st.get('state') == 'RUNNING' else 'ended'}; "
+                             "the tunnel ends")
+                        return 0
+            if successor is None:
+                return 0
+            said(f"tunnel: run {run_id} was succeeded by run {successor}; the tunnel follows it")
+            run_id = successor
+            status = ask_status(conn, cluster, run_id)
+            # One moved off a lost node may still be starting: wait while its job may yet serve.
+            while status.get("state") in ("PENDING", "UNKNOWN", None) or (
+                    status.get("state") == "RUNNING" and status.get("phase") != "serving"):
+                if stop.wait(check_every):
                     return 0
-        return 0
+                status = ask_status(conn, cluster, run_id)
     finally:
         conn.close()

@@ -15,14 +15,22 @@ from ftcluster.cli.output import complete_run, echo_json
 from ftcluster.store import RunRecord, RunStore
 
 
-def top_view(rec: RunRecord) -> dict[str, Any]:
+def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     """The `top` object: per serving run (each member of a set), its state, health, restarts,
-    models' rates and GPUs."""
+    models' rates and GPUs. Of the service: a run that handed over (its time limit, a lost node)
+    is shown as its successor; with the run shown."""
     from ftcluster.documents import document
     from ftcluster.observe import run_view
-    from ftcluster.status import run_status
+    from ftcluster.status import moved_to, run_status
 
     st = run_status(rec)
+    seen = {rec.run_id}
+    while (nxt := moved_to(st)) is not None and nxt not in seen:
+        later = RunStore().exact(nxt)
+        if later is None:
+            break
+        seen.add(nxt)
+        rec, st = later, run_status(later)
     runs = []
     members = st["replicas"] if st.get("replicas") is not None else [
         {"replica": None, "run_id": rec.run_id, "in_rotation": None}]
@@ -34,7 +42,7 @@ def top_view(rec: RunRecord) -> dict[str, Any]:
         runs.append({"run_id": mrec.run_id, "replica": m.get("replica"), "state": ms["state"], "phase": ms["phase"],
                      "in_rotation": m.get("in_rotation"), "nodes": ms["nodes"], "restarts": len(ms["restarts"]),
                      "health": ms["health"], **view})
-    return document("top", {"run_id": rec.run_id, "endpoint": st["endpoint"], "time": time.time(), "runs": runs})
+    return rec, document("top", {"run_id": rec.run_id, "endpoint": st["endpoint"], "time": time.time(), "runs": runs})
 
 
 def render(view: dict[str, Any]) -> Any:
@@ -84,7 +92,7 @@ def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
     The figures come from the samples the run's job writes every server.metrics_interval
     seconds (rank 0's Triton metrics; every node's GPUs where nvidia-smi is, and their XID/ECC
     events where NVML is), so `top` asks no server and works for a detached run. A replica set
-    shows each member. inf/s counts sequences and batch is the mean inferences per execution:
+    shows each member; a run that handed over is shown as its successor. inf/s counts sequences and batch is the mean inferences per execution:
     Triton's metrics hold no token counts for FT, so there is no tokens/s here (`client bench`
     measures it).
 
@@ -96,20 +104,22 @@ def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
     rec = RunStore().get(run)
     if forward_record(rec, ["top", rec.run_id] + (["--once"] if once or as_json else []) + (["--json"] if as_json else [])):
         return
+    rec, view = top_view(rec)
     if as_json:
-        echo_json(top_view(rec))
+        echo_json(view)
         return
     from rich.console import Console
     from rich.live import Live
 
     console = Console()
     if once:
-        console.print(render(top_view(rec)))
+        console.print(render(view))
         return
-    with Live(render(top_view(rec)), console=console, auto_refresh=False) as live:
+    with Live(render(view), console=console, auto_refresh=False) as live:
         try:
             while True:
                 time.sleep(every)
-                live.update(render(top_view(rec)), refresh=True)
+                rec, view = top_view(rec)   # from the run shown last: a hand-over moves it on
+                live.update(render(view), refresh=True)
         except KeyboardInterrupt:
             pass

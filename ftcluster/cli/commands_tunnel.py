@@ -27,7 +27,8 @@ def tunnel_cmd(run: str | None, local_port: int | None, protocol: str, remote_po
 
     For a run launched through `login_host`: the endpoint on the cluster's network is reached
     from this machine as 127.0.0.1:PORT, over the same SSH connection rules (your keys, agent and
-    known_hosts). Ends on Ctrl-C, and by itself when the run ends or moves to a successor.
+    known_hosts). A run that hands over (its time limit, a lost node) is followed to its
+    successor on the same local port. Ends on Ctrl-C, and by itself when the service ends.
 
     \b
     Example:

@@ -105,6 +105,9 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
         assert events.rstrip().endswith("done 0"), events
         text = ftcluster("status", run_id)
         assert "handed over to run" in text.stdout and successor["endpoint"] in text.stdout
+        # `top` of the first run shows the service: the successor that serves it now.
+        top = ftcluster("top", run_id, "--json")
+        assert top.returncode == 0 and json.loads(top.stdout)["run_id"] == successor["run_id"], top.stdout + top.stderr
     finally:
         _stop_chain(run_id)
         try:

@@ -33,7 +33,7 @@ def remote_spec(sshd_nodes: Any, shared_tmp: Path) -> Path:
 
     spec = {
         "name": "remote-testbed", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
-        "request_gpus": False, "exclusive": False, "workspace": str(d / "ws"),
+        "request_gpus": False, "exclusive": False, "workspace": str(d / "ws"), "time_limit": "00:10:00",
         "server": {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5},
         "login_host": f"root@{ip}:11068",
         "login_identity_file": str(tb.key_path),
@@ -107,10 +107,12 @@ def workstation(sshd_nodes: Any) -> Any:
 def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spec: Path, workstation: Any) -> None:
     """A private run launched through the login node; from the workstation its endpoint is out
     of reach, a tunnel through the login node serves `client identity` with the run's token,
-    ends on Ctrl-C, and ends by itself when the run ends."""
+    ends on Ctrl-C, follows the run's hand-over to its successor on other nodes (Slurm's notice
+    of the time limit) on the same local port, and ends by itself when the service ends."""
+    from tests.integration.test_launch_slurm import _job_gone
     from tests.triton_server import free_ports
 
-    proc = ftcluster("launch", "--cluster", str(remote_spec), "--nodes", "2", "--keep-serving", "--no-client",
+    proc = ftcluster("launch", "--cluster", str(remote_spec), "--nodes", "1", "--keep-serving", "--no-client",
                      "--no-mpi-check", timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = json.loads(ftcluster("list", "--json").stdout)[-1]["run_id"]
@@ -143,9 +145,29 @@ def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spe
         t1.send_signal(signal.SIGINT)             # Ctrl-C
         assert t1.wait(timeout=15) == 130
         t2 = tunnel(second)
+
+        # Slurm's notice of the time limit: the run hands over to a successor on another node.
+        job = json.loads(status[status.index("{"):])["job_id"]
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+
+        def handed_over() -> bool:
+            out = ftcluster("status", run_id, "--json").stdout
+            return bool((json.loads(out[out.index("{"):])["successor"] or {}).get("handed_over"))
+        assert wait_for(handed_over, 150)
+        assert wait_for(lambda: _job_gone(job), 60)
+
+        def answers() -> bool:
+            got = subprocess.run([*workstation, sys.executable, "-m", "ftcluster", "client", "identity", "--url",
+                                  f"127.0.0.1:{second}"], capture_output=True, text=True, timeout=120,
+                                 env={**os.environ, "FTCLUSTER_TOKEN": token})
+            return got.returncode == 0
+        assert wait_for(answers, 30, interval=1)   # the same local port, the successor's endpoint
     finally:
         assert ftcluster("stop", run_id).returncode == 0
-    assert t2.wait(timeout=60) == 0               # the run ended: so does its tunnel
+    assert t2.wait(timeout=60) == 0               # the service ended: so does its tunnel
+    assert t2.stderr is not None
+    said = t2.stderr.read()
+    assert f"tunnel: run {run_id} was succeeded by run " in said and "the tunnel follows it" in said, said
     for t in tunnels:
         if t.poll() is None:
             t.kill()

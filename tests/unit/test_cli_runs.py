@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
 
