@@ -50,6 +50,9 @@ class LaunchOptions:
     member_of: str | None = None   # a replica set's member: the set's run id
     member: int | None = None      # ... and the member's index
     carried_faults: tuple[str, ...] = ()   # a successor's: its predecessor's faults still counted
+    # The service's name in the metrics targets' labels, across hand-overs: a successor's is its
+    # chain's first run's id; None: a replica set's id for a member, else the run's own id.
+    service: str | None = None
 
 
 @dataclass
@@ -143,6 +146,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
                          servers=opts.servers, rotation=opts.member_of is not None, carried_faults=opts.carried_faults,
+                         service=opts.service or opts.member_of or "",
                          front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
                          if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 

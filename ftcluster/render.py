@@ -220,6 +220,7 @@ class RenderOptions:
     rotation: bool = False               # a replica set's member: in and out of its balancer's rotation
     front_rotation: str = ""             # ... and its front's state/rotation.json
     carried_faults: tuple[str, ...] = ()  # a successor's: its predecessor's faults still counted
+    service: str = ""                    # the service's name in metrics labels ("": the run id)
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,7 @@ class RenderContext:
     serving_on_slurm: bool
     handover_lead: int             # seconds before the time limit; 0: no hand-over
     carried_faults: list[str]      # a successor's: the faults of its predecessor still counted
+    service: str                   # the service's name in metrics labels ("": the run id)
     notice_to_steps: bool          # the notice goes to the job's steps (a front), not the batch shell
     stop_lead: int                 # seconds before the time limit Slurm asks the job to stop (TERM)
     sbatch_dir: str                # the run folder as #SBATCH --chdir takes it; "": it cannot
@@ -410,6 +412,7 @@ def context(
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
         handover_lead=handover_lead(cluster) if serving_on_slurm or step_notice else 0,
         carried_faults=list(opts.carried_faults) if opts.keep_serving else [],
+        service=opts.service,
         notice_to_steps=step_notice,
         stop_lead=stop_lead(cluster),
         sbatch_dir=str(paths.run_dir) if _SBATCH_SAFE.fullmatch(str(paths.run_dir)) else "",
@@ -489,7 +492,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
         mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
         restart_backoff=ctx.server.restart_backoff, restart_reset=ctx.server.restart_reset,
-        carried_faults=ctx.carried_faults, on_failure=list(ctx.server.on_failure),
+        carried_faults=ctx.carried_faults, service=ctx.service, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
         successor=[ctx.python, "-m", "ftcluster", "successor", ctx.run_dir] if ctx.serving_on_slurm else [],
         handover_lead=ctx.handover_lead, grpc_port=ctx.ports.grpc, rotation=ctx.rotation,

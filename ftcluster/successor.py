@@ -104,7 +104,8 @@ def submit_successor(run_dir: Path, exclude: list[str], faults: tuple[str, ...] 
     token = read_token(run_dir)
     opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token,
                          member_of=replica["set"] if replica else None,
-                         member=int(replica["index"]) if replica else None, carried_faults=tuple(faults))
+                         member=int(replica["index"]) if replica else None, carried_faults=tuple(faults),
+                         service=cfg.service or cfg.run_id)
     return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()
 
 

@@ -103,6 +103,9 @@ class JobConfig:
     # A successor's (a lost node, the time limit): its predecessor's faults still counted then,
     # counted on here until a healthy stretch of restart_reset (their causes, oldest first).
     carried_faults: List[str] = field(default_factory=list)
+    # The service's name in the metrics targets' labels, the same across hand-overs (a replica
+    # set's id, or the first run of a chain); "": this run's id.
+    service: str = ""
     on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
     # Submits a successor run on other nodes (argv; `--exclude NODES` and `--restarts N` are

@@ -723,7 +723,9 @@ class Job:
         path = self.cfg.targets_file
         if not path:
             return
-        labels = {"ftcluster_run": self.cfg.run_id, "ftcluster_model": self.cfg.served_model}
+        # ftcluster_service stays across hand-overs and restarts: a dashboard follows the service.
+        labels = {"ftcluster_run": self.cfg.run_id, "ftcluster_service": self.cfg.service or self.cfg.run_id,
+                  "ftcluster_model": self.cfg.served_model}
         target = [{"targets": [f"{self.rank0_host}:{self.cfg.public_metrics_port}"],
                    "labels": {"job": "ftcluster", **labels}}]
         if self.exporter is not None and self.cfg.public_gpu_exporter_port:

@@ -190,6 +190,7 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
             job = json.loads((Path(new["run_dir"]) / "scripts" / "job.json").read_text())
             assert job["restarts"] == 2 and len(job["carried_faults"]) == 1, job["carried_faults"]
             assert job["carried_faults"][0].endswith(f"(node {lost} lost)"), job["carried_faults"]
+            assert job["service"] == run_id   # its metrics targets' ftcluster_service: the first run's
             _assert_answers(run_id, new["endpoint"])
     finally:
         _stop_chain(run_id)

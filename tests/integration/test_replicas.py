@@ -169,6 +169,7 @@ def _metrics_seen(set_id: str, members: list[str], workspace: Path) -> None:
         assert isinstance(targets, list) and len(targets) == 1 and set(targets[0]) == {"targets", "labels"}
         (target,) = targets[0]["targets"]
         assert target.startswith("127.0.0.1:") and targets[0]["labels"]["ftcluster_run"] == m
+        assert targets[0]["labels"]["ftcluster_service"] == set_id   # the same across members and restarts
         assert all(re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", k) for k in targets[0]["labels"])
         # The target serves Triton's metrics there (a member's own proxy passes them on).
         assert b"nv_inference_request_success" in urllib.request.urlopen(f"http://{target}/metrics", timeout=5).read()
