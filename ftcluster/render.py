@@ -202,6 +202,7 @@ class JobStep:
     files: tuple[tuple[str, str], ...] = ()   # more files of scripts/: (name, text)
     token: bool = False              # the run has a token (scripts/token): a private replica set's front
     notice: bool = False             # on Slurm, the step takes the time-limit notice (USR1) itself: a front
+    serves: bool = False             # the step serves for as long as its job lives (a front): requeued as a serving run is
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,9 @@ class RenderContext:
     # job is left to act); the job itself moves to a successor first when it finds another node
     # lost; it hands over before its limit.
     serving_on_slurm: bool
+    # Slurm requeues the job when its batch host is lost (a serving run, or a step that serves:
+    # a replica set's balancer), whatever the site's JobRequeue.
+    requeue: bool
     handover_lead: int             # seconds before the time limit; 0: no hand-over
     carried_faults: list[str]      # a successor's: the faults of its predecessor still counted
     service: str                   # the service's name in metrics labels ("": the run id)
@@ -409,6 +413,7 @@ def context(
         run_client=opts.client,
         keep_serving=opts.keep_serving,
         serving_on_slurm=serving_on_slurm,
+        requeue=serving_on_slurm or (opts.step is not None and opts.step.serves and cluster.scheduler == "slurm"),
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
         handover_lead=handover_lead(cluster) if serving_on_slurm or step_notice else 0,
         carried_faults=list(opts.carried_faults) if opts.keep_serving else [],

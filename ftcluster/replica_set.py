@@ -66,7 +66,7 @@ def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
                    (python, str(paths.scripts / FILES.supervisor), "front", str(paths.scripts / FRONT_SETTINGS)),
                    per_node=False,
                    files=((FRONT_SETTINGS, settings.to_json()), (FRONT_CADDY, front_config_text(cluster, listen))),
-                   token=private, notice=bool(lead))
+                   token=private, notice=bool(lead), serves=True)
 
 
 # --- the members file ----------------------------------------------------------------------

@@ -337,6 +337,33 @@ def test_a_lone_worlds_hand_over_before_its_time_limit_keeps_its_endpoint(slurm_
 
 
 @pytest.mark.cluster
+def test_a_lost_balancer_node_is_requeued_and_the_set_serves_again(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """The balancer's machine lost (its own small job): Slurm requeues that job once it declares
+    the node down, and the balancer starts again on another node, the members serving on
+    meanwhile; the set's endpoint is then on the new node (its host moved: its port did not)."""
+    set_id = _slurm_set(shared_tmp, 1, exclusive=True, replicas=1)
+    jobs: list[str] = []
+    try:
+        st = _status(set_id)
+        jobs = [st["job_id"], st["replicas"][0]["job_id"]]
+        front_host = st["nodes"][0]
+        assert front_host not in st["replicas"][0]["nodes"]   # the member has whole nodes
+        with slurm_cluster.node_lost(front_host, st["job_id"]):
+            def again() -> bool:
+                now = _status(set_id)
+                return now["state"] == "RUNNING" and bool(now["endpoint"]) and \
+                    not now["endpoint"].startswith(f"{front_host}:") and _in_rotation(set_id) == [0]
+            # SlurmdTimeout (30 s) until the node is down and the job requeued, then cred_expire (30 s).
+            assert wait_for(again, 150), _story(set_id)
+            now = _status(set_id)
+            assert now["job_id"] == st["job_id"] and now["endpoint"].split(":")[1] == st["endpoint"].split(":")[1]
+            check = ftcluster("client", "identity", "--run", set_id)
+            assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        _stop_leaving_nothing(set_id, jobs)
+
+
+@pytest.mark.cluster
 def test_the_balancers_hand_over_before_its_time_limit_loses_no_request(slurm_cluster: Any, shared_tmp: Path) -> None:
     """Slurm's notice of the front's time limit (USR1 to its job's steps, as --signal=USR1@lead
     sends it): a job of the front's own starts on its node and takes the endpoint over in place

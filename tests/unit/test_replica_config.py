@@ -207,6 +207,8 @@ def test_the_front_takes_its_time_limit_notice_itself_on_slurm() -> None:
     text = rs.dry_run()
     front = text.split("# run s1-r0")[0]
     assert re.search(r"^#SBATCH --signal=USR1@300$", front, re.M), front[:1500]
+    # Its node lost, Slurm starts the balancer's job again elsewhere, whatever the site's JobRequeue.
+    assert re.search(r"^#SBATCH --requeue$", front, re.M) and re.search(r"^#SBATCH --open-mode=append$", front, re.M)
     members = text[len(front):]
     assert re.search(r"^#SBATCH --signal=B:USR1@300$", members, re.M)   # a member's supervisor hands over
     settings = json.loads(front.split("scripts/front.json (0644) =====\n")[1].split("\n# =====")[0])
