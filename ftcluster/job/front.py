@@ -70,7 +70,9 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
 
 def run_word(run_dir: str) -> Tuple[Optional[str], bool]:
     """What a run's events say of it: the run folder of its successor (the last one submitted,
-    if any), and whether its job has ended (`done`)."""
+    if any), and whether its job has ended: a `done` after its last `job_started` (Slurm
+    requeues a preempted serving job, which then starts again after its earlier attempt's
+    `done`)."""
     nxt, done = None, False
     try:
         with open(os.path.join(run_dir, "state", "events")) as f:
@@ -80,6 +82,8 @@ def run_word(run_dir: str) -> Tuple[Optional[str], bool]:
                     nxt = words[4]
                 elif words[1:2] == ["done"]:
                     done = True
+                elif words[1:2] == ["job_started"]:
+                    done = False
     except OSError:
         pass
     return nxt, done
@@ -87,9 +91,10 @@ def run_word(run_dir: str) -> Tuple[Optional[str], bool]:
 
 class Chains:
     """Each member's runs in order: its first, then a successor per hand-over or lost node. A
-    run whose job has ended says nothing more (its successor was named before its `done`), so it
-    is read once: over days of hourly hand-overs a look reads a member's live runs only, not
-    every run it ever had."""
+    run that handed over and ended says nothing more (its successor was named before its
+    `done`, and a job that ended so is not requeued), so it is read once: over days of hourly
+    hand-overs a look reads a member's live runs only, not every run it ever had. One that
+    ended with no successor is read again: preempted, Slurm may start it again."""
 
     def __init__(self) -> None:
         self.over: Dict[str, Optional[str]] = {}   # an ended run -> its successor's folder
@@ -105,7 +110,7 @@ class Chains:
                 nxt, done = self.over[here], True
             else:
                 nxt, done = run_word(here)
-                if done:
+                if done and nxt is not None:
                     self.over[here] = nxt
             chain.append((here, done))
             here = nxt

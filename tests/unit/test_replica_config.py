@@ -133,6 +133,11 @@ def test_the_front_follows_members_and_successors(tmp_path: Path) -> None:
                                                        ("n6:8060", False)]
     assert front.chains.runs(str(a)) == [(str(a), False), (str(tmp_path / "s2"), False)]
     assert front.chains.runs(str(gone)) == [(str(gone), True)]
+    # Preempted and requeued (PreemptMode=REQUEUE): the earlier attempt's `done`, then the job
+    # starts again in the same run folder and serves: a member again, not a gone one.
+    (gone / "state" / "events").write_text("1.0 job_started n6 70\n2.0 done 143\n3.0 job_started n7 70\n")
+    assert front.chains.runs(str(gone)) == [(str(gone), False)]
+    assert ("n6", 8060, 8061) in front.wanted()[0]
     cfg = front.config(ups)
     dials = [u["dial"] for r in _servers(cfg)["grpc"]["routes"] for h in r["handle"] if h["handler"] == "reverse_proxy"
              for u in h["upstreams"]]
