@@ -234,9 +234,11 @@ def follow_job(follower: Follower, watch: JobWatch, emit: Callable[[LogSource, s
         if relabel is not None and now >= relabel_at and any(s.label.endswith(" ?") for s in follower.srcs):
             relabel_at = now + LOG_LOOKUP.fast
             follower.relabel(relabel())
-        done = [e for e in watch.new_events() if e.kind == EV.done]
-        if done:
-            final.append(JobState.COMPLETED if done[-1].args[:1] == ("0",) else JobState.FAILED)
+        # The job's `done` ends it, unless the job started again after it: Slurm requeued a
+        # preempted serving job, whose earlier attempt's `done` is in its events.
+        last = [e for e in watch.new_events() if e.kind in (EV.done, EV.job_started)]
+        if last and last[-1].kind == EV.done:
+            final.append(JobState.COMPLETED if last[-1].args[:1] == ("0",) else JobState.FAILED)
             return True
         info = watch.ask()
         if info is not None and info.gone:

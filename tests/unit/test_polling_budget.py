@@ -110,6 +110,27 @@ def test_an_hour_of_logs_f_on_a_serving_run_stays_within_the_budget(tmp_path: Pa
     assert total <= 61 + 61 + 7 + 7
 
 
+def test_logs_f_on_a_run_requeued_before_follows_it_to_its_own_end(tmp_path: Path) -> None:
+    """Slurm requeued the serving job once (preempted): its events hold the earlier attempt's
+    `done`, then it started again and serves. `logs -f` follows it until its own end."""
+    world = World()
+    paths = _run(tmp_path)
+    paths.events.write_text("1 job_started n1 42\n3 serving n1:8000\n50 done 143\n90 job_started n2 42\n"
+                            "93 serving n2:8000\n")
+    log = paths.server_log(0)
+    log.write_text("started again\n")
+    world.at(30, append(log, "a request\n"))
+    world.at(60, append(paths.events, "160 done 0\n"))
+    scheduler = Scheduler(world)
+    world.at(60.5, lambda: setattr(scheduler, "ended", True))
+    shown: list[str] = []
+    watch = JobWatch(scheduler, "42", paths, world)  # type: ignore[arg-type]
+    final = follow_job(Follower([LogSource("rank0", str(log))], clock=world), watch, lambda src, line: shown.append(line))
+    watch.close()
+    assert final is JobState.COMPLETED and shown == ["started again", "a request"]
+    assert world.now >= START + 60
+
+
 class SlurmOnAClock:
     """Slurm's commands as seen by a cancel: the job runs until `ends` (virtual seconds), then
     squeue shows it no more and sacct says CANCELLED; the batch shell's TERM starts the teardown."""
