@@ -52,6 +52,22 @@ def endpoint_of(status: dict[str, Any], protocol: str, grpc_port: int | None) ->
     return Target(host, int(port))
 
 
+def next_move(st: dict[str, Any], run_id: str, endpoint: str | None) -> tuple[str, str]:
+    """What the tunnel does after the login node's `status` of the run it forwards to: ("stay",
+    ""), ("follow", RUN) -- a successor it handed over to or moved to off a lost node, or the
+    run itself where Slurm requeued it (preempted, its batch host lost) and its endpoint
+    moves -- or ("end", words) once the service ended."""
+    successor = moved_to(st)
+    if successor:
+        return "follow", successor
+    state = st.get("state")
+    if st.get("phase") == "requeued" or (state == "RUNNING" and st.get("endpoint") not in (None, endpoint)):
+        return "follow", run_id
+    if state == "RUNNING":
+        return "stay", ""
+    return "end", f"tunnel: run {run_id} ended; the tunnel ends"
+
+
 def serve_tunnel(cluster: ClusterSpec, run_id: str, local_port: int, protocol: str, remote_port: int | None,
                  said: Callable[[str], None], check_every: float, stop: threading.Event | None = None) -> int:
     """Forward 127.0.0.1:local_port to the run's endpoint until Ctrl-C, `stop`, or the service's
@@ -71,20 +87,21 @@ def serve_tunnel(cluster: ClusterSpec, run_id: str, local_port: int, protocol: s
                 said(f"tunnel: 127.0.0.1:{local_port} -> {target.host}:{target.port} through {cluster.login_host} "
                      f"({protocol}; a private run wants its token: `ftcluster token {run_id}`); Ctrl-C ends it")
                 while not stop.wait(check_every):
-                    st = ask_status(conn, cluster, run_id)
-                    successor = moved_to(st)
-                    if successor:
-                        break
-                    if st.get("state") != "RUNNING" or st.get("endpoint") != status.get("endpoint"):
-                        said(f"tunnel: run {run_id} {'moved to ' + str(st.get('endpoint')) if st.get('state') == 'RUNNING' else 'ended'}; "
-                             "the tunnel ends")
+                    move, what = next_move(ask_status(conn, cluster, run_id), run_id, status.get("endpoint"))
+                    if move == "end":
+                        said(what)
                         return 0
+                    if move == "follow":
+                        successor = what
+                        break
             if successor is None:
                 return 0
-            said(f"tunnel: run {run_id} was succeeded by run {successor}; the tunnel follows it")
+            said(f"tunnel: run {run_id} " + ("moved (Slurm requeued it)" if successor == run_id else
+                                             f"was succeeded by run {successor}") + "; the tunnel follows it")
             run_id = successor
             status = ask_status(conn, cluster, run_id)
-            # One moved off a lost node may still be starting: wait while its job may yet serve.
+            # One moved off a lost node, or requeued, may still be starting: wait while its job
+            # may yet serve.
             while status.get("state") in ("PENDING", "UNKNOWN", None) or (
                     status.get("state") == "RUNNING" and status.get("phase") != "serving"):
                 if stop.wait(check_every):

@@ -25,3 +25,29 @@ def test_unreachable_host_is_a_user_error(host: str, port: int | None) -> None:
     target = SshTarget(host=host, user="nobody", port=port or _closed_port(), identity_file=None, known_hosts=None)
     with pytest.raises(UserError, match=r"^tunnel: cannot reach "):
         connect(target, field="tunnel", timeout=5)
+
+
+def test_a_tunnel_follows_the_service_and_ends_with_it() -> None:
+    """What a tunnel does after each `status` of its run (as the login node gives it)."""
+    from ftcluster.tunnel import next_move
+
+    serving = {"state": "RUNNING", "phase": "serving", "endpoint": "n1:8000", "successor": None}
+    assert next_move(serving, "r1", "n1:8000") == ("stay", "")
+    # Handing over: stays until the successor serves, then follows it.
+    starting = {**serving, "successor": {"run_id": "r2", "handed_over": False, "failure": None}}
+    assert next_move(starting, "r1", "n1:8000") == ("stay", "")
+    assert next_move({**serving, "successor": {"run_id": "r2", "handed_over": True}}, "r1", "n1:8000") == \
+        ("follow", "r2")
+    # Off a lost node: the run ended, its successor is starting elsewhere.
+    lost = {"state": "COMPLETED", "phase": "done", "endpoint": "n1:8000",
+            "successor": {"run_id": "r2", "handed_over": False, "failure": None}}
+    assert next_move(lost, "r1", "n1:8000") == ("follow", "r2")
+    # Preempted and requeued: the same run, wherever it serves next; already serving elsewhere.
+    assert next_move({"state": "PENDING", "phase": "requeued", "successor": None}, "r1", "n1:8000") == \
+        ("follow", "r1")
+    assert next_move({**serving, "endpoint": "n3:8000"}, "r1", "n1:8000") == ("follow", "r1")
+    # Ended for good, or its hand-over failed and it ran to its end.
+    assert next_move({"state": "CANCELLED", "phase": "done", "successor": None}, "r1", "n1:8000")[0] == "end"
+    failed = {"state": "TIMEOUT", "phase": "done", "successor": {"run_id": "r2", "handed_over": False,
+                                                                 "failure": "it failed"}}
+    assert next_move(failed, "r1", "n1:8000")[0] == "end"
