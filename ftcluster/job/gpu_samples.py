@@ -148,6 +148,25 @@ def read_events(path: str, since: float = 0.0) -> List[GpuEvent]:
     return out
 
 
+# After these a GPU takes no work until it is reset (NVIDIA's Xid catalogue: a double-bit ECC
+# error, a row remapping failure, fallen off the bus, an uncontained ECC error, GSP errors),
+# which needs root on the node: a restart of the world there would fail again.
+RESET_XIDS = frozenset({48, 64, 79, 95, 119, 120})
+
+
+def needing_reset(state: str, nodes: int, hosts: List[str], since: float) -> Dict[str, str]:
+    """The nodes whose GPU recorded, at or after `since`, an event after which it needs a reset:
+    node -> the events in words."""
+    found: Dict[str, List[str]] = {}
+    for rank in range(nodes):
+        bad = [e for e in read_events(events_path(state, rank), since)
+               if e.kind == "ecc_dbe" or (e.kind == "xid" and e.data in RESET_XIDS)]
+        if bad:
+            node = hosts[rank] if rank < len(hosts) and hosts[rank] else f"rank {rank}'s node"
+            found.setdefault(node, []).extend(e.words() for e in bad[-3:])
+    return {node: ", ".join(words) for node, words in found.items()}
+
+
 def gpu_words(state: str, nodes: int, max_age: float = 120.0) -> str:
     """Each rank's node's GPUs as last sampled, for a failure message: a hung world whose GPUs
     stay busy is spinning in a collective, one whose GPUs idle waits on a rank; uncorrected ECC

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import JobConfig
-from .gpu_samples import event_words, gpu_words
+from .gpu_samples import event_words, gpu_words, needing_reset
 from .handover import HandOver
 from .liveness import Liveness
 from .metrics import Sampler
@@ -593,8 +593,9 @@ class Job:
             if cause is None:
                 return
             faults.fault(cause, time.monotonic())
-            if self.handover is not None and self.node_lost():
-                self.relocate(faults.counted)
+            leave = self.nodes_to_leave() if self.handover is not None else None
+            if leave:
+                self.relocate(faults.counted, *leave)
                 return
             while True:
                 if len(faults.counted) > self.cfg.restarts:
@@ -630,6 +631,19 @@ class Job:
                 return bool(self.style.lost_nodes())
             time.sleep(0.02)
         return False
+
+    def nodes_to_leave(self) -> Optional[Tuple[List[str], str]]:
+        """After a fault, the nodes no restart in this allocation can use, and why: lost ones (no
+        step runs there), or ones whose GPU needs a reset after an event of this incarnation
+        (fallen off the bus, a double-bit ECC error: gpu_samples.RESET_XIDS); None: none."""
+        if self.node_lost():
+            return list(self.style.lost), "lost"
+        broken = needing_reset(self.cfg.state, self.cfg.nodes, [self.ranks.node(r) for r in range(self.cfg.nodes)],
+                               self.incarnation_since)
+        if broken:
+            words = "; ".join(f"{node}: {said}" for node, said in broken.items())
+            return sorted(broken), f"unusable until its GPU is reset: {words}"
+        return None
 
     def serve_until_fault(self) -> Optional[str]:
         """The fault that ended serving; None when the run was handed over to a successor."""
@@ -870,21 +884,20 @@ class Job:
         self.faults.restarts += 1
         self.child_env["FTC_INCARNATION"] = str(self.faults.restarts)
 
-    def relocate(self, causes: List[str]) -> None:
-        """A node is lost: no restart in this allocation can work. A successor run of the same
-        plan is submitted without it (counted as a restart), and this job ends, freeing the
-        other nodes for it."""
-        lost = self.style.lost
+    def relocate(self, causes: List[str], lost: List[str], why: str = "lost") -> None:
+        """A node is lost, or its GPU needs a reset (`why`): no restart in this allocation can
+        work. A successor run of the same plan is submitted without it (counted as a restart),
+        and this job ends, freeing the other nodes for it."""
         self.event(EV.node_lost, *lost)
-        causes[-1] += f" (node {', '.join(lost)} lost)"
+        causes[-1] += f" (node {', '.join(lost)} {why})"
         self.say(f"ftcluster: {causes[-1]}; moving the service to a new job without {', '.join(lost)}")
         if len(causes) > self.cfg.restarts:
             self.give_up(causes)
         self.kill_servers()
         assert self.handover is not None
-        why = self.handover.relocate(lost, causes)
-        if why:
-            self.fail(f"{causes[-1]}; the successor job could not be submitted: {why}", named=True)
+        failed = self.handover.relocate(lost, causes)
+        if failed:
+            self.fail(f"{causes[-1]}; the successor job could not be submitted: {failed}", named=True)
 
     def requeued(self) -> None:
         """Slurm requeued this serving job (its batch host was lost, or by hand): the earlier

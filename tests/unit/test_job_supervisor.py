@@ -296,3 +296,29 @@ def test_a_rank_s_last_error_is_what_its_server_said(tmp_path: Path) -> None:
         f.write("E1127 10:36:09.000000 1 x.cc:1] early trouble\n" + "I1127 10:36:10.000000 1 y.cc:2] fine\n" * 2000)
     assert os.path.getsize(ranks.server_log(1)) > LAST_ERROR_BYTES
     assert ranks.last_error(1) is None
+
+
+def test_a_node_whose_gpu_needs_a_reset_is_left_like_a_lost_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a fault, a node whose GPU recorded (NVML, through the node's sampler) an event after
+    which it takes no work until reset -- fallen off the bus, a double-bit ECC error -- cannot
+    serve a restart: the job moves off it as off a lost node. A contained ECC error (XID 94), or
+    an event of an earlier incarnation, is no reason to. Its node steps still run (it answers)."""
+    from ftcluster.job.gpu_samples import format_event
+
+    job = job_of(render_style("none", run_dir=tmp_path / "run").files)
+    state = Path(job.cfg.state)
+    state.mkdir(parents=True)
+    for rank, host in enumerate(("n1", "n2")):
+        (state / f"rank{rank}.host").write_text(f"{host}\n")
+    monkeypatch.setattr(job, "node_lost", lambda: False)   # every node ran its step
+    job.incarnation_since = 1000.0
+    events = state / "gpu-events-rank1"
+    events.write_text(format_event(990.0, 2, "GPU-b", "xid", 79) + format_event(1001.0, 0, "GPU-a", "xid", 94))
+    assert job.nodes_to_leave() is None
+    events.write_text(events.read_text() + format_event(1002.0, 2, "GPU-b", "xid", 79))
+    nodes, why = job.nodes_to_leave() or ([], "")
+    assert nodes == ["n2"] and why.startswith("unusable until its GPU is reset: n2: GPU 2 XID 79 (GPU has fallen off "
+                                              "the bus) at "), why
+    assert job.style.lost == []
+    (state / "gpu-events-rank0").write_text(format_event(1003.0, 1, "GPU-c", "ecc_dbe", 0))
+    assert (job.nodes_to_leave() or ([], ""))[0] == ["n1", "n2"]
