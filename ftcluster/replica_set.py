@@ -366,6 +366,11 @@ def _next_generation(store: RunStore, set_id: str, k: int) -> int:
     return max(gens) + 1 if gens else 0
 
 
+def free_indices(have: set[int], count: int) -> list[int]:
+    """The `count` lowest member indices that no member has."""
+    return [k for k in range(len(have) + count) if k not in have][:count]
+
+
 def start_member(rs: ReplicaSet, set_rec: RunRecord, k: int, store: RunStore) -> RunRecord:
     """Launch member k of a serving set (its next generation), add it to the front's members
     and wait until it is in rotation; a member that does not get there is stopped."""
@@ -395,8 +400,7 @@ def scale(set_rec: RunRecord, replicas: int, progress: Progress | None = None) -
     if replicas > len(have):
         rs = recorded_set(set_rec, progress=progress)
         rs.problems_for(replicas)
-        free = [k for k in range(replicas + len(have)) if k not in have][: replicas - len(have)]
-        for k in free:
+        for k in free_indices(set(have), replicas - len(have)):
             rec = start_member(rs, set_rec, k, store)
             done.append(f"replica {k} started: run {rec.run_id} (job {rec.job_id})")
     for k in reversed(have[replicas:]):
@@ -425,8 +429,7 @@ def rolling_restart(set_rec: RunRecord, model_path: str | None = None, image: st
     for m in members:
         k = int(m["replica"])
         if surge:
-            have = {int(x["replica"]) for x in read_members(set_dir)}
-            new = min(i for i in range(len(have) + 1) if i not in have)
+            (new,) = free_indices({int(x["replica"]) for x in read_members(set_dir)}, 1)
             rec = start_member(rs, set_rec, new, store)
             done.append(f"replica {new}: run {rec.run_id} (job {rec.job_id}) in rotation in place of replica {k}")
         for r in stop_set(set_rec, store, k):

@@ -23,10 +23,11 @@ def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     from ftcluster.observe import run_view
     from ftcluster.status import moved_to, run_status
 
+    store = RunStore()
     st = run_status(rec)
     seen = {rec.run_id}
     while (nxt := moved_to(st)) is not None and nxt not in seen:
-        later = RunStore().exact(nxt)
+        later = store.exact(nxt)
         if later is None:
             break
         seen.add(nxt)
@@ -34,7 +35,6 @@ def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     runs = []
     members = st["replicas"] if st.get("replicas") is not None else [
         {"replica": None, "run_id": rec.run_id, "in_rotation": None}]
-    store = RunStore()
     for m in members:
         mrec = store.exact(str(m["run_id"])) or rec
         ms = run_status(mrec) if mrec is not rec else st

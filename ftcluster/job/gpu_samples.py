@@ -24,7 +24,7 @@ import csv
 import io
 import os
 import time
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .names import FILES
 
@@ -154,15 +154,23 @@ def read_events(path: str, since: float = 0.0) -> List[GpuEvent]:
 RESET_XIDS = frozenset({48, 64, 79, 95, 119, 120})
 
 
+def events_by_rank(state: str, nodes: int, hosts: List[str],
+                   since: float) -> Iterator[Tuple[int, str, List[GpuEvent]]]:
+    """(rank, its node's name, the events it recorded at or after `since`) of each rank that
+    recorded any."""
+    for rank in range(nodes):
+        events = read_events(events_path(state, rank), since)
+        if events:
+            yield rank, hosts[rank] if rank < len(hosts) and hosts[rank] else f"rank {rank}'s node", events
+
+
 def needing_reset(state: str, nodes: int, hosts: List[str], since: float) -> Dict[str, str]:
     """The nodes whose GPU recorded, at or after `since`, an event after which it needs a reset:
     node -> the events in words."""
     found: Dict[str, List[str]] = {}
-    for rank in range(nodes):
-        bad = [e for e in read_events(events_path(state, rank), since)
-               if e.kind == "ecc_dbe" or (e.kind == "xid" and e.data in RESET_XIDS)]
+    for _, node, events in events_by_rank(state, nodes, hosts, since):
+        bad = [e for e in events if e.kind == "ecc_dbe" or (e.kind == "xid" and e.data in RESET_XIDS)]
         if bad:
-            node = hosts[rank] if rank < len(hosts) and hosts[rank] else f"rank {rank}'s node"
             found.setdefault(node, []).extend(e.words() for e in bad[-3:])
     return {node: ", ".join(words) for node, words in found.items()}
 
@@ -194,10 +202,7 @@ def event_words(state: str, nodes: int, hosts: List[str], since: float) -> str:
     """The XID and ECC events each rank's node recorded since `since`, for a failure message
     ("" without any): the last three of a node, newest last."""
     said = []
-    for rank in range(nodes):
-        events = read_events(events_path(state, rank), since)
-        if events:
-            node = hosts[rank] if rank < len(hosts) and hosts[rank] else f"rank {rank}'s node"
-            more = f" (and {len(events) - 3} earlier)" if len(events) > 3 else ""
-            said.append(f"{node} (rank {rank}): " + ", ".join(e.words() for e in events[-3:]) + more)
+    for rank, node, events in events_by_rank(state, nodes, hosts, since):
+        more = f" (and {len(events) - 3} earlier)" if len(events) > 3 else ""
+        said.append(f"{node} (rank {rank}): " + ", ".join(e.words() for e in events[-3:]) + more)
     return "; ".join(said)

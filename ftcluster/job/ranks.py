@@ -135,6 +135,10 @@ class RankFiles:
     def node(self, rank: int) -> str:
         return (self.read(rank, "host") or "").strip() or "?"
 
+    def hosts(self) -> List[str]:
+        """Each rank's node, rank 0 first ("?" where none is recorded)."""
+        return [self.node(r) for r in range(self.nodes)]
+
     def exit(self, rank: int) -> Optional[Tuple[str, float, str]]:
         """state/rank<R>.exit (rank_server.sh): (code, time, how), or None while there is none."""
         text = self.read(rank, "exit")

@@ -256,7 +256,7 @@ class Job:
     def gpu_events_said(self) -> str:
         """The XID and ECC events the nodes' samplers recorded in this incarnation, for a failure
         message: a GPU that fell off the bus explains a rank's death or a hung world."""
-        said = event_words(self.cfg.state, self.cfg.nodes, [self.ranks.node(r) for r in range(self.cfg.nodes)],
+        said = event_words(self.cfg.state, self.cfg.nodes, self.ranks.hosts(),
                            self.incarnation_since)
         return f"; GPU events: {said}" if said else ""
 
@@ -638,7 +638,7 @@ class Job:
         (fallen off the bus, a double-bit ECC error: gpu_samples.RESET_XIDS); None: none."""
         if self.node_lost():
             return list(self.style.lost), "lost"
-        broken = needing_reset(self.cfg.state, self.cfg.nodes, [self.ranks.node(r) for r in range(self.cfg.nodes)],
+        broken = needing_reset(self.cfg.state, self.cfg.nodes, self.ranks.hosts(),
                                self.incarnation_since)
         if broken:
             words = "; ".join(f"{node}: {said}" for node, said in broken.items())
@@ -884,7 +884,7 @@ class Job:
         self.faults.restarts += 1
         self.child_env["FTC_INCARNATION"] = str(self.faults.restarts)
 
-    def relocate(self, causes: List[str], lost: List[str], why: str = "lost") -> None:
+    def relocate(self, causes: List[str], lost: List[str], why: str) -> None:
         """A node is lost, or its GPU needs a reset (`why`): no restart in this allocation can
         work. A successor run of the same plan is submitted without it (counted as a restart),
         and this job ends, freeing the other nodes for it."""
