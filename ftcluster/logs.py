@@ -218,32 +218,49 @@ def follow(follower: Follower, job_ended: Callable[[], bool], emit: Callable[[Lo
 
 
 def follow_job(follower: Follower, watch: JobWatch, emit: Callable[[LogSource, str], None],
-               relabel: Callable[[], list[LogSource]] | None = None) -> JobState | None:
+               relabel: Callable[[], list[LogSource]] | None = None,
+               notice: Callable[[str], None] | None = None) -> JobState | None:
     """`logs -f`: follow until the job's `done` or until the scheduler says it is gone; the
     job's final state (None when neither told). `relabel` gives the sources again with what is
-    known now (a rank's node, once it started): asked every second while a label lacks it."""
+    known now (a rank's node, once it started): asked every second while a label lacks it.
+
+    A job told to stop (its `interrupted`) may be one Slurm requeues (preemption, `scontrol
+    requeue`): after its `done` the scheduler is asked, and a job back in the queue is followed
+    into its next attempt (`notice` says so once per requeue)."""
     from ftcluster.events import EV
     from ftcluster.slurm import JobState
 
     final: list[JobState] = []
     relabel_at = 0.0
+    # This attempt of the job: told to stop, its `done`, seen back in the queue.
+    interrupted, requeued = False, False
+    done: JobState | None = None
 
     def ended() -> bool:
-        nonlocal relabel_at
+        nonlocal relabel_at, interrupted, done, requeued
         now = watch.clock.monotonic()
         if relabel is not None and now >= relabel_at and any(s.label.endswith(" ?") for s in follower.srcs):
             relabel_at = now + LOG_LOOKUP.fast
             follower.relabel(relabel())
-        # The job's `done` ends it, unless the job started again after it: Slurm requeued a
-        # preempted serving job, whose earlier attempt's `done` is in its events.
-        last = [e for e in watch.new_events() if e.kind in (EV.done, EV.job_started)]
-        if last and last[-1].kind == EV.done:
-            final.append(JobState.COMPLETED if last[-1].args[:1] == ("0",) else JobState.FAILED)
+        # One attempt of the job at a time: a later `job_started` (Slurm requeued it) begins another.
+        for e in watch.new_events():
+            if e.kind == EV.job_started:
+                interrupted, done, requeued = False, None, False
+            elif e.kind == EV.interrupted:
+                interrupted = True
+            elif e.kind == EV.done:
+                done = JobState.COMPLETED if e.args[:1] == ("0",) else JobState.FAILED
+        if done is not None and not interrupted:
+            final.append(done)
             return True
         info = watch.ask()
         if info is not None and info.gone:
-            final.append(info.state)
+            final.append(info.state if info.state.terminal else done or info.state)
             return True
+        if done is not None and info is not None and info.state is JobState.PENDING and not requeued:
+            requeued = True
+            if notice is not None:
+                notice("the job was requeued by Slurm: following its next start")
         return False
 
     follow(follower, ended, emit, watch.clock)

@@ -109,7 +109,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         watch = JobWatch(launcher_for_record(rec), rec.job_id or "", paths)
         try:
             final = follow_job(follower, watch, emit,
-                               relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step))
+                               relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step),
+                               notice=lambda words: click.echo(f"(run {rec.run_id}: {words})", err=True))
         finally:
             watch.close()
         later = successors(rec, store)

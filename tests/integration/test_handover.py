@@ -230,11 +230,14 @@ def test_a_preempted_serving_job_is_requeued_and_serves_again(slurm_cluster: Any
     """Preemption on a partition that requeues (PreemptMode=REQUEUE; `scontrol requeue` does the
     same): Slurm TERMs the job, which stops its world and ends, and puts it back in the queue;
     `status` says so while it waits, and once it starts again it serves as a restart of the same
-    run, its cause naming the preemption."""
+    run, its cause naming the preemption. A `logs -f` following the run goes on into the new
+    attempt."""
     spec = _restarting_spec(shared_tmp)
     rc, out, err = launch_json(spec, "--nodes", "2", "--keep-serving", "--no-client")
     assert rc == 0 and out["ok"], err
     run_id = out["run_id"]
+    follow = subprocess.Popen([sys.executable, "-m", "ftcluster", "logs", run_id, "-f", "--rank", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         slurm_cluster.slurm(["scontrol", "requeue", out["job_id"]])
         assert wait_for(lambda: _status(run_id)["state"] == "PENDING", 60), _status(run_id)
@@ -250,9 +253,17 @@ def test_a_preempted_serving_job_is_requeued_and_serves_again(slurm_cluster: Any
         assert st["restarts"][0]["cause"] == ("Slurm requeued the job (restart 1): it was preempted or requeued by "
                                               "hand (the earlier attempt was told to stop)")
         _assert_answers(run_id, st["endpoint"])
+        assert follow.poll() is None, follow.communicate()
     finally:
         _stop_chain(run_id)
+        try:
+            followed, said = follow.communicate(timeout=60)
+        finally:
+            follow.kill()
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+    # One stream: rank 0's log of each attempt, ended by the stop.
+    assert f"(run {run_id}: the job was requeued by Slurm: following its next start)" in said, said
+    assert followed.count("Started HTTPService") >= 2, followed[-3000:]
 
 
 def test_a_fault_while_slurmctld_is_silent_is_restarted_in_place_once_it_answers(slurm_cluster: Any,

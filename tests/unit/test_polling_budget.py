@@ -131,6 +131,58 @@ def test_logs_f_on_a_run_requeued_before_follows_it_to_its_own_end(tmp_path: Pat
     assert world.now >= START + 60
 
 
+class Requeueing(Scheduler):
+    """RUNNING, then (from `pending`) back in the queue, then RUNNING again, then gone."""
+
+    def __init__(self, clock: World, pending: tuple[float, float]):
+        super().__init__(clock)
+        self.pending = pending
+
+    def info(self, job_id: str, paths: RunPaths) -> JobInfo:
+        if not self.ended and START + self.pending[0] <= self.clock.now < START + self.pending[1]:
+            self.asked.append(self.clock.now)
+            return JobInfo(job_id, JobState.PENDING, "PENDING", reason="BeginTime", source="squeue")
+        return super().info(job_id, paths)
+
+
+@pytest.mark.parametrize("requeued", [True, False])
+def test_logs_f_follows_a_job_requeued_while_it_follows(tmp_path: Path, requeued: bool) -> None:
+    """Slurm requeues the serving job while `logs -f` follows it (preemption): the job is told to
+    stop and writes its `done`, then waits in the queue, then starts again. `logs -f` goes on into
+    the new attempt (saying so once) and ends with it. Told to stop and not requeued (`stop`,
+    scancel), it ends once the scheduler says the job is gone."""
+    world = World()
+    paths = _run(tmp_path)
+    paths.events.write_text("1 job_started n1 42\n3 serving n1:8000\n")
+    log = paths.server_log(0)
+    log.write_text("first attempt\n")
+    world.at(20, append(paths.events, "20 interrupted\n21 done 143\n"))
+    scheduler = Requeueing(world, (22, 40) if requeued else (0, 0))
+    if requeued:
+        def start_again() -> None:
+            log.unlink()                      # the earlier attempt's logs moved to incarnation-0
+            log.write_text("second attempt\n")
+            append(paths.events, "41 job_started n2 42\n44 serving n2:8000\n")()
+        world.at(41, start_again)
+        world.at(70, append(paths.events, "70 done 0\n"))
+        world.at(70.5, lambda: setattr(scheduler, "ended", True))
+    else:
+        world.at(23, lambda: setattr(scheduler, "ended", True))
+    shown: list[str] = []
+    notices: list[str] = []
+    watch = JobWatch(scheduler, "42", paths, world)  # type: ignore[arg-type]
+    final = follow_job(Follower([LogSource("rank0", str(log))], clock=world), watch,
+                       lambda src, line: shown.append(line), notice=notices.append)
+    watch.close()
+    if requeued:
+        assert final is JobState.COMPLETED and shown == ["first attempt", "second attempt"]
+        assert notices == ["the job was requeued by Slurm: following its next start"]
+        assert START + 70 <= world.now < START + 75
+    else:
+        assert final is JobState.FAILED and shown == ["first attempt"] and notices == []
+        assert START + 23 <= world.now < START + 26
+
+
 class SlurmOnAClock:
     """Slurm's commands as seen by a cancel: the job runs until `ends` (virtual seconds), then
     squeue shows it no more and sacct says CANCELLED; the batch shell's TERM starts the teardown."""
