@@ -45,7 +45,7 @@ class SlurmLauncher(Launcher):
         return Slurm.submit_command(script)
 
     def submit(self, request: Submission) -> str:
-        return self.slurm.submit(request.argv, cwd=str(request.cwd))
+        return self.slurm.submit(request.argv, cwd=str(request.cwd), clock=self.clock)
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         return self.slurm.info(job_id)

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ import pytest
 import yaml
 
 from ftcluster.job.names import FILES
+from ftcluster.runner import CommandResult, LocalRunner
+from ftcluster.slurm import Slurm
 from ftcluster.triton_probe import server_id
 from tests.launch_helpers import (
     assert_served_like_ft,
@@ -142,6 +145,49 @@ def test_launch_survives_a_crashed_daemon(spec_dir: Path, slurm_cluster: Any, da
     assert time.monotonic() - t0 < 90
     assert any(r["old_pid"] == killed[0] for r in slurm_cluster.restarts())
     _assert_clean(out)
+
+
+class _Seen(LocalRunner):
+    """The real runner, keeping each command it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[tuple[str, int]] = []
+
+    def run(self, argv: list[str], **kw: Any) -> CommandResult:
+        res = super().run(argv, **kw)
+        self.ran.append((argv[0], res.returncode))
+        return res
+
+
+def test_an_sbatch_slurmctld_did_not_answer_is_found_not_submitted_twice(slurm_cluster: Any, shared_tmp: Path) -> None:
+    """slurmctld frozen while sbatch asks (a controller restarting or overloaded): sbatch gives
+    up after MessageTimeout (10 s), but its request waits in the controller's socket and becomes
+    a job once the controller reads it. The submission finds that job (by the folder it was
+    submitted from) instead of failing with a job left behind, or leaving two."""
+    folder = shared_tmp / "unanswered"
+    folder.mkdir()
+    argv = ["sbatch", "--parsable", "-N1", "-p", "debug", "-t", "2", "-o", "/dev/null", "--wrap", "sleep 60"]
+    ctld = slurm_cluster.current_pid("slurmctld")
+    runner = _Seen()
+    os.kill(ctld, signal.SIGSTOP)
+    thaw = threading.Timer(15, os.kill, (ctld, signal.SIGCONT))
+    thaw.start()
+    try:
+        job = Slurm(runner).submit(argv, cwd=str(folder))
+    finally:
+        thaw.join()
+        os.kill(ctld, signal.SIGCONT)
+    try:
+        assert runner.ran[0][0] == "sbatch" and runner.ran[0][1] != 0, runner.ran   # it did time out
+        listed = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%Z"], capture_output=True, text=True,
+                                check=True).stdout.splitlines()
+        assert [line.split("|")[0] for line in listed if line.endswith("|" + str(folder))] == [job], listed
+    finally:
+        for line in subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%Z"], capture_output=True,
+                                   text=True).stdout.splitlines():
+            if line.endswith("|" + str(folder)):
+                subprocess.run(["scancel", line.split("|")[0]], check=False)
 
 
 def test_a_requeued_job_fails_cleanly(spec_dir: Path, slurm_cluster: Any) -> None:

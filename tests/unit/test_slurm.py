@@ -119,3 +119,67 @@ def test_a_cancel_taken_but_never_confirmed_is_not_called_done(tmp_path: Path) -
         launcher.cancel("7", RunPaths("r", tmp_path), grace=0.0)
     assert str(e.value).startswith("Slurm took the cancel of job 7 but has not answered since (squeue: error: Unable "
                                    "to contact slurm controller (connect failure)): its end is not confirmed")
+
+
+class InTurn(Scripted):
+    """Answers each program's calls in turn (its last answer repeats)."""
+
+    def __init__(self, **turns: list[tuple[int, str, str]]):
+        super().__init__()
+        self.turns = turns
+
+    def run(self, argv: list[str], *, cwd: str | None = None, timeout: float | None = 60.0) -> CommandResult:
+        self.calls.append(list(argv))
+        left = self.turns[argv[0]]
+        code, out, err = left.pop(0) if len(left) > 1 else left[0]
+        return CommandResult(tuple(argv), code, out, err)
+
+
+SBATCH_TIMED_OUT = (1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation")
+
+
+@pytest.mark.parametrize(("message", "silent"), [
+    (SBATCH_TIMED_OUT[2], True),
+    ("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)", True),
+    ("timed out after 120s", True),   # the runner's own limit
+    ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+     False),
+    ("sbatch: error: Batch job submission failed: Requested node configuration is not available", False),
+])
+def test_a_silent_controller_is_told_from_a_refusal(message: str, silent: bool) -> None:
+    from ftcluster.slurm import unanswered
+
+    assert unanswered(message) is silent
+
+
+def test_an_unanswered_sbatch_whose_job_turns_up_late_leaves_one_job() -> None:
+    """sbatch timed out; squeue, answering again, shows no job from the folder twice, so sbatch
+    runs again, and then the first request's job is there too: the later job is cancelled and
+    the first returned. (The bed's test covers the usual order: the first job found.)"""
+    folder = "/shared/runs/r1"
+    clock = FakeClock(0)
+    runner = InTurn(sbatch=[SBATCH_TIMED_OUT, (0, "12\n", "")],
+                    squeue=[(1, "", "squeue: error: Socket timed out on send/recv operation"), (0, "", ""),
+                            (0, "9|/elsewhere\n", ""), (0, f"9|/elsewhere\n11|{folder}\n12|{folder}\n", "")],
+                    scancel=[(0, "", "")])
+    assert Slurm(runner).submit(["sbatch", "--parsable", "job.sbatch"], cwd=folder, clock=clock) == "11"
+    assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "squeue", "squeue", "sbatch", "squeue", "scancel"]
+    assert runner.calls[-1] == ["scancel", "12"]
+
+
+def test_an_sbatch_slurm_never_answers_says_a_job_may_exist() -> None:
+    clock = FakeClock(0)
+    runner = InTurn(sbatch=[SBATCH_TIMED_OUT], squeue=[(1, "", "squeue: error: Socket timed out on send/recv operation")])
+    with pytest.raises(LaunchError) as e:
+        Slurm(runner).submit(["sbatch", "--parsable", "job.sbatch"], cwd="/shared/runs/r1", clock=clock, patience=60)
+    assert "a job may have been submitted from /shared/runs/r1" in str(e.value)
+    assert [c[0] for c in runner.calls].count("sbatch") == 1 and 60 <= clock.monotonic() < 70
+
+
+def test_a_refused_sbatch_is_a_user_error_at_once() -> None:
+    from ftcluster.errors import UserError
+
+    runner = InTurn(sbatch=[(1, "", "sbatch: error: Batch job submission failed: Invalid partition name specified")])
+    with pytest.raises(UserError) as e:
+        Slurm(runner).submit(["sbatch", "--parsable", "job.sbatch"], cwd="/shared/runs/r1", clock=FakeClock(0))
+    assert "Invalid partition name" in str(e.value) and [c[0] for c in runner.calls] == ["sbatch"]
