@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scale": ("commands_replicas", "Change a replica set's number of members while it serves."),
     "restart": ("commands_replicas", "Restart a replica set one member at a time, optionally with a new model or image."),
     "top": ("commands_top", "A serving run's requests/s, latency (mean, p50, p99), queue, GPUs, health and restarts, refreshed (default: the newest run)."),
-    "report": ("commands_report", "A serving run's history from its samples: throughput, latency, GPUs, restarts (default: the newest run)."),
+    "report": ("commands_report", "A service's history from its samples: throughput, latency, GPUs, restarts, outages (default: the newest run)."),
     "token": ("commands_runs", "Print a private run's token, which its clients send (default: the newest run)."),
     "tunnel": ("commands_tunnel", "Forward a local port through the login node to a run's endpoint (default: the newest run)."),
     "list": ("commands_runs", "Runs recorded in the local store, newest last, with the job state of those still live."),

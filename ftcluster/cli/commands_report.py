@@ -19,26 +19,38 @@ from ftcluster.store import RunStore
                    "(the `plot` extra: matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print the series as JSON.")
 def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
-    """A serving run's history from its samples: throughput, latency, GPUs, restarts (default: the newest run).
+    """A service's history from its samples: throughput, latency, GPUs, restarts, outages (default: the newest run).
+
+    A run that handed over (its time limit, a lost node) is reported with its successors: the
+    service's runs joined, its moves, and each outage with its cause.
 
     \b
     Examples:
       ftcluster report gpt-20261121-101500-ab12 --plot gpt.png
       ftcluster report --json > history.json
     """
-    from ftcluster.documents import document
-    from ftcluster.report import history, plot
+    import time
 
-    rec = RunStore().get(run)
+    from ftcluster.documents import document
+    from ftcluster.report import plot, service_history, summary
+    from ftcluster.status import live_states, successors
+
+    store = RunStore()
+    rec = store.get(run)
     if forward_record(rec, ["report", rec.run_id] + (["--json"] if as_json else [])):
         return
-    hist = history(Path(rec.run_dir), rec.nodes)
+    chain = [rec, *successors(rec, store)]
+    info = live_states([chain[-1]]).get(chain[-1].run_id)
+    hist = service_history([(r.run_id, Path(r.run_dir), r.nodes) for r in chain],
+                           live=info is not None and not info.gone, now=time.time())
     if plot_path:
-        plot(hist, f"run {rec.run_id}", plot_path)
+        plot(hist, f"run {rec.run_id}" + (f" to {chain[-1].run_id}" if len(chain) > 1 else ""), plot_path)
     if as_json:
         echo_json(document("report", {"run_id": rec.run_id, **hist}))
-    elif plot_path:
-        click.echo(f"wrote {plot_path} ({hist['samples']} samples, {len(hist['restarts'])} restarts)")
-    else:
-        click.echo(f"run {rec.run_id}: {hist['samples']} samples; models {', '.join(hist['models']) or 'none yet'}; "
-                   f"{len(hist['restarts'])} restarts (--plot FILE.png to see them, --json for the series)")
+        return
+    if plot_path:
+        click.echo(f"wrote {plot_path}")
+    for line in summary(rec.run_id, hist):
+        click.echo(line)
+    if not plot_path:
+        click.echo("(--plot FILE.png to see it, --json for the series)")
