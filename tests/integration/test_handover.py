@@ -108,6 +108,11 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
         # `top` of the first run shows the service: the successor that serves it now.
         top = ftcluster("top", run_id, "--json")
         assert top.returncode == 0 and json.loads(top.stdout)["run_id"] == successor["run_id"], top.stdout + top.stderr
+        # `report` of the first run: both runs, one move, and no outage (they overlapped).
+        rep = json.loads(ftcluster("report", run_id, "--json").stdout)
+        assert [r["run_id"] for r in rep["runs"]] == [run_id, successor["run_id"]], rep["runs"]
+        assert rep["moves"][0]["cause"] == "time limit" and rep["availability"]["outages"] == [], rep
+        assert rep["availability"]["fraction"] == 1.0, rep["availability"]
     finally:
         _stop_chain(run_id)
         try:
@@ -192,6 +197,12 @@ def test_a_lost_node_moves_the_service_to_a_new_job_without_it(slurm_cluster: An
             assert job["carried_faults"][0].endswith(f"(node {lost} lost)"), job["carried_faults"]
             assert job["service"] == run_id   # its metrics targets' ftcluster_service: the first run's
             _assert_answers(run_id, new["endpoint"])
+            # `report` of the first run: the service's two runs, its move, its one outage.
+            rep = json.loads(ftcluster("report", run_id, "--json").stdout)
+            assert [r["run_id"] for r in rep["runs"]] == [run_id, new["run_id"]], rep["runs"]
+            assert rep["moves"][0]["cause"] == f"node lost: {lost}", rep["moves"]
+            (outage,) = rep["availability"]["outages"]
+            assert 0 < outage["seconds"] < 120 and rep["availability"]["fraction"] < 1, rep["availability"]
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
