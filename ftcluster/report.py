@@ -11,6 +11,7 @@ service answered (from each run's `ready` to the event that ended it) and when i
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +33,20 @@ def _lines(path: Path) -> list[str]:
     return [ln for ln in out if ln.strip() and not ln.startswith("#")]
 
 
-def history(run_dir: Path, nodes: int) -> dict[str, Any]:
-    """The `report` object's body: series over time (epoch seconds)."""
+def _samples(run_dir: Path) -> list[dict[str, Any]]:
+    """Rank 0's metrics samples, the kept older part first."""
     samples = []
     for line in _lines(run_dir / "state" / FILES.metrics):
         try:
             samples.append(json.loads(line))
         except ValueError:
             continue
+    return samples
+
+
+def history(run_dir: Path, nodes: int) -> dict[str, Any]:
+    """The `report` object's body: series over time (epoch seconds)."""
+    samples = _samples(run_dir)
     models: dict[str, dict[str, list[Any]]] = {}
     for prev, cur in zip(samples, samples[1:]):
         for r in rates(prev, cur):
@@ -91,17 +98,27 @@ def _words(e: Event) -> str:
     return " ".join(a) or e.kind
 
 
-def serving_spans(events: list[Event], until: float | None) -> list[tuple[float, float, str]]:
+def serving_spans(events: list[Event], until: float | None,
+                  alive: Sequence[float] = ()) -> list[tuple[float, float, str]]:
     """When the run answered: (from its `ready`, to the event that ended it, that event in
-    words); a span still open ends at `until` (None: left out)."""
+    words); a span still open ends at `until` (None: left out). A job that started again with a
+    span open (Slurm requeued it after its batch host was lost: nothing could say so) ended
+    unheard: at its last sign of life, the latest of its events and `alive` (its metrics
+    samples' times) before the new start."""
     spans: list[tuple[float, float, str]] = []
     since: float | None = None
+    last = 0.0
     for e in events:
         if e.kind == EV.ready and since is None:
             since = e.time
         elif e.kind in _ENDS_SERVING and since is not None:
             spans.append((since, e.time, _words(e)))
             since = None
+        elif e.kind == EV.job_started and since is not None:
+            end = max([last, since] + [t for t in alive if t < e.time])
+            spans.append((since, end, "the job ended unheard (its batch host lost); Slurm requeued it"))
+            since = None
+        last = e.time
     if since is not None and until is not None:
         spans.append((since, max(since, until), "still serving"))
     return spans
@@ -136,39 +153,49 @@ def availability(spans: list[tuple[float, float, str]], until: float | None) -> 
             "fraction": round(served / span, 6) if span > 0 else None, "outages": outages}
 
 
-def service_history(runs: list[tuple[str, Path, int]], live: bool, now: float) -> dict[str, Any]:
-    """`report` of a chain of runs (run id, folder, nodes), oldest first; `live`: its last run
-    still has a job (its open span runs to `now`; an ended run's to the last thing it wrote)."""
+Run = tuple[str, Path, int]   # a run's id, folder and node count
+
+
+def service_history(chains: list[tuple[list[Run], bool]], now: float) -> dict[str, Any]:
+    """`report` of a service: each chain of runs (oldest first) with whether its last run
+    still has a job (its open span runs to `now`; an ended run's to the last thing it wrote).
+    One chain for a run that moved; a replica set's members, one chain each: the set answers
+    while any one does."""
     joined: dict[str, Any] = {"samples": 0, "models": {}, "gpus": {}, "gpu_events": [], "restarts": [],
                               "runs": [], "moves": []}
     spans: list[tuple[float, float, str]] = []
-    for k, (run_id, run_dir, nodes) in enumerate(runs):
-        hist = history(run_dir, nodes)
-        events_file = run_dir / "state" / FILES.events
-        events = parse_events(events_file.read_text()) if events_file.is_file() else []
-        seen = max([e.time for e in events] + [t for m in hist["models"].values() for t in m["t"]] + [0.0])
-        until = now if live and k == len(runs) - 1 else seen
-        mine = serving_spans(events, until)
-        spans += mine
-        joined["runs"].append({"run_id": run_id, "from": events[0].time if events else None, "to": until,
-                               "served_s": round(sum(e - s for s, e, _ in mine), 3)})
-        joined["samples"] += hist["samples"]
-        for key in ("models", "gpus"):
-            for name, series in hist[key].items():
-                into = joined[key].setdefault(name, {k2: [] for k2 in series} | {"run": []})
-                for k2, values in series.items():
-                    into[k2] += values
-                into["run"] += [run_id] * len(next(iter(series.values())))
-        joined["gpu_events"] += [{**e, "run": run_id} for e in hist["gpu_events"]]
-        joined["restarts"] += [{**r, "run": run_id} for r in hist["restarts"]]
-        if k + 1 < len(runs):
-            moved = [e for e in events if e.kind in (EV.handed_over, EV.node_lost, EV.successor_submitted)]
-            at = next((e for e in moved if e.kind != EV.successor_submitted), moved[-1] if moved else None)
-            joined["moves"].append({"t": at.time if at else None, "from": run_id, "to": runs[k + 1][0],
-                                    "cause": "time limit" if at is None or at.kind != EV.node_lost else _words(at)})
+    for runs, live in chains:
+        for k, (run_id, run_dir, nodes) in enumerate(runs):
+            hist = history(run_dir, nodes)
+            events = _events(run_dir)
+            seen = max([e.time for e in events] + [t for m in hist["models"].values() for t in m["t"]] + [0.0])
+            until = now if live and k == len(runs) - 1 else seen
+            mine = serving_spans(events, until, alive=[x["t"] for x in _samples(run_dir)])
+            spans += mine
+            joined["runs"].append({"run_id": run_id, "from": events[0].time if events else None, "to": until,
+                                   "served_s": round(sum(e - s for s, e, _ in mine), 3)})
+            joined["samples"] += hist["samples"]
+            for key in ("models", "gpus"):
+                for name, series in hist[key].items():
+                    into = joined[key].setdefault(name, {k2: [] for k2 in series} | {"run": []})
+                    for k2, values in series.items():
+                        into[k2] += values
+                    into["run"] += [run_id] * len(next(iter(series.values())))
+            joined["gpu_events"] += [{**e, "run": run_id} for e in hist["gpu_events"]]
+            joined["restarts"] += [{**r, "run": run_id} for r in hist["restarts"]]
+            if k + 1 < len(runs):
+                moved = [e for e in events if e.kind in (EV.handed_over, EV.node_lost, EV.successor_submitted)]
+                at = next((e for e in moved if e.kind != EV.successor_submitted), moved[-1] if moved else None)
+                joined["moves"].append({"t": at.time if at else None, "from": run_id, "to": runs[k + 1][0],
+                                        "cause": "time limit" if at is None or at.kind != EV.node_lost else _words(at)})
     joined["gpu_events"].sort(key=lambda e: e["t"])
-    joined["availability"] = availability(spans, now if live else None)
+    joined["availability"] = availability(spans, now if any(live for _, live in chains) else None)
     return joined
+
+
+def _events(run_dir: Path) -> list[Event]:
+    events_file = run_dir / "state" / FILES.events
+    return parse_events(events_file.read_text()) if events_file.is_file() else []
 
 
 def duration(seconds: float) -> str:

@@ -22,7 +22,8 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
     """A service's history from its samples: throughput, latency, GPUs, restarts, outages (default: the newest run).
 
     A run that handed over (its time limit, a lost node) is reported with its successors: the
-    service's runs joined, its moves, and each outage with its cause.
+    service's runs joined, its moves, and each outage with its cause. A replica set's endpoint
+    answers while its balancer serves and any one member answers (every member it ever had).
 
     \b
     Examples:
@@ -39,12 +40,21 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
     rec = store.get(run)
     if forward_record(rec, ["report", rec.run_id] + (["--json"] if as_json else [])):
         return
-    chain = [rec, *successors(rec, store)]
-    info = live_states([chain[-1]]).get(chain[-1].run_id)
-    hist = service_history([(r.run_id, Path(r.run_dir), r.nodes) for r in chain],
-                           live=info is not None and not info.gone, now=time.time())
+    if rec.style == "front":
+        # A replica set: each member's chain (every member it ever had), behind its balancer.
+        members = [r for r in store.all() if r.replica_of == rec.run_id]
+        firsts = [r for r in members if r.predecessor is None or all(m.run_id != r.predecessor for m in members)]
+        chains = [[first, *successors(first, store)] for first in firsts]
+    else:
+        chains = [[rec, *successors(rec, store)]]
+    states = live_states([chain[-1] for chain in chains])
+    hist = service_history([([(r.run_id, Path(r.run_dir), r.nodes) for r in chain],
+                             chain[-1].run_id in states and not states[chain[-1].run_id].gone) for chain in chains],
+                           now=time.time())
     if plot_path:
-        plot(hist, f"run {rec.run_id}" + (f" to {chain[-1].run_id}" if len(chain) > 1 else ""), plot_path)
+        title = f"replica set {rec.run_id} ({len(chains)} members)" if rec.style == "front" else \
+            f"run {rec.run_id}" + (f" to {chains[0][-1].run_id}" if len(chains[0]) > 1 else "")
+        plot(hist, title, plot_path)
     if as_json:
         echo_json(document("report", {"run_id": rec.run_id, **hist}))
         return

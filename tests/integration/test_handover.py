@@ -232,6 +232,10 @@ def test_a_lost_batch_host_is_requeued_by_slurm_and_serves_again(slurm_cluster: 
             assert st["restarts"][-1]["cause"].startswith("Slurm requeued the job (restart 1): its batch host was lost")
             _assert_answers(run_id, st["endpoint"])
             assert (Path(out["run_dir"]) / "logs" / "incarnation-0" / "rank0.host").is_file()
+            # `report`: one outage, from the lost attempt's last sign of life to the new ready.
+            rep = json.loads(ftcluster("report", run_id, "--json").stdout)
+            (outage,) = rep["availability"]["outages"]
+            assert outage["cause"].startswith("the job ended unheard") and 30 < outage["seconds"] < 150, outage
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)

@@ -136,6 +136,11 @@ def test_two_replicas_lose_no_request(tmp_path: Path) -> None:
         assert all(m["run_id"].split("-r")[-1] in ("0.1", "1.2", "1.1", "0.2") for m in st["replicas"]), st
         logs = ftcluster("logs", set_id, "--replica", "1", "--tail", "5")
         assert logs.returncode == 0, logs.stderr
+        # `report` of the set: every member it had, and, as the load saw, no outage: each fault
+        # and each replacement had another member answering.
+        rep = json.loads(ftcluster("report", set_id, "--json").stdout)
+        assert len(rep["runs"]) == 6 and len(rep["restarts"]) == 2, rep["runs"]
+        assert rep["availability"]["outages"] == [] and rep["availability"]["fraction"] == 1.0, rep["availability"]
     finally:
         stopped = ftcluster("stop", set_id, timeout=240)
     assert stopped.returncode == 0, stopped.stderr

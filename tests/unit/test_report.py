@@ -37,7 +37,7 @@ def _runs(tmp_path: Path, c_tail: str = "") -> list[tuple[str, Path, int]]:
 
 
 def test_a_service_that_moved_twice_answered_all_but_its_two_outages(tmp_path: Path) -> None:
-    hist = service_history(_runs(tmp_path), live=True, now=2000.0)
+    hist = service_history([(_runs(tmp_path), True)], now=2000.0)
     av = hist["availability"]
     # Answering: 110-200, 230-1500 (A and B overlap at the hand-over), 1620-now.
     assert (av["since"], av["until"], av["served_s"], av["span_s"]) == (110.0, 2000.0, 1740.0, 1890.0)
@@ -55,10 +55,10 @@ def test_a_service_that_moved_twice_answered_all_but_its_two_outages(tmp_path: P
 
 def test_a_service_not_answering_now_has_an_open_outage_and_an_ended_one_none(tmp_path: Path) -> None:
     runs = _runs(tmp_path, c_tail="1900 restarting 1 rank 0 did not answer\n")
-    live = service_history(runs, live=True, now=2000.0)["availability"]
+    live = service_history([(runs, True)], now=2000.0)["availability"]
     assert live["outages"][-1] == {"from": 1900.0, "to": 2000.0, "seconds": 100.0, "cause": "rank 0 did not answer"}
     # Ended (its job gone): up to where it stopped answering, no trailing outage.
-    ended = service_history(runs, live=False, now=5000.0)["availability"]
+    ended = service_history([(runs, False)], now=5000.0)["availability"]
     assert ended["until"] == 1900.0 and len(ended["outages"]) == 2
 
 
@@ -113,3 +113,32 @@ def test_report_of_the_first_run_covers_the_service(tmp_path: Path) -> None:
     assert drawn.returncode == 0, drawn.stderr
     img = imread(str(tmp_path / "service.png"))
     assert img.shape[0] > 200 and float(img.std()) > 0.01
+
+
+def test_a_batch_host_lost_ends_the_span_at_its_last_sign_of_life() -> None:
+    """The batch host lost: the job could write nothing; Slurm requeued it and it started
+    again. The earlier attempt answered until its last metrics sample, not until the new start."""
+    events = parse_events("1 job_started n1 7\n5 ready n1:8000\n6 serving n1:8000\n"
+                          "200 job_started n2 7\n260 ready n2:8000\n")
+    spans = serving_spans(events, until=300.0, alive=[20.0, 35.0, 50.0, 205.0, 290.0])
+    assert [(s, e) for s, e, _ in spans] == [(5.0, 50.0), (260.0, 300.0)]
+    assert "unheard" in spans[0][2]
+    # No sample: its last event.
+    assert serving_spans(events, until=300.0)[0][:2] == (5.0, 6.0)
+
+
+def test_a_replica_sets_members_answer_for_it_while_any_one_does(tmp_path: Path) -> None:
+    runs = {"m0": "1 job_started n1 7\n10 ready n1:8000\n100 rank_failed 0 n1 137\n101 restarting 1 rank 0 died\n"
+                  "140 ready n1:8000\n",
+            "m1": "1 job_started n2 8\n30 ready n2:8000\n120 interrupted\n125 done 143\n",
+            "m2": "110 job_started n3 9\n130 ready n3:8000\n"}
+    chains = []
+    for name, text in runs.items():
+        (tmp_path / name / "state").mkdir(parents=True)
+        (tmp_path / name / "state" / "events").write_text(text)
+        chains.append(([(name, tmp_path / name, 1)], name != "m1"))
+    av = service_history(chains, now=200.0)["availability"]
+    # m0 down 100-140, covered by m1 (to 120) and m2 (from 130): one outage, 120-130.
+    assert (av["since"], av["served_s"], av["span_s"]) == (10.0, 180.0, 190.0)
+    assert [(o["from"], o["to"]) for o in av["outages"]] == [(120.0, 130.0)]
+    assert av["outages"][0]["cause"].startswith("the job was told to stop")
