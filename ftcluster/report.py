@@ -46,7 +46,10 @@ def _samples(run_dir: Path) -> list[dict[str, Any]]:
 
 def history(run_dir: Path, nodes: int) -> dict[str, Any]:
     """The `report` object's body: series over time (epoch seconds)."""
-    samples = _samples(run_dir)
+    return _history(run_dir, nodes, _samples(run_dir), _events(run_dir))
+
+
+def _history(run_dir: Path, nodes: int, samples: list[dict[str, Any]], events: list[Event]) -> dict[str, Any]:
     models: dict[str, dict[str, list[Any]]] = {}
     for prev, cur in zip(samples, samples[1:]):
         for r in rates(prev, cur):
@@ -68,8 +71,6 @@ def history(run_dir: Path, nodes: int) -> dict[str, Any]:
                 s[key].append(rec[key])
         gpu_events += [{"rank": rank, **e._asdict(), "words": e.words()}
                        for e in read_events(str(run_dir / "state" / FILES.gpu_events.format(r=rank)))]
-    events_file = run_dir / "state" / FILES.events
-    events = parse_events(events_file.read_text()) if events_file.is_file() else []
     restarts = [{"t": e.time, "cause": " ".join(e.args[1:])} for e in events if e.kind == EV.restarting]
     return {"samples": len(samples), "models": models, "gpus": gpus, "gpu_events": sorted(gpu_events, key=lambda e: e["t"]),
             "restarts": restarts}
@@ -166,11 +167,11 @@ def service_history(chains: list[tuple[list[Run], bool]], now: float) -> dict[st
     spans: list[tuple[float, float, str]] = []
     for runs, live in chains:
         for k, (run_id, run_dir, nodes) in enumerate(runs):
-            hist = history(run_dir, nodes)
-            events = _events(run_dir)
-            seen = max([e.time for e in events] + [t for m in hist["models"].values() for t in m["t"]] + [0.0])
-            until = now if live and k == len(runs) - 1 else seen
-            mine = serving_spans(events, until, alive=[x["t"] for x in _samples(run_dir)])
+            samples, events = _samples(run_dir), _events(run_dir)
+            hist = _history(run_dir, nodes, samples, events)
+            alive = [x["t"] for x in samples if isinstance(x.get("t"), (int, float))]
+            until = now if live and k == len(runs) - 1 else max([e.time for e in events] + alive + [0.0])
+            mine = serving_spans(events, until, alive)
             spans += mine
             joined["runs"].append({"run_id": run_id, "from": events[0].time if events else None, "to": until,
                                    "served_s": round(sum(e - s for s, e, _ in mine), 3)})
