@@ -137,9 +137,9 @@ class Slurm:
                     raise LaunchError(f"sbatch printed no job id: {res.stdout.strip()!r}")
                 if unanswered_before:
                     # The first job stays: a later one is still pending, and wrote nothing yet.
-                    found = self._submitted_from(cwd, clock, deadline, "") | {job_id}
-                    job_id = min(found, key=int)
-                    for extra in found - {job_id}:
+                    jobs = (self._submitted_from(cwd, clock, clock.monotonic() + 30) or set()) | {job_id}
+                    job_id = min(jobs, key=int)
+                    for extra in jobs - {job_id}:
                         self.cancel(extra)
                 return job_id
             if res.returncode == 127:
@@ -149,18 +149,22 @@ class Slurm:
                 raise UserError(f"sbatch refused the job: {msg}", field="cluster",
                                 hint="check partition, account, node count and time limit")
             unanswered_before = True
-            found = self._submitted_from(cwd, clock, deadline, msg)
-            if not found:
+            found = self._submitted_from(cwd, clock, deadline)
+            if found == set():
                 clock.sleep(SUBMIT_SETTLE_S)
-                found = self._submitted_from(cwd, clock, deadline, msg)
+                found = self._submitted_from(cwd, clock, deadline)
+            if found is None:
+                raise LaunchError(f"sbatch got no answer from slurmctld ({msg}), nor has squeue since: a job may "
+                                  f"have been submitted from {cwd}; once Slurm answers, `squeue -o '%i %Z'` shows "
+                                  "it (scancel it, or launch again)")
             if found:
                 return min(found, key=int)
             if clock.monotonic() >= deadline:
                 raise LaunchError(f"slurmctld did not take the job in {patience:.0f} s ({msg}); nothing was submitted")
 
-    def _submitted_from(self, cwd: str, clock: Clock, deadline: float, why: str) -> set[str]:
+    def _submitted_from(self, cwd: str, clock: Clock, deadline: float) -> set[str] | None:
         """The jobs submitted from `cwd`, once squeue answers (asked every 2 s, of a controller
-        that may be recovering). Unanswered until `deadline`: an error that says where to look."""
+        that may be recovering); None when it has not answered by `deadline`."""
         while True:
             res = self.runner.run(["squeue", "-h", "--states=all", "-o", "%i|%Z"], timeout=30)
             if res.ok:
@@ -168,9 +172,7 @@ class Slurm:
                 here = {cwd, os.path.realpath(cwd)}
                 return {i for i, _, d in (ln.partition("|") for ln in res.stdout.splitlines()) if d in here}
             if clock.monotonic() >= deadline:
-                raise LaunchError(f"sbatch got no answer from slurmctld ({why or 'after a retry'}), nor has squeue "
-                                  f"since: a job may have been submitted from {cwd}; once Slurm answers, "
-                                  f"`squeue -o '%i %Z'` shows it (scancel it, or launch again)")
+                return None
             clock.sleep(2.0)
 
     def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
