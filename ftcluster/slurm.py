@@ -10,7 +10,6 @@ fall back to `scontrol show job` while Slurm still remembers the job.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,22 +17,8 @@ from enum import Enum
 
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.job.poll import CLOCK, Clock
+from ftcluster.job.submit import PATIENCE_S, SubmitFailed, submit
 from ftcluster.runner import CommandResult, Runner
-
-# How long a submission waits for a silent slurmctld (within a successor's 300 s).
-SUBMIT_PATIENCE_S = 180.0
-# Between the two looks for a job an unanswered sbatch may have made, once Slurm answers.
-SUBMIT_SETTLE_S = 3.0
-# Words of a Slurm command (or of our own timeout) that mean slurmctld did not answer: not a
-# refusal. A request it did not answer may still be acted on.
-_UNANSWERED = re.compile(r"timed out|unable to contact|zero bytes were transmitted|connection (refused|reset)|"
-                         r"communication connection failure|temporarily unable|transport endpoint", re.I)
-
-
-def unanswered(message: str) -> bool:
-    """Whether a Slurm command's error says slurmctld did not answer (see _UNANSWERED)."""
-    return bool(_UNANSWERED.search(message))
-
 
 class JobState(str, Enum):
     PENDING = "PENDING"
@@ -116,64 +101,22 @@ class Slurm:
         """The argv that submits a job script; --parsable: sbatch prints the job id alone."""
         return ("sbatch", "--parsable", script)
 
-    def submit(self, argv: Sequence[str], cwd: str, clock: Clock = CLOCK,
-               patience: float = SUBMIT_PATIENCE_S) -> str:
-        """Run a submit_command argv (a job request's) in cwd; the job id it prints.
+    def submit(self, argv: Sequence[str], cwd: str, clock: Clock = CLOCK, patience: float = PATIENCE_S) -> str:
+        """Run a submit_command argv (a job request's) in cwd; the job id it prints. A silent
+        slurmctld never leaves a job unknown or twice (ftcluster/job/submit.py)."""
+        def run(cmd: list[str], folder: str | None, timeout: float) -> tuple[int, str, str]:
+            res = self.runner.run(cmd, cwd=folder, timeout=timeout)
+            return res.returncode, res.stdout, res.stderr
 
-        An sbatch that slurmctld did not answer (a controller restarting or overloaded) may
-        still have submitted: its request waits in the controller's socket and becomes a job
-        when the controller reads it, possibly just after the controller answers a later
-        question (each request has its own thread). So the job submitted from cwd (the run
-        folder: one job each) is looked for, twice, once Slurm answers; sbatch runs again only
-        when neither look found it; should the earlier request turn up after all, the later
-        job is cancelled: one job is left, the one returned."""
-        deadline = clock.monotonic() + patience
-        unanswered_before = False
-        while True:
-            res = self.runner.run(list(argv), cwd=cwd, timeout=120)
-            if res.ok:
-                job_id = res.stdout.strip().split(";")[0]
-                if not re.fullmatch(r"\d+", job_id):
-                    raise LaunchError(f"sbatch printed no job id: {res.stdout.strip()!r}")
-                if unanswered_before:
-                    # The first job stays: a later one is still pending, and wrote nothing yet.
-                    jobs = (self._submitted_from(cwd, clock, clock.monotonic() + 30) or set()) | {job_id}
-                    job_id = min(jobs, key=int)
-                    for extra in jobs - {job_id}:
-                        self.cancel(extra)
-                return job_id
-            if res.returncode == 127:
-                raise UserError("sbatch not found", hint="run on a Slurm login node or set login_host")
-            msg = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
-            if not unanswered(msg):
-                raise UserError(f"sbatch refused the job: {msg}", field="cluster",
-                                hint="check partition, account, node count and time limit")
-            unanswered_before = True
-            found = self._submitted_from(cwd, clock, deadline)
-            if found == set():
-                clock.sleep(SUBMIT_SETTLE_S)
-                found = self._submitted_from(cwd, clock, deadline)
-            if found is None:
-                raise LaunchError(f"sbatch got no answer from slurmctld ({msg}), nor has squeue since: a job may "
-                                  f"have been submitted from {cwd}; once Slurm answers, `squeue -o '%i %Z'` shows "
-                                  "it (scancel it, or launch again)")
-            if found:
-                return min(found, key=int)
-            if clock.monotonic() >= deadline:
-                raise LaunchError(f"slurmctld did not take the job in {patience:.0f} s ({msg}); nothing was submitted")
-
-    def _submitted_from(self, cwd: str, clock: Clock, deadline: float) -> set[str] | None:
-        """The jobs submitted from `cwd`, once squeue answers (asked every 2 s, of a controller
-        that may be recovering); None when it has not answered by `deadline`."""
-        while True:
-            res = self.runner.run(["squeue", "-h", "--states=all", "-o", "%i|%Z"], timeout=30)
-            if res.ok:
-                # sbatch records its getcwd(): the folder's path with links resolved.
-                here = {cwd, os.path.realpath(cwd)}
-                return {i for i, _, d in (ln.partition("|") for ln in res.stdout.splitlines()) if d in here}
-            if clock.monotonic() >= deadline:
-                return None
-            clock.sleep(2.0)
+        try:
+            return submit(run, list(argv), cwd, patience=patience, monotonic=clock.monotonic, sleep=clock.sleep)
+        except SubmitFailed as e:
+            if e.code == 127:
+                raise UserError("sbatch not found", hint="run on a Slurm login node or set login_host") from None
+            if e.refused:
+                raise UserError(f"sbatch refused the job: {e}", field="cluster",
+                                hint="check partition, account, node count and time limit") from None
+            raise LaunchError(str(e) + (" (scancel it, or launch again)" if e.unknown else "")) from None
 
     def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
         """End the job; with a signal, send it that instead (batch: to the batch shell alone,

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .handover import submit_env
 from .names import FILES
 from .rotation import ROTATION
+from .submit import SubmitFailed, submit
 from .text import Room, squeeze, write_json
 
 CADDY_RESTARTS = 5
@@ -51,12 +52,6 @@ def successor_decision(now: float, notice_at: Optional[float], lead: float) -> s
     if notice_at is not None and now >= notice_at + lead - 60:
         return "keep"
     return "cancel"
-
-
-def job_id_of(text: str) -> Optional[str]:
-    """sbatch --parsable's answer ("JOBID" or "JOBID;CLUSTER"), else None."""
-    word = text.strip().split(";")[0]
-    return word if word.isdigit() else None
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -307,18 +302,28 @@ class Front:
                 self.handing_over = False
 
     def submit(self) -> Optional[str]:
+        """This job's script again, on this node: the successor's job id, or None. An sbatch
+        that slurmctld did not answer is looked for before it runs again (submit.py), as long
+        as Slurm stays silent, up to submit.PATIENCE_S: the front's looks wait meanwhile (Caddy
+        serves on)."""
         host = socket.gethostname()
+        env = submit_env(dict(os.environ))
+
+        def run(argv: List[str], cwd: Optional[str], timeout: float) -> Tuple[int, str, str]:
+            try:
+                r = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return 124, "", f"{argv[0]} timed out after {timeout:.0f}s"
+            except OSError as e:
+                return 127, "", f"{argv[0]}: {e}"
+            return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
         argv = ["sbatch", "--parsable", f"--nodelist={host}", self.s["script"]]
         try:
-            r = subprocess.run(argv, cwd=self.s["run_dir"], env=submit_env(dict(os.environ)),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            print(f"ftcluster: the balancer's successor could not be submitted: {e}", flush=True)
-            return None
-        job = job_id_of(r.stdout.decode(errors="replace")) if r.returncode == 0 else None
-        if job is None:
-            print("ftcluster: the balancer's successor could not be submitted: "
-                  f"{squeeze(r.stderr.decode(errors='replace'))[:500]}", flush=True)
+            job = submit(run, argv, self.s["run_dir"], newer_than=int(self.job_id or 0))
+        except SubmitFailed as e:
+            print(f"ftcluster: the balancer's successor could not be submitted: {squeeze(str(e))[:500]}", flush=True)
             return None
         print(f"ftcluster: the time limit is near: job {job} takes the balancer over on {host}", flush=True)
         return job

@@ -147,7 +147,7 @@ SBATCH_TIMED_OUT = (1, "", "sbatch: error: Batch job submission failed: Socket t
     ("sbatch: error: Batch job submission failed: Requested node configuration is not available", False),
 ])
 def test_a_silent_controller_is_told_from_a_refusal(message: str, silent: bool) -> None:
-    from ftcluster.slurm import unanswered
+    from ftcluster.job.submit import unanswered
 
     assert unanswered(message) is silent
 
@@ -183,3 +183,20 @@ def test_a_refused_sbatch_is_a_user_error_at_once() -> None:
     with pytest.raises(UserError) as e:
         Slurm(runner).submit(["sbatch", "--parsable", "job.sbatch"], cwd="/shared/runs/r1", clock=FakeClock(0))
     assert "Invalid partition name" in str(e.value) and [c[0] for c in runner.calls] == ["sbatch"]
+
+
+@pytest.mark.parametrize(("answer", "job"), [((0, "4242\n", ""), "4242"), ((0, "4242;cluster2\n", ""), "4242"),
+                                            ((0, "1;$(x)", ""), "1"), ((0, "", ""), None),
+                                            ((1, "", "sbatch: error: nope"), None)])
+def test_the_job_package_reads_sbatchs_answer(answer: tuple[int, str, str], job: str | None) -> None:
+    """A set's balancer submits its successor with the job package's own submit (stdlib)."""
+    from ftcluster.job.submit import SubmitFailed, submit
+
+    def run(argv: list[str], cwd: str | None, timeout: float) -> tuple[int, str, str]:
+        return answer
+
+    if job is None:
+        with pytest.raises(SubmitFailed):
+            submit(run, ["sbatch", "--parsable", "x"], "/runs/r1")
+    else:
+        assert submit(run, ["sbatch", "--parsable", "x"], "/runs/r1") == job
