@@ -255,7 +255,7 @@ def follow_job(follower: Follower, watch: JobWatch, emit: Callable[[LogSource, s
             return True
         info = watch.ask()
         if info is not None and info.gone:
-            final.append(info.state if info.state.terminal else done or info.state)
+            final.append(done or info.state)   # the exit code the job wrote, where it wrote one
             return True
         if done is not None and info is not None and info.state is JobState.PENDING and not requeued:
             requeued = True
