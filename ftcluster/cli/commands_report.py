@@ -22,8 +22,8 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
     """A service's history from its samples: throughput, latency, GPUs, restarts, outages (default: the newest run).
 
     A run that handed over (its time limit, a lost node) is reported with its successors: the
-    service's runs joined, its moves, and each outage with its cause. A replica set's endpoint
-    answers while its balancer serves and any one member answers (every member it ever had).
+    service's runs joined, its moves, and each outage with its cause. A replica set is
+    reported with every member it ever had: its endpoint answered while any one member did.
 
     \b
     Examples:
