@@ -99,30 +99,66 @@ def _words(e: Event) -> str:
     return " ".join(a) or e.kind
 
 
-def serving_spans(events: list[Event], until: float | None,
-                  alive: Sequence[float] = ()) -> list[tuple[float, float, str]]:
+def serving_spans(events: list[Event], until: float | None, alive: Sequence[float] = (),
+                  starts: tuple[str, ...] = (EV.ready,),
+                  ends: tuple[str, ...] = _ENDS_SERVING) -> list[tuple[float, float, str]]:
     """When the run answered: (from its `ready`, to the event that ended it, that event in
-    words); a span still open ends at `until` (None: left out). A job that started again with a
-    span open (Slurm requeued it after its batch host was lost: nothing could say so) ended
+    words); a span still open ends at `until` (None: left out). A job that started again with
+    a span open (Slurm requeued it after its batch host was lost: nothing could say so) ended
     unheard: at its last sign of life, the latest of its events and `alive` (its metrics
-    samples' times) before the new start."""
+    samples' times) before the new start. Another job of the run starting (a balancer's
+    hand-over in place) ends nothing."""
     spans: list[tuple[float, float, str]] = []
     since: float | None = None
-    last = 0.0
+    last, job = 0.0, ""
     for e in events:
-        if e.kind == EV.ready and since is None:
+        if e.kind in starts and since is None:
             since = e.time
-        elif e.kind in _ENDS_SERVING and since is not None:
+        elif e.kind in ends and since is not None:
             spans.append((since, e.time, _words(e)))
             since = None
-        elif e.kind == EV.job_started and since is not None:
-            end = max([last, since] + [t for t in alive if t < e.time])
-            spans.append((since, end, "the job ended unheard (its batch host lost); Slurm requeued it"))
-            since = None
+        elif e.kind == EV.job_started:
+            if since is not None and e.args[1:2] == (job,):
+                end = max([last, since] + [t for t in alive if t < e.time])
+                spans.append((since, end, "the job ended unheard (its batch host lost); Slurm requeued it"))
+                since = None
+            job = e.args[1] if len(e.args) > 1 else ""
         last = e.time
     if since is not None and until is not None:
         spans.append((since, max(since, until), "still serving"))
     return spans
+
+
+# A replica set's balancer serves from its step's start to that step's end, or its job's stop,
+# end or requeue (its node lost).
+_FRONT_ENDS = (EV.step_done, EV.interrupted, EV.done, EV.failed)
+
+
+def front_spans(set_dir: Path, until: float | None) -> list[tuple[float, float, str]]:
+    """When a replica set's balancer served, from its run's events and its signs of life
+    (state/front-alive); an open span ends at `until`, else at its last sign of life."""
+    events = _events(set_dir)
+    alive = []
+    for line in _lines(set_dir / "state" / FILES.front_alive):
+        try:
+            alive.append(float(line.split()[0]))
+        except ValueError:
+            continue
+    end = until if until is not None else max([e.time for e in events] + alive + [0.0])
+    spans = serving_spans(events, end, alive, starts=(EV.step_started,), ends=_FRONT_ENDS)
+    return [(s, e, "the balancer: " + why) for s, e, why in spans]
+
+
+def within(spans: list[tuple[float, float, str]],
+           gate: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """The parts of `spans` inside `gate`'s; each part ends with the words of whichever ended it."""
+    out = []
+    for s, e, why in spans:
+        for gs, ge, gwhy in gate:
+            lo, hi = max(s, gs), min(e, ge)
+            if lo < hi:
+                out.append((lo, hi, why if e <= ge else gwhy))
+    return out
 
 
 def availability(spans: list[tuple[float, float, str]], until: float | None) -> dict[str, Any]:
@@ -157,11 +193,12 @@ def availability(spans: list[tuple[float, float, str]], until: float | None) -> 
 Run = tuple[str, Path, int]   # a run's id, folder and node count
 
 
-def service_history(chains: list[tuple[list[Run], bool]], now: float) -> dict[str, Any]:
+def service_history(chains: list[tuple[list[Run], bool]], now: float,
+                    gate: list[tuple[float, float, str]] | None = None) -> dict[str, Any]:
     """`report` of a service: each chain of runs (oldest first) with whether its last run
     still has a job (its open span runs to `now`; an ended run's to the last thing it wrote).
     One chain for a run that moved; a replica set's members, one chain each: the set answers
-    while any one does."""
+    while any one does, and its balancer (`gate`, its spans) does."""
     joined: dict[str, Any] = {"samples": 0, "models": {}, "gpus": {}, "gpu_events": [], "restarts": [],
                               "runs": [], "moves": []}
     spans: list[tuple[float, float, str]] = []
@@ -190,6 +227,8 @@ def service_history(chains: list[tuple[list[Run], bool]], now: float) -> dict[st
                 joined["moves"].append({"t": at.time if at else None, "from": run_id, "to": runs[k + 1][0],
                                         "cause": "time limit" if at is None or at.kind != EV.node_lost else _words(at)})
     joined["gpu_events"].sort(key=lambda e: e["t"])
+    if gate is not None:
+        spans = within(spans, gate)
     joined["availability"] = availability(spans, now if any(live for _, live in chains) else None)
     return joined
 

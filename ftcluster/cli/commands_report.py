@@ -9,7 +9,7 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.output import complete_run, echo_json
-from ftcluster.store import RunStore
+from ftcluster.store import RunRecord, RunStore
 
 
 @cli.command("report")
@@ -23,7 +23,8 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
 
     A run that handed over (its time limit, a lost node) is reported with its successors: the
     service's runs joined, its moves, and each outage with its cause. A replica set is
-    reported with every member it ever had: its endpoint answered while any one member did.
+    reported with every member it ever had: its endpoint answered while its balancer served and
+    any one member answered.
 
     \b
     Examples:
@@ -33,7 +34,7 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
     import time
 
     from ftcluster.documents import document
-    from ftcluster.report import plot, service_history, summary
+    from ftcluster.report import front_spans, plot, service_history, summary
     from ftcluster.status import live_states, successors
 
     store = RunStore()
@@ -47,10 +48,15 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
         chains = [[first, *successors(first, store)] for first in firsts]
     else:
         chains = [[rec, *successors(rec, store)]]
-    states = live_states([chain[-1] for chain in chains])
-    hist = service_history([([(r.run_id, Path(r.run_dir), r.nodes) for r in chain],
-                             chain[-1].run_id in states and not states[chain[-1].run_id].gone) for chain in chains],
-                           now=time.time())
+    states = live_states([chain[-1] for chain in chains] + ([rec] if rec.style == "front" else []))
+
+    def live(r: RunRecord) -> bool:
+        return r.run_id in states and not states[r.run_id].gone
+
+    now = time.time()
+    gate = front_spans(Path(rec.run_dir), now if live(rec) else None) if rec.style == "front" else None
+    hist = service_history([([(r.run_id, Path(r.run_dir), r.nodes) for r in chain], live(chain[-1]))
+                            for chain in chains], now=now, gate=gate)
     if plot_path:
         title = f"replica set {rec.run_id} ({len(chains)} members)" if rec.style == "front" else \
             f"run {rec.run_id}" + (f" to {chains[0][-1].run_id}" if len(chains[0]) > 1 else "")

@@ -38,7 +38,7 @@ from .handover import submit_env
 from .names import FILES
 from .rotation import ROTATION
 from .submit import SubmitFailed, submit
-from .text import Room, squeeze, write_json
+from .text import Room, append_line, squeeze, write_json
 
 CADDY_RESTARTS = 5
 # How often a successor that has not served yet is looked for in Slurm's queue.
@@ -375,6 +375,15 @@ class Front:
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"ftcluster: the balancer's successor job {self.successor} could not be cancelled: {e}", flush=True)
 
+    def keep_last_look(self) -> None:
+        """The time of the last look of the front before this one (rotation.json's, written at
+        each look) goes to state/front-alive before this front's first look replaces it: a front
+        whose node was lost wrote no last word, and `report` ends its span there."""
+        last = read_json(os.path.join(self.state, "rotation.json")) or {}
+        if isinstance(last.get("time"), (int, float)):
+            line = f"{last['time']:.3f} {self.job_id or os.getpid()}"
+            self.room.attempt(FILES.front_alive, lambda: append_line(os.path.join(self.state, FILES.front_alive), line))
+
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
 
@@ -402,6 +411,7 @@ class Front:
         if self.s.get("handover_lead") and self.job_id:
             signal.signal(signal.SIGUSR1, self.on_notice)
         print(f"ftcluster: the balancer starts on {socket.gethostname()}", flush=True)
+        self.keep_last_look()
         try:
             while not self.stopping:
                 try:

@@ -364,6 +364,11 @@ def test_a_lost_balancer_node_is_requeued_and_the_set_serves_again(slurm_cluster
             assert now["job_id"] == st["job_id"] and now["endpoint"].split(":")[1] == st["endpoint"].split(":")[1]
             check = ftcluster("client", "identity", "--run", set_id)
             assert check.returncode == 0, check.stdout + check.stderr
+            # `report` of the set: one outage, the balancer's, from its last sign of life.
+            rep = json.loads(ftcluster("report", set_id, "--json").stdout)
+            (outage,) = rep["availability"]["outages"]
+            assert outage["cause"].startswith("the balancer: the job ended unheard"), outage
+            assert 30 < outage["seconds"] < 150, outage
     finally:
         _stop_leaving_nothing(set_id, jobs)
 
@@ -406,6 +411,9 @@ def test_the_balancers_hand_over_before_its_time_limit_loses_no_request(slurm_cl
         assert all(m["in_rotation"] for m in now["replicas"]), now["replicas"]
         got = load.result()
         assert got["errors"] == 0 and got["requests"] > 50 and got["rc"] == 0, got
+        # `report` of the set: the balancer's hand-over in place left no outage, as the load saw.
+        rep = json.loads(ftcluster("report", set_id, "--json").stdout)
+        assert rep["availability"]["outages"] == [] and rep["availability"]["fraction"] == 1.0, rep["availability"]
         # The run's events go on as the new job's; the old job's last words are apart.
         assert (run_dir / "state" / f"events.job{old}").read_text().split("\n")[-2].split()[1] == "done"
         assert now["phase"] != "done"

@@ -269,3 +269,21 @@ def test_a_successor_that_no_record_can_name_is_cancelled(tmp_path: Path, monkey
     assert (tmp_path / "scancel.args").read_text().split() == ["42"]
     assert not (state / "taken-over-41").exists()
     assert "could not be given job 42" in capsys.readouterr().out
+
+
+def test_a_front_keeps_the_last_look_of_the_front_before_it(tmp_path: Path) -> None:
+    """rotation.json holds the time of a front's last look; a front that starts (after a requeue:
+    its node was lost, no last word) appends it to front-alive before its first look replaces
+    it, where `report` finds when the lost front last served. None there: nothing written."""
+    from ftcluster.job.front import Front
+
+    state = tmp_path / "front"
+    state.mkdir()
+    (state / "cfg.json").write_text(json.dumps(front_config(cluster(), "")))
+    front = Front({"members": str(tmp_path / "replicas.json"), "state": str(state), "config": str(state / "cfg.json"),
+                   "token_file": ""})
+    front.keep_last_look()
+    assert not (state / "front-alive").exists()
+    (state / "rotation.json").write_text(json.dumps({"time": 1795825127.25, "upstreams": [], "in_rotation": []}))
+    front.keep_last_look()
+    assert (state / "front-alive").read_text().split()[0] == "1795825127.250"

@@ -142,3 +142,29 @@ def test_a_replica_sets_members_answer_for_it_while_any_one_does(tmp_path: Path)
     assert (av["since"], av["served_s"], av["span_s"]) == (10.0, 180.0, 190.0)
     assert [(o["from"], o["to"]) for o in av["outages"]] == [(120.0, 130.0)]
     assert av["outages"][0]["cause"].startswith("the job was told to stop")
+
+
+def test_a_sets_balancer_bounds_when_it_answered(tmp_path: Path) -> None:
+    """A set answers while its balancer serves too. The balancer hands over in place to a job
+    of its own (500: no gap), whose node is later lost: Slurm requeues that job (900), and the
+    balancer's span ends at its last sign of life (state/front-alive), not at the requeue."""
+    from ftcluster.report import front_spans
+
+    set_dir = tmp_path / "set"
+    (set_dir / "state").mkdir(parents=True)
+    (set_dir / "state" / "events").write_text("1 job_started n9 5\n2 step_started front\n"
+                                              "500 job_started n9 6\n501 step_started front\n"
+                                              "900 job_started n7 6\n901 step_started front\n")
+    # Each front's start kept the last look of the front before it: the old one's at the
+    # hand-over (it still served), the lost one's at the requeue.
+    (set_dir / "state" / "front-alive").write_text("499.8 6\n840.0 6\n")
+    member = tmp_path / "m0"
+    (member / "state").mkdir(parents=True)
+    (member / "state" / "events").write_text("3 job_started n1 7\n10 ready n1:8000\n")
+    gate = front_spans(set_dir, until=1000.0)
+    assert [(s, e) for s, e, _ in gate] == [(2.0, 840.0), (901.0, 1000.0)]
+    av = service_history([([("m0", member, 1)], True)], now=1000.0, gate=gate)["availability"]
+    assert (av["since"], av["served_s"], av["span_s"]) == (10.0, 929.0, 990.0)
+    (outage,) = av["outages"]
+    assert (outage["from"], outage["to"]) == (840.0, 901.0)
+    assert outage["cause"].startswith("the balancer: the job ended unheard"), outage
