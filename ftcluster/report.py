@@ -134,16 +134,22 @@ def serving_spans(events: list[Event], until: float | None, alive: Sequence[floa
 _FRONT_ENDS = (EV.step_done, EV.interrupted, EV.done, EV.failed)
 
 
-def front_spans(set_dir: Path, until: float | None) -> list[tuple[float, float, str]]:
-    """When a replica set's balancer served, from its run's events and its signs of life
-    (state/front-alive); an open span ends at `until`, else at its last sign of life."""
-    events = _events(set_dir)
-    alive = []
-    for line in _lines(set_dir / "state" / FILES.front_alive):
+def last_alive(run_dir: Path) -> list[float]:
+    """The last signs of life of a run's earlier attempts, kept when it started again."""
+    found = []
+    for line in _lines(run_dir / "state" / FILES.last_alive):
         try:
-            alive.append(float(line.split()[0]))
+            found.append(float(line.split()[0]))
         except ValueError:
             continue
+    return found
+
+
+def front_spans(set_dir: Path, until: float | None) -> list[tuple[float, float, str]]:
+    """When a replica set's balancer served, from its run's events and the last look of a
+    balancer before each start (state/last-alive); an open span ends at `until`, else at its
+    last sign of life."""
+    events, alive = _events(set_dir), last_alive(set_dir)
     end = until if until is not None else max([e.time for e in events] + alive + [0.0])
     spans = serving_spans(events, end, alive, starts=(EV.step_started,), ends=_FRONT_ENDS)
     return [(s, e, "the balancer: " + why) for s, e, why in spans]
@@ -206,7 +212,7 @@ def service_history(chains: list[tuple[list[Run], bool]], now: float,
         for k, (run_id, run_dir, nodes) in enumerate(runs):
             samples, events = _samples(run_dir), _events(run_dir)
             hist = _history(run_dir, nodes, samples, events)
-            alive = [x["t"] for x in samples if isinstance(x.get("t"), (int, float))]
+            alive = [x["t"] for x in samples if isinstance(x.get("t"), (int, float))] + last_alive(run_dir)
             until = now if live and k == len(runs) - 1 else max([e.time for e in events] + alive + [0.0])
             mine = serving_spans(events, until, alive)
             spans += mine

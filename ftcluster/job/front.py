@@ -377,12 +377,12 @@ class Front:
 
     def keep_last_look(self) -> None:
         """The time of the last look of the front before this one (rotation.json's, written at
-        each look) goes to state/front-alive before this front's first look replaces it: a front
+        each look) goes to state/last-alive before this front's first look replaces it: a front
         whose node was lost wrote no last word, and `report` ends its span there."""
         last = read_json(os.path.join(self.state, "rotation.json")) or {}
         if isinstance(last.get("time"), (int, float)):
             line = f"{last['time']:.3f} {self.job_id or os.getpid()}"
-            self.room.attempt(FILES.front_alive, lambda: append_line(os.path.join(self.state, FILES.front_alive), line))
+            self.room.attempt(FILES.last_alive, lambda: append_line(os.path.join(self.state, FILES.last_alive), line))
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True

@@ -70,7 +70,9 @@ class RunFiles:
     on_failure_log: str = "on_failure.log"  # logs/: the on_failure command's output
     handover_log: str = "handover.log"     # logs/: the successor's submission
     front_job: str = "front-job.json"      # state/: the job whose front serves a replica set's endpoint now
-    front_alive: str = "front-alive"       # state/: "EPOCH JOB": the last look before each front's start
+    # state/: "EPOCH JOB" per start of a job again (Slurm's requeue, a front's takeover): the last
+    # sign of life of what ran before (it may have written no last word: its node lost).
+    last_alive: str = "last-alive"
     # state/: the marker of a job whose run another job took over (a front's hand-over on its
     # node); that job's last events go to events.job<JOB>, the run's events go on as the new job's.
     taken_over: str = "taken-over-{job}"

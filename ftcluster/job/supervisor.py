@@ -916,7 +916,11 @@ class Job:
         # The earlier attempt served until its last probe or metrics sample: a requeue after a
         # long healthy stretch starts the count afresh, as a restart would.
         alive = [mtime(os.path.join(state, name)) for name in (FILES.health, FILES.metrics)]
-        tries = faults.fault(cause, max((t for t in alive if t is not None), default=None))
+        last = max((t for t in alive if t is not None), default=None)
+        if last is not None:   # for `report`: when the earlier attempt last answered
+            self.room.attempt(FILES.last_alive, lambda: append_line(os.path.join(state, FILES.last_alive),
+                                                                     f"{last:.3f} {os.environ.get('SLURM_JOB_ID', '')}"))
+        tries = faults.fault(cause, last)
         self.next_incarnation()
         self.event(EV.restarting, tries, cause)
         if tries > self.cfg.restarts:

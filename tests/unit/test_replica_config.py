@@ -273,7 +273,7 @@ def test_a_successor_that_no_record_can_name_is_cancelled(tmp_path: Path, monkey
 
 def test_a_front_keeps_the_last_look_of_the_front_before_it(tmp_path: Path) -> None:
     """rotation.json holds the time of a front's last look; a front that starts (after a requeue:
-    its node was lost, no last word) appends it to front-alive before its first look replaces
+    its node was lost, no last word) appends it to last-alive before its first look replaces
     it, where `report` finds when the lost front last served. None there: nothing written."""
     from ftcluster.job.front import Front
 
@@ -283,7 +283,7 @@ def test_a_front_keeps_the_last_look_of_the_front_before_it(tmp_path: Path) -> N
     front = Front({"members": str(tmp_path / "replicas.json"), "state": str(state), "config": str(state / "cfg.json"),
                    "token_file": ""})
     front.keep_last_look()
-    assert not (state / "front-alive").exists()
+    assert not (state / "last-alive").exists()
     (state / "rotation.json").write_text(json.dumps({"time": 1795825127.25, "upstreams": [], "in_rotation": []}))
     front.keep_last_look()
-    assert (state / "front-alive").read_text().split()[0] == "1795825127.250"
+    assert (state / "last-alive").read_text().split()[0] == "1795825127.250"
