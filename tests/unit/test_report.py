@@ -144,23 +144,27 @@ def test_a_replica_sets_members_answer_for_it_while_any_one_does(tmp_path: Path)
     assert av["outages"][0]["cause"].startswith("the job was told to stop")
 
 
+def _folder(at: Path, **state: str) -> Path:
+    """A run folder whose state/ holds these files (name: text; `last_alive` for last-alive)."""
+    (at / "state").mkdir(parents=True)
+    for name, text in state.items():
+        (at / "state" / name.replace("_", "-")).write_text(text)
+    return at
+
+
 def test_a_sets_balancer_bounds_when_it_answered(tmp_path: Path) -> None:
     """A set answers while its balancer serves too. The balancer hands over in place to a job
     of its own (500: no gap), whose node is later lost: Slurm requeues that job (900), and the
     balancer's span ends at its last sign of life (state/last-alive), not at the requeue."""
     from ftcluster.report import front_spans
 
-    set_dir = tmp_path / "set"
-    (set_dir / "state").mkdir(parents=True)
-    (set_dir / "state" / "events").write_text("1 job_started n9 5\n2 step_started front\n"
-                                              "500 job_started n9 6\n501 step_started front\n"
-                                              "900 job_started n7 6\n901 step_started front\n")
     # Each front's start kept the last look of the front before it: the old one's at the
     # hand-over (it still served), the lost one's at the requeue.
-    (set_dir / "state" / "last-alive").write_text("499.8 6\n840.0 6\n")
-    member = tmp_path / "m0"
-    (member / "state").mkdir(parents=True)
-    (member / "state" / "events").write_text("3 job_started n1 7\n10 ready n1:8000\n")
+    set_dir = _folder(tmp_path / "set", events="1 job_started n9 5\n2 step_started front\n"
+                                               "500 job_started n9 6\n501 step_started front\n"
+                                               "900 job_started n7 6\n901 step_started front\n",
+                      last_alive="499.8 6\n840.0 6\n")
+    member = _folder(tmp_path / "m0", events="3 job_started n1 7\n10 ready n1:8000\n")
     gate = front_spans(set_dir, until=1000.0)
     assert [(s, e) for s, e, _ in gate] == [(2.0, 840.0), (901.0, 1000.0)]
     av = service_history([([("m0", member, 1)], True)], now=1000.0, gate=gate)["availability"]
@@ -173,11 +177,8 @@ def test_a_sets_balancer_bounds_when_it_answered(tmp_path: Path) -> None:
 def test_a_requeued_run_without_samples_ends_at_the_sign_of_life_its_next_start_kept(tmp_path: Path) -> None:
     """No metrics sampled (server.metrics_interval 0): the requeued job kept its earlier
     attempt's last probe time in state/last-alive, where that attempt's span ends."""
-    run = tmp_path / "r"
-    (run / "state").mkdir(parents=True)
-    (run / "state" / "events").write_text("1 job_started n1 7\n5 ready n1:8000\n6 serving n1:8000\n"
-                                          "200 job_started n2 7\n201 restarting 1 Slurm requeued the job\n"
-                                          "260 ready n2:8000\n")
-    (run / "state" / "last-alive").write_text("150.0 7\n")
+    run = _folder(tmp_path / "r", events="1 job_started n1 7\n5 ready n1:8000\n6 serving n1:8000\n"
+                                         "200 job_started n2 7\n201 restarting 1 Slurm requeued the job\n"
+                                         "260 ready n2:8000\n", last_alive="150.0 7\n")
     av = service_history([([("r", run, 1)], True)], now=300.0)["availability"]
     assert [(o["from"], o["to"]) for o in av["outages"]] == [(150.0, 260.0)] and av["served_s"] == 185.0
