@@ -20,6 +20,7 @@ from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.job.submit import PATIENCE_S, SubmitFailed, submit
 from ftcluster.runner import CommandResult, Runner
 
+
 class JobState(str, Enum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"

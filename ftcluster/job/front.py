@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .handover import submit_env
 from .names import FILES
 from .rotation import ROTATION
-from .submit import SubmitFailed, submit
+from .submit import SubmitFailed, queue_state, submit
 from .text import Room, append_line, squeeze, write_json
 
 CADDY_RESTARTS = 5
@@ -295,11 +295,22 @@ class Front:
             return
         if time.monotonic() - self.successor_looked >= SUCCESSOR_LOOK_S:
             self.successor_looked = time.monotonic()
-            state = self.job_state(self.successor)
+            state = queue_state(self.run, self.successor)
             if state is not None and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
                 print(f"ftcluster: the balancer's successor job {self.successor} ended ({state or 'gone'}) before "
                       "it served; this balancer serves to its time limit", flush=True)
                 self.handing_over = False
+
+    def run(self, argv: List[str], cwd: Optional[str], timeout: float) -> Tuple[int, str, str]:
+        """A Slurm command of this job's (submit.Run): without this job's SLURM_* values."""
+        try:
+            r = subprocess.run(argv, cwd=cwd, env=submit_env(dict(os.environ)), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{argv[0]} timed out after {timeout:.0f}s"
+        except OSError as e:
+            return 127, "", f"{argv[0]}: {e}"
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
     def submit(self) -> Optional[str]:
         """This job's script again, on this node: the successor's job id, or None. An sbatch
@@ -307,39 +318,14 @@ class Front:
         as Slurm stays silent, up to submit.PATIENCE_S: the front's looks wait meanwhile (Caddy
         serves on)."""
         host = socket.gethostname()
-        env = submit_env(dict(os.environ))
-
-        def run(argv: List[str], cwd: Optional[str], timeout: float) -> Tuple[int, str, str]:
-            try:
-                r = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return 124, "", f"{argv[0]} timed out after {timeout:.0f}s"
-            except OSError as e:
-                return 127, "", f"{argv[0]}: {e}"
-            return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
-
         argv = ["sbatch", "--parsable", f"--nodelist={host}", self.s["script"]]
         try:
-            job = submit(run, argv, self.s["run_dir"], newer_than=int(self.job_id or 0))
+            job = submit(self.run, argv, self.s["run_dir"], newer_than=int(self.job_id or 0))
         except SubmitFailed as e:
             print(f"ftcluster: the balancer's successor could not be submitted: {squeeze(str(e))[:500]}", flush=True)
             return None
         print(f"ftcluster: the time limit is near: job {job} takes the balancer over on {host}", flush=True)
         return job
-
-    def job_state(self, job: str) -> Optional[str]:
-        """The job's state in Slurm's queue: "" when it is gone, None when squeue did not answer."""
-        try:
-            r = subprocess.run(["squeue", "--noheader", "--jobs", job, "--format=%T"], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30,
-                               env=submit_env(dict(os.environ)))
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        out = r.stdout.decode(errors="replace").strip()
-        if r.returncode != 0:
-            return "" if "Invalid job id" in out else None
-        return out
 
     def record_successor(self) -> bool:
         """The run's record names the job that serves it now (`status`, `stop` and `logs` follow
@@ -369,11 +355,10 @@ class Front:
     def cancel_successor(self) -> None:
         assert self.successor is not None
         self.handing_over = False
-        try:
-            subprocess.run(["scancel", self.successor], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, env=submit_env(dict(os.environ)), timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            print(f"ftcluster: the balancer's successor job {self.successor} could not be cancelled: {e}", flush=True)
+        rc, _, err = self.run(["scancel", self.successor], None, 60.0)
+        if rc:
+            print(f"ftcluster: the balancer's successor job {self.successor} could not be cancelled: "
+                  f"{squeeze(err)[:300] or f'exit {rc}'}", flush=True)
 
     def keep_last_look(self) -> None:
         """The time of the last look of the front before this one (rotation.json's, written at

@@ -1,4 +1,5 @@
-"""sbatch that never leaves a job unknown or twice, for `launch`, a successor and a set's balancer.
+"""sbatch that never leaves a job unknown or twice, for `launch`, a successor and a set's balancer;
+and a job's state in the queue as a job asks it (a silent Slurm told from a job it forgot).
 
 An sbatch that slurmctld did not answer (a controller restarting or overloaded) may still have
 submitted: its request waits in the controller's socket and becomes a job when the controller
@@ -95,3 +96,13 @@ def submit(run: Run, argv: List[str], folder: str, newer_than: int = 0, patience
         if monotonic() >= deadline:
             raise SubmitFailed(f"slurmctld did not take the job in {patience:.0f} s ({msg}); nothing was submitted",
                                refused=False)
+
+
+def queue_state(run: Run, job: str) -> Optional[str]:
+    """The job's state in Slurm's queue (squeue's %T): "" once squeue no longer lists it (it
+    forgets an ended job after MinJobAge, and then says "Invalid job id" on stderr, exit 1),
+    None when squeue did not answer."""
+    rc, out, err = run(["squeue", "--noheader", "--jobs", job, "--format=%T"], None, 30.0)
+    if rc == 0:
+        return (out.split() or [""])[0]
+    return "" if "invalid job id" in (err + out).lower() else None

@@ -13,12 +13,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import yaml
 
 from ftcluster.job.names import FILES
+from ftcluster.job.submit import queue_state
 from ftcluster.runner import CommandResult, LocalRunner
 from ftcluster.slurm import Slurm
 from ftcluster.triton_probe import server_id
@@ -164,12 +165,30 @@ def test_an_sbatch_slurmctld_did_not_answer_is_found_not_submitted_twice(slurm_c
     """slurmctld frozen while sbatch asks (a controller restarting or overloaded): sbatch gives
     up after MessageTimeout (10 s), but its request waits in the controller's socket and becomes
     a job once the controller reads it. The submission finds that job (by the folder it was
-    submitted from) instead of failing with a job left behind, or leaving two."""
+    submitted from) instead of failing with a job left behind, or leaving two.
+    And a job's question of the queue (a balancer's of its successor) tells the silence from a
+    job squeue no longer lists."""
     folder = shared_tmp / "unanswered"
     folder.mkdir()
     argv = ["sbatch", "--parsable", "-N1", "-p", "debug", "-t", "2", "-o", "/dev/null", "--wrap", "sleep 60"]
     ctld = slurm_cluster.current_pid("slurmctld")
     runner = _Seen()
+
+    def asker(conf: Path) -> Callable[[list[str], str | None, float], tuple[int, str, str]]:
+        def run(cmd: list[str], cwd: str | None, timeout: float) -> tuple[int, str, str]:
+            r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                               env={**os.environ, "SLURM_CONF": str(conf)})
+            return r.returncode, r.stdout, r.stderr
+        return run
+
+    # squeue waits out a frozen controller (it answered once thawed); one it cannot reach (here
+    # its port closed) it gives up on after ~18 s: "Unable to contact slurm controller". Asked
+    # beside the submission, which takes as long.
+    unreachable = shared_tmp / "unreachable.conf"
+    unreachable.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=9", slurm_cluster.conf_path.read_text()))
+    asked: list[str | None] = []
+    while_silent = threading.Thread(target=lambda: asked.append(queue_state(asker(unreachable), "999999")))
+    while_silent.start()
     os.kill(ctld, signal.SIGSTOP)
     thaw = threading.Timer(15, os.kill, (ctld, signal.SIGCONT))
     thaw.start()
@@ -178,8 +197,13 @@ def test_an_sbatch_slurmctld_did_not_answer_is_found_not_submitted_twice(slurm_c
     finally:
         thaw.join()
         os.kill(ctld, signal.SIGCONT)
+        while_silent.join()
     try:
         assert runner.ran[0][0] == "sbatch" and runner.ran[0][1] != 0, runner.ran   # it did time out
+        assert asked == [None]                                      # silent: not "gone"
+        run = asker(slurm_cluster.conf_path)
+        assert queue_state(run, str(int(job) + 100000)) == ""       # a job squeue does not list: gone
+        assert queue_state(run, job) in ("PENDING", "CONFIGURING", "RUNNING")
         listed = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%Z"], capture_output=True, text=True,
                                 check=True).stdout.splitlines()
         assert [line.split("|")[0] for line in listed if line.endswith("|" + str(folder))] == [job], listed

@@ -200,3 +200,15 @@ def test_the_job_package_reads_sbatchs_answer(answer: tuple[int, str, str], job:
             submit(run, ["sbatch", "--parsable", "x"], "/runs/r1")
     else:
         assert submit(run, ["sbatch", "--parsable", "x"], "/runs/r1") == job
+
+
+@pytest.mark.parametrize(("answer", "state"), [((0, "RUNNING\n", ""), "RUNNING"), ((0, "", ""), ""), (INVALID, ""),
+                                              ((1, "", "slurm_load_jobs error: Socket timed out on send/recv "
+                                                "operation"), None),
+                                              ((124, "", "squeue timed out after 30s"), None)])
+def test_a_job_asks_the_queue_gone_from_silent(answer: tuple[int, str, str], state: str | None) -> None:
+    """A balancer asks for its successor: one squeue forgot (its "Invalid job id" on stderr) is
+    gone, a Slurm that did not answer is no answer."""
+    from ftcluster.job.submit import queue_state
+
+    assert queue_state(lambda argv, cwd, timeout: answer, "77") == state
