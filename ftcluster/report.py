@@ -33,6 +33,13 @@ def _lines(path: Path) -> list[str]:
     return [ln for ln in out if ln.strip() and not ln.startswith("#")]
 
 
+def _epoch(word: str) -> float | None:
+    try:
+        return float(word)
+    except ValueError:
+        return None
+
+
 def _samples(run_dir: Path) -> list[dict[str, Any]]:
     """Rank 0's metrics samples, the kept older part first."""
     samples = []
@@ -103,19 +110,22 @@ def serving_spans(events: list[Event], until: float | None, alive: Sequence[floa
                   starts: tuple[str, ...] = (EV.ready,),
                   ends: tuple[str, ...] = _ENDS_SERVING) -> list[tuple[float, float, str]]:
     """When the run answered: (from its `ready`, to the event that ended it, that event in
-    words); a span still open ends at `until` (None: left out). A job that started again with
-    a span open (Slurm requeued it after its batch host was lost: nothing could say so) ended
-    unheard: at its last sign of life, the latest of its events and `alive` (its metrics
-    samples' times) before the new start. Another job of the run starting (a balancer's
-    hand-over in place) ends nothing."""
+    words; a hung world's end is its first missed probe, `unanswered`); a span still open ends
+    at `until` (None: left out). A job that started again with a span open (Slurm requeued it
+    after its batch host was lost: nothing could say so) ended unheard: at its last sign of
+    life, the latest of its events and `alive` (its metrics samples' times) before the new
+    start. Another job of the run starting (a balancer's hand-over in place) ends nothing."""
     spans: list[tuple[float, float, str]] = []
     since: float | None = None
+    quiet: float | None = None   # a hung world's first missed probe: it answered nothing since
     last, job = 0.0, ""
     for e in events:
         if e.kind in starts and since is None:
-            since = e.time
+            since, quiet = e.time, None
+        elif e.kind == EV.unanswered and since is not None and e.args:
+            quiet = _epoch(e.args[0])
         elif e.kind in ends and since is not None:
-            spans.append((since, e.time, _words(e)))
+            spans.append((since, e.time if quiet is None else min(e.time, max(since, quiet)), _words(e)))
             since = None
         elif e.kind == EV.job_started:
             if since is not None and e.args[1:2] == (job,):

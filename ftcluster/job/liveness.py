@@ -108,6 +108,9 @@ class Liveness:
         self.last_ok: float | None = None
         self.last: dict[str, Any] = {}
         self.streak_from: float | None = None   # rank 0's completed requests when the misses began
+        # When the first probe of the run of misses was sent: the world has not answered since
+        # (report's outage of a hung world starts there, not at the verdict).
+        self.missed_since: float | None = None
 
     def check(self) -> str | None:
         """None while the world answers (or may yet); the fault in words once `failures` probes in
@@ -137,6 +140,8 @@ class Liveness:
             after = request_successes(self.host, self.cfg.metrics_port, self.cfg.model, via=self.via)
             progressed = after is not None and self.streak_from is not None and after > self.streak_from
             self.misses = 0 if progressed else self.misses + 1
+            if self.misses == 1:
+                self.missed_since = probe.started
         self.last = {"time": probe.started, "answered": bool(probe.answered), "latency_ms": round(probe.latency * 1000, 1),
                      "detail": probe.detail, "progress_meanwhile": progressed}
         self._write_health()
@@ -150,6 +155,7 @@ class Liveness:
 
     def health(self) -> dict[str, Any]:
         return {"probes": self.probes, "consecutive_misses": self.misses, "last_ok": self.last_ok,
+                "unanswered_since": self.missed_since if self.misses else None,
                 "last_probe": self.last, "interval": self.cfg.interval, "deadline": self.cfg.deadline,
                 "failures": self.cfg.failures}
 

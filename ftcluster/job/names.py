@@ -31,6 +31,7 @@ class Kinds:
     client_done: str = "client_done"            # EXIT_CODE
     serving: str = "serving"                    # RANK0_HOST:PORT (--keep-serving)
     rank_failed: str = "rank_failed"            # RANK NODE EXIT_CODE|?
+    unanswered: str = "unanswered"              # SINCE: a hung world's first missed probe (its verdict follows)
     restarting: str = "restarting"              # TRY CAUSE...: the world is restarted (serving)
     successor_submitted: str = "successor_submitted"   # RUN_ID JOB_ID RUN_DIR EXCLUDED_NODES (a,b)
     handed_over: str = "handed_over"            # RUN_ID ENDPOINT: the successor serves; this job ends

@@ -680,6 +680,8 @@ class Job:
             sampler.tick()
             self.mend_proxy()
             if fault:
+                assert live is not None and live.missed_since is not None
+                self.event(EV.unanswered, f"{live.missed_since:.3f}")
                 self.leave_rotation(fault)
                 gpus = gpu_words(self.cfg.state, self.cfg.nodes)
                 return f"{fault}; last log lines: {self.ranks.last_words()}" + (f"; GPUs: {gpus}" if gpus else "") \

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ftcluster.events import EV, parse_events
 from ftcluster.job.names import FILES
 from tests.integration.test_launch_slurm import _job_gone, _write_spec
 from tests.launch_helpers import (fill, ftcluster, launch_json, processes_matching, small_filesystem, wait_for,
@@ -51,6 +52,14 @@ def _frozen_run_fails_naming_the_hang(cluster: Path, freeze: str) -> dict[str, A
     health = st["health"]
     assert health["consecutive_misses"] == 2 and health["last_ok"] is not None and health["probes"] >= 3
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
+    # `report`: the run answered until its first missed probe, not until the verdict (2 probes on).
+    events = parse_events((Path(st["run_dir"]) / "state" / FILES.events).read_text())
+    quiet = float(next(e for e in events if e.kind == EV.unanswered).args[0])
+    ready, failed = (next(e.time for e in events if e.kind == k) for k in (EV.ready, EV.failed))
+    assert health["last_ok"] < quiet and abs(quiet - health["unanswered_since"]) < 0.001 and failed - quiet > 1.0
+    got = ftcluster("report", run_id, "--json")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["runs"][0]["served_s"] == round(quiet - ready, 3)
     return st
 
 
@@ -146,8 +155,18 @@ def _restarted_and_serving(cluster: Path, env: dict[str, str], cause: str) -> di
 
 @pytest.mark.triton
 def test_a_hung_world_is_restarted_and_serves_again_locally(tmp_path: Path) -> None:
-    _restarted_and_serving(write_cluster(tmp_path, server=RESTARTS), {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"},
-                           "the MPI world is hung")
+    st = _restarted_and_serving(write_cluster(tmp_path, server=RESTARTS), {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"},
+                                "the MPI world is hung")
+    # One outage, the hang's: from the first missed probe to the restarted world's ready.
+    events = parse_events((Path(st["run_dir"]) / "state" / FILES.events).read_text())
+    quiet = float(next(e for e in events if e.kind == EV.unanswered).args[0])
+    restarted = next(e.time for e in events if e.kind == EV.restarting)
+    again = [e.time for e in events if e.kind == EV.ready][1]
+    got = ftcluster("report", st["run_id"], "--json")
+    assert got.returncode == 0, got.stderr
+    outages = json.loads(got.stdout)["availability"]["outages"]
+    assert [(o["from"], o["to"]) for o in outages] == [(quiet, again)] and restarted - quiet > 1.0, outages
+    assert outages[0]["cause"].startswith("the MPI world is hung")
 
 
 @pytest.mark.triton

@@ -94,7 +94,13 @@ def test_a_world_that_freezes_after_answering_is_a_hang(rank0: _Rank0, tmp_path:
     assert fault is None and live.last_ok is not None and live.misses == 0
     rank0.frozen = True
     live_probes = live.probes
+    frozen_at = time.time()
     while fault is None:
         fault = live.check()
         time.sleep(0.02)
     assert live.probes == live_probes + 2 and "the last answer came" in fault
+    # Unanswered since the first of the two missed probes was sent, not since the verdict.
+    assert live.missed_since is not None and live.last_ok is not None
+    assert live.last_ok < live.missed_since and frozen_at - 0.1 < live.missed_since < frozen_at + 1.2
+    assert time.time() - live.missed_since > 1.0
+    assert live.health()["unanswered_since"] == live.missed_since

@@ -71,6 +71,24 @@ def test_a_requeued_run_is_down_from_its_stop_to_its_next_ready() -> None:
     assert av["served_s"] == 66.0 and av["outages"][0]["cause"].startswith("the job was told to stop")
 
 
+def test_a_hung_world_is_down_from_its_first_missed_probe() -> None:
+    """A frozen rank: the world answered nothing from the first missed probe on, though the
+    verdict (and the restart) came later; the outage starts there and carries the restart's cause."""
+    events = parse_events("1 job_started n1 7\n5 ready n1:8000\n6 serving n1:8000\n"
+                          "60 unanswered 52.250\n60.1 restarting 1 the MPI world is hung: ...\n"
+                          "70 ready n1:8000\n71 serving n1:8000\n")
+    spans = serving_spans(events, until=100.0)
+    assert [(s, e) for s, e, _ in spans] == [(5.0, 52.25), (70.0, 100.0)]
+    out = availability(spans, 100.0)["outages"]
+    assert [(o["from"], o["to"]) for o in out] == [(52.25, 70.0)] and out[0]["cause"].startswith("the MPI world is hung")
+    # Only within its own span: a later end is not moved by it, nor a span by a stray time.
+    later = parse_events("5 ready n1:8000\n60 unanswered 52.250\n60.1 restarting 1 hung\n70 ready n1:8000\n"
+                         "90 interrupted\n")
+    assert [(s, e) for s, e, _ in serving_spans(later, until=100.0)] == [(5.0, 52.25), (70.0, 90.0)]
+    stray = parse_events("5 ready n1:8000\n60 unanswered 1.0\n61 failed hung\n")
+    assert [(s, e) for s, e, _ in serving_spans(stray, until=100.0)] == [(5.0, 5.0)]
+
+
 def test_no_ready_no_figures() -> None:
     av = availability(serving_spans(parse_events("1 job_started n1 7\n"), until=9.0), 9.0)
     assert av["fraction"] is None and av["outages"] == []
