@@ -163,7 +163,7 @@ def test_a_hung_world_is_restarted_and_serves_again(tmp_path: Path, docker_nodes
     spec = write_spec(tmp_path, dn, top={"server": {"ready_timeout": 90, "exit_grace": 10, **RESTARTS},
                                          "env": {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}})
     st = restarted_and_serving(launch(dn, spec, "--nodes", "2", "--keep-serving", "--no-client", "--no-mpi-check"),
-                               "the MPI world is hung", env=dn.tb.env)  # type: ignore[attr-defined]
+                               "the MPI world is hung", env=dn.tb.env, host_tmp=False)  # type: ignore[attr-defined]
     run_dir = Path(st["run_dir"])
     assert len(list((run_dir / "logs").glob("docker-reap-*.log"))) == 2   # the reap ran on both nodes
     assert_nothing_left(dn, run_dir)
@@ -192,7 +192,7 @@ def test_a_dead_container_or_its_sshd_is_mended_by_the_restart(tmp_path: Path, d
         dn.docker(node, ["rm", "-f", before], check=True)
     else:
         dn.docker(node, ["exec", "-u", "0", before, "pkill", "-KILL", "sshd"], check=True)
-    st = restarted_and_serving(launched, "", env=dn.tb.env)  # type: ignore[attr-defined]
+    st = restarted_and_serving(launched, "", env=dn.tb.env, host_tmp=False)  # type: ignore[attr-defined]
     said = {"container removed": "no longer runs: making it again", "sshd killed": "sshd in "}[fault]
     assert said in (run_dir / "logs" / f"docker-reap-{node}.log").read_text()
     assert dn.containers(node, label) == [] and st["failure"] is None   # stopped: removed again

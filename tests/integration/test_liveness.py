@@ -103,7 +103,7 @@ def shm_entries(run_id: str) -> list[str]:
 
 
 def restarted_and_serving(launched: tuple[int, dict[str, Any], str], cause: str,
-                          env: dict[str, str] | None = None) -> dict[str, Any]:
+                          env: dict[str, str] | None = None, host_tmp: bool = True) -> dict[str, Any]:
     """A launch with a fault in the first incarnation: restarted once, serving again, and the
     client's check passes against the same endpoint; the first incarnation's logs kept; the
     ranks' shared memory under the run's prefix, all of it gone after `stop`."""
@@ -141,6 +141,11 @@ def restarted_and_serving(launched: tuple[int, dict[str, Any], str], cause: str,
         named = shm_entries(run_id)
         assert any(n.startswith(FILES.shm_prefix(run_id, 0, 1) + "py+") for n in named), named
         assert any(n.startswith(FILES.shm_prefix(run_id, 1, 1) + "py+") for n in named), named
+        # The killed incarnation's python backend folders went with its restart, not at the run's
+        # end (host_tmp: the servers' /tmp is this machine's, not a container's own).
+        if host_tmp:
+            assert glob.glob(f"/tmp/python_env_*/.ftc+{glob.escape(run_id)}+r*+i1")
+            assert glob.glob(f"/tmp/python_env_*/.ftc+{glob.escape(run_id)}+r*+i0") == []
     finally:
         assert ftcluster("stop", run_id, env=env).returncode == 0
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)

@@ -134,7 +134,7 @@ def test_a_hung_world_is_restarted_in_fresh_containers_and_serves_again(pb: Pyxi
     cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 90, "exit_grace": 5, **RESTARTS})
     st = restarted_and_serving(launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client", "--no-mpi-check",
                                            env={"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}),
-                               "the MPI world is hung")
+                               "the MPI world is hung", host_tmp=False)
     run_dir = Path(st["run_dir"])
     assert len(list((run_dir / "logs").glob("pyxis-reap-node*.log"))) == 2   # the reap ran on both nodes
     _assert_run_gone(st["run_id"])

@@ -162,6 +162,18 @@ free_own() {
   return 0
 }
 
+# A restarted rank: its earlier incarnations' servers were killed (every marked process, before
+# this one started), and their stubs left their folders. Those marks go now, and each folder no
+# run's mark is left in, rather than at the run's end: a run restarted for weeks kept them all.
+if [ "$INCARNATION" != 0 ]; then
+  EARLIER=()
+  for PY_DIR in /tmp/python_env_*/".ftc+$RUN_ID+r$RANK+i"*; do
+    [[ ${PY_DIR%/*} =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] && [ -O "$PY_DIR" ] || continue
+    [ "${PY_DIR##*/}" = "$PY_MARK" ] || EARLIER+=("$PY_DIR")
+  done
+  unmark_python_envs "${EARLIER[@]}"
+fi
+
 # What earlier runs left on this node when not even that was possible (ranks SIGKILLed, the node
 # rebooted mid-way): this user's /dev/shm entries and marked python_env folders of runs that no
 # process here serves any more (none carries their FTC_SERVER_OF mark) and that are over a minute

@@ -162,6 +162,18 @@ free_own() {
   return 0
 }
 
+# A restarted rank: its earlier incarnations' servers were killed (every marked process, before
+# this one started), and their stubs left their folders. Those marks go now, and each folder no
+# run's mark is left in, rather than at the run's end: a run restarted for weeks kept them all.
+if [ "$INCARNATION" != 0 ]; then
+  EARLIER=()
+  for PY_DIR in /tmp/python_env_*/".ftc+$RUN_ID+r$RANK+i"*; do
+    [[ ${PY_DIR%/*} =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] && [ -O "$PY_DIR" ] || continue
+    [ "${PY_DIR##*/}" = "$PY_MARK" ] || EARLIER+=("$PY_DIR")
+  done
+  unmark_python_envs "${EARLIER[@]}"
+fi
+
 # No sweep of what dead runs left in a Docker container: it sees the node's /dev/shm (--ipc host)
 # but not the node's processes, so it cannot tell a live run's entries from a dead one's. A rank
 # of a later run on the node itself does it (the containers' processes run as you: it sees them).
