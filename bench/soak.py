@@ -1,9 +1,11 @@
 """A serving run's whole life: many faults in a row under load, what each restart leaves behind,
 and whether `report` tells the outages a client saw.
 
-    python bench/soak.py [--cycles 20] [--nodes 2] [--healthy 6]
+    python bench/soak.py [--cycles 20] [--nodes 2] [--healthy 6] [--slurm]
 
-Local style (every rank on this machine), the embedded test model, `server.liveness` {interval
+Local style (every rank on this machine), or with --slurm bare Slurm on the test cluster (its
+nodes share this machine's /proc, /tmp and /dev/shm; the job's live steps are counted too), the
+embedded test model, `server.liveness` {interval
 1, deadline 1, failures 2}, restarts enough for every cycle, and a world that served
 `--healthy` s starts afresh (`restart_reset`: each fault is a first one, its back-off 0.1 s). A
 client sends the probe's own request every 0.2 s (2 s timeout) all along. Each cycle: a fault
@@ -135,7 +137,14 @@ def serving_again(run_id: str, restarts: int, healthy: float, limit: float = 120
     raise RuntimeError(f"not serving again after {restarts} restart(s) in {limit:g} s")
 
 
-def measure(run_dir: Path, run_id: str) -> dict[str, float]:
+def live_steps(job_id: str) -> float:
+    """The Slurm job's steps running now."""
+    out = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
+                         check=False).stdout
+    return float(len(out.split()))
+
+
+def measure(run_dir: Path, run_id: str, job_id: str) -> dict[str, float]:
     procs = processes()
     job = str(run_dir / "scripts" / FILES.job_config).encode()
     sup = [p for p, (_, _, cmd) in procs.items() if job in cmd.split(b"\0")]
@@ -150,7 +159,7 @@ def measure(run_dir: Path, run_id: str) -> dict[str, float]:
             "threads": len(os.listdir(f"/proc/{pid}/task")),
             "processes": sum(1 for _, _, cmd in procs.values() if mark in cmd) + 0.0,
             "shm": float(len(os.listdir("/dev/shm"))), "tmp": float(len(os.listdir("/tmp"))),
-            "run_mib": size / 2**20}
+            "run_mib": size / 2**20, **({"steps": live_steps(job_id)} if job_id.isdigit() else {})}
 
 
 def slope(ys: list[float]) -> float:
@@ -178,15 +187,30 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--healthy", type=float, default=6.0)
+    ap.add_argument("--slurm", action="store_true", help="bare Slurm on the test cluster (started here)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ftc-soak-"))
+    os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")   # the run store: this bench's own
     cluster = tmp / "cluster.yaml"
+    where: dict[str, Any] = {"scheduler": "local", "ports": {"http": BASE_PORT, "grpc": BASE_PORT + 1,
+                                                              "metrics": BASE_PORT + 2}}
+    if args.slurm:
+        where = {"scheduler": "slurm", "partition": "debug", "request_gpus": False, "exclusive": False,
+                 "time_limit": "02:00:00"}
     cluster.write_text(yaml.safe_dump({
-        "name": "bench-soak", "scheduler": "local", "gpus_per_node": 1, "workspace": str(tmp / "ws"),
-        "ports": {"http": BASE_PORT, "grpc": BASE_PORT + 1, "metrics": BASE_PORT + 2},
+        "name": "bench-soak", **where, "gpus_per_node": 1, "workspace": str(tmp / "ws"),
         "server": {"binary": str(find_tritonserver()), "ready_timeout": 300, "exit_grace": 5,
                    "liveness": {"interval": 1, "deadline": 1, "failures": 2}, "restarts": args.cycles + 5,
                    "restart_backoff": 0.1, "restart_reset": max(1.0, args.healthy - 1)}}))
+    if not args.slurm:
+        return soak(args, tmp, cluster)
+    from tests.cluster.testbed import running_testbed
+
+    with running_testbed():
+        return soak(args, tmp, cluster)
+
+
+def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
     before = {"shm": set(os.listdir("/dev/shm")), "tmp": set(os.listdir("/tmp"))}
     got = ftc("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes",
               str(args.nodes), "--keep-serving", "--no-client", "--json")
@@ -194,7 +218,7 @@ def main() -> int:
     if got.returncode or not out.get("ok"):
         print(got.stderr[-3000:], file=sys.stderr)
         return 1
-    run_id, run_dir = out["run_id"], Path(out["run_dir"])
+    run_id, run_dir, job_id = out["run_id"], Path(out["run_dir"]), str(out.get("job_id") or "")
     client = Client(out["endpoint"], run_dir / "scripts" / FILES.job_config)
     client.start()
     rows: list[dict[str, float]] = []
@@ -202,16 +226,17 @@ def main() -> int:
     failed = ""
     try:
         serving_again(run_id, 0, args.healthy)
-        rows.append(measure(run_dir, run_id))
+        rows.append(measure(run_dir, run_id, job_id))
         for i in range(args.cycles):
             kind = "kill" if i % 2 == 0 else "freeze"
             faults.append(fault(run_dir, kind))
             serving_again(run_id, i + 1, args.healthy)
-            rows.append({**measure(run_dir, run_id), "kind": 0.0 if kind == "kill" else 1.0})
+            rows.append({**measure(run_dir, run_id, job_id), "kind": 0.0 if kind == "kill" else 1.0})
             r = rows[-1]
             print(f"cycle {i + 1:3} {kind:6}: supervisor {r['rss_mib']:.1f} MiB, {r['fds']:.0f} fds, "
                   f"{r['threads']:.0f} threads; {r['processes']:.0f} run processes; /dev/shm {r['shm']:.0f}, "
-                  f"/tmp {r['tmp']:.0f}; run folder {r['run_mib']:.2f} MiB", flush=True)
+                  f"/tmp {r['tmp']:.0f}; run folder {r['run_mib']:.2f} MiB"
+                  + (f"; {r['steps']:.0f} job steps" if "steps" in r else ""), flush=True)
     except RuntimeError as e:
         failed = str(e)
     finally:
@@ -228,13 +253,13 @@ def main() -> int:
 
     steady = rows[1 + KEEP_INCARNATIONS:]
     growth = {k: slope([r[k] for r in steady]) for k in ("rss_mib", "fds", "threads", "processes", "shm", "tmp",
-                                                         "run_mib")}
+                                                         "run_mib", "steps") if all(k in r for r in steady)}
     print(f"\ngrowth per cycle over cycles {KEEP_INCARNATIONS + 1}..{len(rows) - 1} (least squares): " +
           ", ".join(f"{k} {v:+.3f}" for k, v in growth.items()))
     if len(steady) >= 3:
         problems += [f"supervisor memory grows {growth['rss_mib']:.2f} MiB a cycle"] if growth["rss_mib"] > 1.0 else []
-        problems += [f"{k} grow {growth[k]:.2f} a cycle" for k in ("fds", "threads", "processes", "shm", "tmp")
-                     if growth[k] > 0.05]
+        problems += [f"{k} grow {growth[k]:.2f} a cycle" for k in ("fds", "threads", "processes", "shm", "tmp",
+                                                                    "steps") if growth.get(k, 0.0) > 0.05]
         problems += [f"the run folder grows {growth['run_mib']:.3f} MiB a cycle"] if growth["run_mib"] > 0.05 else []
 
     rep = ftc("report", run_id, "--json")
