@@ -49,7 +49,8 @@ FROZE = re.compile(r"FTCLUSTER_TEST_FREEZE_NODE: rank \d+ froze at ([\d.]+)")
 
 
 class Client(threading.Thread):
-    """The probe's request every 0.2 s with a 2 s timeout; (time sent, ok) for each."""
+    """The probe's request every 0.2 s with a 2 s timeout; (time sent, ok) for each. A private
+    run (the default on Slurm) is asked with its token (scripts/token, beside job.json)."""
 
     def __init__(self, endpoint: str, job_json: Path):
         super().__init__(daemon=True)
@@ -57,6 +58,8 @@ class Client(threading.Thread):
         self.host, _, port = endpoint.partition(":")
         self.port = int(port)
         self.model, self.body, self.size = live["model"], base64.b64decode(live["body"]), live["json_size"]
+        token = job_json.parent / "token"
+        self.auth = {"Authorization": f"Bearer {token.read_text().strip()}"} if token.is_file() else {}
         self.sent: list[tuple[float, bool]] = []
         self.stop = threading.Event()
 
@@ -66,7 +69,7 @@ class Client(threading.Thread):
             try:
                 conn = http.client.HTTPConnection(self.host, self.port, timeout=2)
                 conn.request("POST", f"/v2/models/{self.model}/infer", body=self.body,
-                             headers={"Inference-Header-Content-Length": str(self.size)})
+                             headers={"Inference-Header-Content-Length": str(self.size), **self.auth})
                 ok = conn.getresponse().status == 200
                 conn.close()
             except OSError:

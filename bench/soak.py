@@ -266,6 +266,7 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
     av = json.loads(rep.stdout)["availability"] if rep.returncode == 0 else {}
     told = [o for o in av.get("outages", []) if o["cause"] != "still serving"]
     seen = client_outages(client.sent, faults)
+    print(f"client: {len(client.sent)} requests, {sum(ok for _, ok in client.sent)} answered")
     print(f"report: answered {av.get('served_s')} s of {av.get('span_s')} s ({av.get('fraction')}), "
           f"{len(told)} outage(s) for {len(faults)} fault(s)")
     if len(told) != len(faults):
