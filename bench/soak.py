@@ -1,7 +1,7 @@
 """A serving run's whole life: many faults in a row under load, what each restart leaves behind,
 and whether `report` tells the outages a client saw.
 
-    python bench/soak.py [--cycles 20] [--nodes 2] [--healthy 6] [--slurm]
+    python bench/soak.py [--cycles 20] [--nodes 2] [--healthy 6] [--slurm] [--log-max-mb MB]
 
 Local style (every rank on this machine), or with --slurm bare Slurm on the test cluster (its
 nodes share this machine's /proc, /tmp and /dev/shm; the job's live steps are counted too), the
@@ -154,12 +154,21 @@ def measure(run_dir: Path, run_id: str, job_id: str) -> dict[str, float]:
     rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                if line.startswith("VmRSS:"))
     mark = run_id.encode()
-    size = sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file() and not f.is_symlink())
+    sizes = files_of(run_dir)
+    # The metrics samples grow with time, to metrics_max_mb (then cut): apart from the rest.
+    metrics = sum(v for k, v in sizes.items() if k.startswith(f"state/{FILES.metrics}"))
+    size = sum(sizes.values()) - metrics
     return {"rss_mib": rss / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "threads": len(os.listdir(f"/proc/{pid}/task")),
             "processes": sum(1 for _, _, cmd in procs.values() if mark in cmd) + 0.0,
             "shm": float(len(os.listdir("/dev/shm"))), "tmp": float(len(os.listdir("/tmp"))),
-            "run_mib": size / 2**20, **({"steps": live_steps(job_id)} if job_id.isdigit() else {})}
+            "run_mib": size / 2**20, "metrics_mib": metrics / 2**20, **({"steps": live_steps(job_id)} if job_id.isdigit() else {})}
+
+
+def files_of(run_dir: Path) -> dict[str, int]:
+    """The run folder's files and their sizes."""
+    return {str(f.relative_to(run_dir)): f.stat().st_size for f in run_dir.rglob("*")
+            if f.is_file() and not f.is_symlink()}
 
 
 def slope(ys: list[float]) -> float:
@@ -188,6 +197,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--healthy", type=float, default=6.0)
     ap.add_argument("--slurm", action="store_true", help="bare Slurm on the test cluster (started here)")
+    ap.add_argument("--log-max-mb", type=float, help="server.log_max_mb (the spec's default when left out)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ftc-soak-"))
     os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")   # the run store: this bench's own
@@ -201,7 +211,8 @@ def main() -> int:
         "name": "bench-soak", **where, "gpus_per_node": 1, "workspace": str(tmp / "ws"),
         "server": {"binary": str(find_tritonserver()), "ready_timeout": 300, "exit_grace": 5,
                    "liveness": {"interval": 1, "deadline": 1, "failures": 2}, "restarts": args.cycles + 5,
-                   "restart_backoff": 0.1, "restart_reset": max(1.0, args.healthy - 1)}}))
+                   "restart_backoff": 0.1, "restart_reset": max(1.0, args.healthy - 1),
+                   **({"log_max_mb": args.log_max_mb} if args.log_max_mb else {})}}))
     if not args.slurm:
         return soak(args, tmp, cluster)
     from tests.cluster.testbed import running_testbed
@@ -223,6 +234,7 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
     client.start()
     rows: list[dict[str, float]] = []
     faults: list[float] = []
+    snapshots: dict[str, dict[str, int]] = {}   # the run folder's files when steady, and at the end
     failed = ""
     try:
         serving_again(run_id, 0, args.healthy)
@@ -232,6 +244,9 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
             faults.append(fault(run_dir, kind))
             serving_again(run_id, i + 1, args.healthy)
             rows.append({**measure(run_dir, run_id, job_id), "kind": 0.0 if kind == "kill" else 1.0})
+            if i + 1 == 1 + KEEP_INCARNATIONS:   # the first of the cycles the growth is taken over
+                snapshots["steady"] = files_of(run_dir)
+            snapshots["last"] = files_of(run_dir)
             r = rows[-1]
             print(f"cycle {i + 1:3} {kind:6}: supervisor {r['rss_mib']:.1f} MiB, {r['fds']:.0f} fds, "
                   f"{r['threads']:.0f} threads; {r['processes']:.0f} run processes; /dev/shm {r['shm']:.0f}, "
@@ -253,7 +268,12 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
 
     steady = rows[1 + KEEP_INCARNATIONS:]
     growth = {k: slope([r[k] for r in steady]) for k in ("rss_mib", "fds", "threads", "processes", "shm", "tmp",
-                                                         "run_mib", "steps") if all(k in r for r in steady)}
+                                                         "run_mib", "metrics_mib", "steps") if all(k in r for r in steady)}
+    if "steady" in snapshots and "last" in snapshots:
+        a, b = snapshots["steady"], snapshots["last"]
+        grew = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), reverse=True)[:6]
+        print("the run folder's files that grew most from the first steady cycle to the last: "
+              + ", ".join(f"{k} {d:+d} B" for d, k in grew if d))
     print(f"\ngrowth per cycle over cycles {KEEP_INCARNATIONS + 1}..{len(rows) - 1} (least squares): " +
           ", ".join(f"{k} {v:+.3f}" for k, v in growth.items()))
     if len(steady) >= 3:
@@ -280,8 +300,10 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
                       f"client {statistics.median(p[1] for p in pairs):.2f} s, the report's outage starts "
                       f"{statistics.median(p[2] for p in pairs):+.2f} s after the fault")
     events = parse_events((run_dir / "state" / FILES.events).read_text())
-    print(f"events: {len(events)} lines, {sum(1 for e in events if e.kind == EV.unanswered)} unanswered, "
-          f"{sum(1 for e in events if e.kind == EV.restarting)} restarting")
+    quiet = [e.time - float(e.args[0]) for e in events if e.kind == EV.unanswered and e.args]
+    print(f"events: {len(events)} lines, {len(quiet)} unanswered, {sum(1 for e in events if e.kind == EV.restarting)} "
+          f"restarting; a hang's verdict came {statistics.median(quiet) if quiet else float('nan'):.2f} s (median) "
+          "after its first missed probe, where its outage starts")
     print(json.dumps({"rows": rows, "growth": growth, "availability": av, "client_outages": seen,
                       "problems": problems}))
     for p in problems:

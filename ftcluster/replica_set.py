@@ -60,7 +60,8 @@ def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
         state=str(paths.state), logs=str(paths.logs), tls_cert=cluster.proxy.tls_cert or "",
         handover_lead=lead, script=str(paths.job_script(style_of(cluster).name)) if lead else "",
         run_dir=str(paths.run_dir) if lead else "",
-        record=(python, "-m", "ftcluster", "successor", str(paths.run_dir), "--took-over") if lead else ())
+        record=(python, "-m", "ftcluster", "successor", str(paths.run_dir), "--took-over") if lead else (),
+        log_max_bytes=int(cluster.server.log_max_mb * (1 << 20)))
     listen = "127.0.0.1" if style_of(cluster).one_host else ""
     return JobStep(FRONT_STEP, "the balancer",
                    (python, str(paths.scripts / FILES.supervisor), "front", str(paths.scripts / FRONT_SETTINGS)),

@@ -120,6 +120,9 @@ class FrontSettings:
     script: str = ""
     run_dir: str = ""
     record: tuple[str, ...] = ()
+    # Caddy's log (logs/front_caddy.log: a line for each request it could not pass on) is cut
+    # beyond this (server.log_max_mb), as the servers' logs are.
+    log_max_bytes: int = 256 << 20
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=1, sort_keys=True) + "\n"

@@ -36,6 +36,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .handover import submit_env
 from .names import FILES
+from .poll import LOG_CUT_S
+from .ranks import cut_log
 from .rotation import ROTATION
 from .submit import SubmitFailed, queue_state, submit
 from .text import Room, append_line, squeeze, write_json
@@ -43,6 +45,8 @@ from .text import Room, append_line, squeeze, write_json
 CADDY_RESTARTS = 5
 # How often a successor that has not served yet is looked for in Slurm's queue.
 SUCCESSOR_LOOK_S = 5.0
+# Caddy's own output, in the front's logs/ (appended to: a Caddy started again keeps the last one's).
+CADDY_LOG = "front_caddy.log"
 
 
 def successor_decision(now: float, notice_at: Optional[float], lead: float) -> str:
@@ -192,7 +196,7 @@ class Front:
             os.unlink(os.path.join(self.state, self.admin_name))
         except OSError:
             pass
-        log = open(os.path.join(self.s["logs"], "front_caddy.log"), "ab")
+        log = open(os.path.join(self.s["logs"], CADDY_LOG), "ab")
         self.caddy_starts += 1
         self.caddy = subprocess.Popen([self.s["caddy"], "run", "--config", path], cwd=self.state, env=self.env,
                                       stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -201,7 +205,7 @@ class Front:
         while time.monotonic() < deadline:
             if self.caddy.poll() is not None:
                 raise SystemExit(f"ftcluster: the balancer (Caddy) exited {self.caddy.returncode} at its start; "
-                                 "see logs/front_caddy.log")
+                                 f"see logs/{CADDY_LOG}")
             try:
                 self.admin("GET", "/config/admin")
             except OSError:
@@ -252,7 +256,7 @@ class Front:
                 print(f"ftcluster: the balancer (Caddy) exited {self.caddy.returncode}; starting it again",
                       flush=True)
                 if self.caddy_starts > CADDY_RESTARTS:
-                    raise SystemExit("ftcluster: the balancer (Caddy) kept exiting; see logs/front_caddy.log")
+                    raise SystemExit(f"ftcluster: the balancer (Caddy) kept exiting; see logs/{CADDY_LOG}")
             self.applied = ups
             self.start_caddy()
         elif needs_load(self.applied or [], ups):
@@ -397,12 +401,19 @@ class Front:
             signal.signal(signal.SIGUSR1, self.on_notice)
         print(f"ftcluster: the balancer starts on {socket.gethostname()}", flush=True)
         self.keep_last_look()
+        next_cut = time.monotonic() + LOG_CUT_S
         try:
             while not self.stopping:
                 try:
                     self.step()
                     if self.notice_at is not None and self.handing_over and self.serving:
                         self.hand_over_step()
+                    if time.monotonic() >= next_cut:
+                        next_cut = time.monotonic() + LOG_CUT_S
+                        limit = int(self.s.get("log_max_bytes", 256 << 20))
+                        if cut_log(os.path.join(self.s["logs"], CADDY_LOG), limit):
+                            print(f"ftcluster: the balancer's Caddy log passed {limit / (1 << 20):g} MiB: moved to "
+                                  f"{CADDY_LOG}.1", flush=True)
                 except OSError as e:
                     print(f"ftcluster: the balancer: {e}", flush=True)
                 time.sleep(float(self.s.get("poll", 0.5)))

@@ -283,23 +283,25 @@ def rank0_ready(host: str, port: int, server_id: str, model: str, via: Via = DIR
 KEEP_INCARNATIONS = 5
 
 
+def cut_log(path: str, max_bytes: int) -> bool:
+    """Bounds a long-lived process's log: one over max_bytes is copied to <log>.1 (replacing the
+    one before) and emptied in place, as logrotate's copytruncate does -- its writer appends
+    (O_APPEND), so its next line lands at the new start. The log then takes at most twice
+    max_bytes. True when it was cut."""
+    try:
+        if os.path.getsize(path) <= max_bytes:
+            return False
+        shutil.copyfile(path, path + ".1")
+        os.truncate(path, 0)
+    except OSError:
+        return False
+    return True
+
+
 def cut_server_logs(ranks: RankFiles, max_bytes: int) -> List[int]:
-    """Bounds a serving run's server logs: one over max_bytes is copied to <log>.1 (replacing
-    the one before) and emptied in place, as logrotate's copytruncate does -- the server writes
-    it through an O_APPEND descriptor (rank_server.sh's >>), so its next line lands at the new
-    start. Each rank's server log then takes at most twice max_bytes. The ranks cut, in order."""
-    cut = []
-    for r in range(ranks.nodes):
-        path = ranks.server_log(r)
-        try:
-            if os.path.getsize(path) <= max_bytes:
-                continue
-            shutil.copyfile(path, path + ".1")
-            os.truncate(path, 0)
-        except OSError:
-            continue
-        cut.append(r)
-    return cut
+    """Bounds a serving run's server logs (cut_log: rank_server.sh writes them with >>): each
+    rank's then takes at most twice max_bytes. The ranks cut, in order."""
+    return [r for r in range(ranks.nodes) if cut_log(ranks.server_log(r), max_bytes)]
 
 
 def keep_incarnation(logs: str, state: str, nodes: int, n: int) -> str:

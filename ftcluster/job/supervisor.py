@@ -30,8 +30,8 @@ from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .restarts import Faults, faults_of_events
 from .rotation import Rotation
-from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_server_logs, http_get, keep_incarnation,
-                    load_progress, rank0_ready)
+from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_log, cut_server_logs, http_get,
+                    keep_incarnation, load_progress, rank0_ready)
 from .text import (ROOM_NEEDED, Room, append_line, free_bytes, last_line, mtime, no_room_in, read_text, squeeze,
                    write_json)
 
@@ -99,6 +99,7 @@ class Job:
         self.interrupted = False
         self.failing = False
         self.restarting = False   # a fault now fails the restart, not the run (Fault)
+        self.next_log_cut = 0.0     # when the serving loop next checks its logs' sizes (cut_log)
         self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover_lead)
         self.handover = HandOver(self) if cfg.successor else None
         self.faults = Faults(cfg.restart_reset, cfg.carried_faults)   # those counted against cfg.restarts, and the restarts
@@ -263,13 +264,13 @@ class Job:
     # --- children -----------------------------------------------------------------------------
 
     def start(self, argv: Sequence[str], out: Union[str, int, None] = None,
-              env: Optional[Dict[str, str]] = None, whole_env: Optional[Dict[str, str]] = None
-              ) -> subprocess.Popen[bytes]:
+              env: Optional[Dict[str, str]] = None, whole_env: Optional[Dict[str, str]] = None,
+              append: bool = False) -> subprocess.Popen[bytes]:
         """A child with the job's env (plus `env`; or `whole_env` alone), its output to the file
-        `out` (truncated) or the job's own output."""
+        `out` (truncated; appended to with `append`, which cut_log needs) or the job's own output."""
         stdout: Union[IO[bytes], int, None] = None
         if isinstance(out, str):
-            stdout = open(out, "wb")
+            stdout = open(out, "ab" if append else "wb")
         elif out is not None:
             stdout = out
         try:
@@ -430,7 +431,8 @@ class Job:
                 self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
         try:
             argv, env = self.style.proxy_command(binary, self.proxy_token)
-            self.proxy = self.start(argv, out=self.log_path(FILES.proxy_log), env=env)
+            # Appended to: a proxy started again keeps why the one before ended; cut while serving.
+            self.proxy = self.start(argv, out=self.log_path(FILES.proxy_log), env=env, append=True)
         except OSError as e:
             self.fail(f"the proxy (access: private) cannot start: {e.filename or binary}: {e.strerror or e}")
         self.style.wait_proxy_listening(self.proxy)
@@ -660,15 +662,14 @@ class Job:
         sampler = Sampler(self.triton_at()[0], self.metrics_port(), os.path.join(self.cfg.state, FILES.metrics),
                           self.cfg.metrics_interval, self.cfg.metrics_max_bytes,
                           int(self.child_env.get("FTC_INCARNATION", "0")), self.via(), self.room)
-        next_cut = time.monotonic() + LOG_CUT_S
         self.start_exporter()
         self.publish_targets()
         # A rank's death is seen in its exit line within 0.1 s; srun or mpirun end the step
         # seconds later (Slurm) and the teardown need not wait for them.
         assert self.exits is not None
-        return self._serve_loop(live, sampler, self.exits, next_cut)
+        return self._serve_loop(live, sampler, self.exits)
 
-    def _serve_loop(self, live: Optional[Liveness], sampler: Sampler, exits: ExitWatch, next_cut: float) -> Optional[str]:
+    def _serve_loop(self, live: Optional[Liveness], sampler: Sampler, exits: ExitWatch) -> Optional[str]:
         if self.ranks.first_died() is not None:
             return self.cause_of("a server rank exited")
         while self.style.servers_alive():
@@ -700,11 +701,17 @@ class Job:
                     return None
             if self.room.since is not None or self.room.ended is not None:
                 self.mend_records()
-            if time.monotonic() >= next_cut:
-                next_cut = time.monotonic() + LOG_CUT_S
+            # Every 30 s of serving, across restarts: the proxy's log outlives the incarnations (a
+            # world restarted every few seconds never reached a per-incarnation 30 s).
+            if time.monotonic() >= self.next_log_cut:
+                self.next_log_cut = time.monotonic() + LOG_CUT_S
                 for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
                     self.say(f"ftcluster: rank {r}'s server log passed {self.cfg.log_max_bytes / (1 << 20):g} MiB: "
                              f"moved to {FILES.server_log(r)}.1")
+                # The proxy logs each request it could not pass on (an outage under load).
+                if self.proxy is not None and cut_log(self.log_path(FILES.proxy_log), self.cfg.log_max_bytes):
+                    self.say(f"ftcluster: the proxy's log passed {self.cfg.log_max_bytes / (1 << 20):g} MiB: "
+                             f"moved to {FILES.proxy_log}.1")
             self.nap(0.1)
         self.leave_rotation(self.style.ended_while_serving)
         return self.cause_of(self.style.ended_while_serving)

@@ -322,3 +322,27 @@ def test_a_node_whose_gpu_needs_a_reset_is_left_like_a_lost_one(tmp_path: Path, 
     assert job.style.lost == []
     (state / "gpu-events-rank0").write_text(format_event(1003.0, 1, "GPU-c", "ecc_dbe", 0))
     assert (job.nodes_to_leave() or ([], ""))[0] == ["n1", "n2"]
+
+
+def test_the_proxys_log_is_appended_to_and_cut_while_it_writes(tmp_path: Path) -> None:
+    """The proxy's log (Caddy logs each request it could not pass on: an outage under load)
+    is cut as the servers' are: the proxy's output is appended to, so a proxy started again
+    keeps why the one before ended, and after a cut its next line lands at the new start."""
+    from ftcluster.job.ranks import cut_log
+
+    _, run_dir = _local_job(tmp_path)
+    job = job_of({"job.json": (run_dir / "scripts" / "job.json").read_text()})
+    log, go = tmp_path / "proxy.log", tmp_path / "go"
+    log.write_bytes(b"the proxy before ended\n")
+    child = job.start(["bash", "-c", f'for i in {{1..500}}; do echo old line; done; '
+                                     f'while [ ! -e {go} ]; do sleep 0.01; done; echo new line'],
+                      out=str(log), append=True)
+    try:
+        _wait_for("the proxy's lines", lambda: log.stat().st_size > 4096)
+        assert cut_log(str(log), 4096) and not cut_log(str(log), 4096)
+        go.touch()
+        assert child.wait(30) == 0
+    finally:
+        child.kill()
+    assert log.read_bytes() == b"new line\n"             # no hole where the old text was
+    assert Path(f"{log}.1").read_bytes().startswith(b"the proxy before ended\nold line\n")

@@ -221,6 +221,8 @@ def test_the_front_takes_its_time_limit_notice_itself_on_slurm() -> None:
     assert settings["handover_lead"] == 300 and settings["script"] == f"{run_dir}/scripts/job.sbatch"
     assert settings["run_dir"] == run_dir
     assert settings["record"][1:] == ["-m", "ftcluster", "successor", run_dir, "--took-over"]
+    # Its Caddy's log is cut as the servers' logs are (server.log_max_mb).
+    assert settings["log_max_bytes"] == 256 << 20
     # Without Slurm, no notice comes: nothing to hand over.
     local = cluster(time_limit="02:00:00")
     text = ReplicaSet(local, model(), make_plan(local, model(), 1), LaunchOptions(keep_serving=True), 2,
