@@ -168,8 +168,8 @@ free_own() {
 if [ "$INCARNATION" != 0 ]; then
   EARLIER=()
   for PY_DIR in /tmp/python_env_*/".ftc+$RUN_ID+r$RANK+i"*; do
-    [[ ${PY_DIR%/*} =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] && [ -O "$PY_DIR" ] || continue
-    [ "${PY_DIR##*/}" = "$PY_MARK" ] || EARLIER+=("$PY_DIR")
+    [[ ${PY_DIR%/*} =~ ^/tmp/python_env_[A-Za-z0-9]{6}$ ]] || continue
+    if [ -O "$PY_DIR" ] && [ "${PY_DIR##*/}" != "$PY_MARK" ]; then EARLIER+=("$PY_DIR"); fi
   done
   unmark_python_envs "${EARLIER[@]}"
 fi
