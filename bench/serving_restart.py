@@ -94,18 +94,26 @@ def events(run_dir: Path) -> list[Any]:
     return parse_events((run_dir / "state" / "events").read_text())
 
 
-def supervisor_cpu(run_dir: Path) -> float:
-    """CPU seconds (user + system) of the run's job supervisor so far."""
-    tick = os.sysconf("SC_CLK_TCK")
+def supervisor_pid(run_dir: Path) -> int:
+    """The run's job supervisor: the one process started with the run's job.json."""
+    job = str(run_dir / "scripts" / "job.json").encode()
+    found = []
     for pid in os.listdir("/proc"):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(str(run_dir / "scripts" / "job.json").encode() == c for c in cmd):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tick
-    raise RuntimeError(f"no supervisor of {run_dir}")
+        if job in cmd:
+            found.append(int(pid))
+    if len(found) != 1:
+        raise RuntimeError(f"no single supervisor of {run_dir}: {found}")
+    return found[0]
+
+
+def supervisor_cpu(run_dir: Path) -> float:
+    """CPU seconds (user + system) of the run's job supervisor so far."""
+    fields = Path(f"/proc/{supervisor_pid(run_dir)}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def restart_once(tmp: Path, cluster: Path, args: argparse.Namespace, by: str) -> dict[str, float]:

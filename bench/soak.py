@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import yaml  # noqa: E402
-from serving_restart import Client  # noqa: E402
+from serving_restart import Client, supervisor_pid  # noqa: E402
 
 from ftcluster.events import EV, parse_events  # noqa: E402
 from ftcluster.job.names import FILES  # noqa: E402
@@ -146,11 +146,7 @@ def live_steps(job_id: str) -> float:
 
 def measure(run_dir: Path, run_id: str, job_id: str) -> dict[str, float]:
     procs = processes()
-    job = str(run_dir / "scripts" / FILES.job_config).encode()
-    sup = [p for p, (_, _, cmd) in procs.items() if job in cmd.split(b"\0")]
-    if len(sup) != 1:
-        raise RuntimeError(f"the supervisor not found alone: {sup}")
-    pid = sup[0]
+    pid = supervisor_pid(run_dir)
     rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                if line.startswith("VmRSS:"))
     mark = run_id.encode()

@@ -146,13 +146,8 @@ _FRONT_ENDS = (EV.step_done, EV.interrupted, EV.done, EV.failed)
 
 def last_alive(run_dir: Path) -> list[float]:
     """The last signs of life of a run's earlier attempts, kept when it started again."""
-    found = []
-    for line in _lines(run_dir / "state" / FILES.last_alive):
-        try:
-            found.append(float(line.split()[0]))
-        except ValueError:
-            continue
-    return found
+    times = (_epoch(line.split()[0]) for line in _lines(run_dir / "state" / FILES.last_alive))
+    return [t for t in times if t is not None]
 
 
 def front_spans(set_dir: Path, until: float | None) -> list[tuple[float, float, str]]:

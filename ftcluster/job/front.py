@@ -37,10 +37,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from .handover import submit_env
 from .names import FILES
 from .poll import LOG_CUT_S
-from .ranks import cut_log
+from .ranks import cut_log, cut_words
 from .rotation import ROTATION
 from .submit import SubmitFailed, queue_state, submit
-from .text import Room, append_line, squeeze, write_json
+from .text import Room, keep_last_alive, squeeze, write_json
 
 CADDY_RESTARTS = 5
 # How often a successor that has not served yet is looked for in Slurm's queue.
@@ -370,8 +370,7 @@ class Front:
         whose node was lost wrote no last word, and `report` ends its span there."""
         last = read_json(os.path.join(self.state, "rotation.json")) or {}
         if isinstance(last.get("time"), (int, float)):
-            line = f"{last['time']:.3f} {self.job_id or os.getpid()}"
-            self.room.attempt(FILES.last_alive, lambda: append_line(os.path.join(self.state, FILES.last_alive), line))
+            keep_last_alive(self.room, self.state, last["time"], str(self.job_id or os.getpid()))
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
@@ -412,8 +411,7 @@ class Front:
                         next_cut = time.monotonic() + LOG_CUT_S
                         limit = int(self.s.get("log_max_bytes", 256 << 20))
                         if cut_log(os.path.join(self.s["logs"], CADDY_LOG), limit):
-                            print(f"ftcluster: the balancer's Caddy log passed {limit / (1 << 20):g} MiB: moved to "
-                                  f"{CADDY_LOG}.1", flush=True)
+                            print(cut_words("the balancer's Caddy", CADDY_LOG, limit), flush=True)
                 except OSError as e:
                     print(f"ftcluster: the balancer: {e}", flush=True)
                 time.sleep(float(self.s.get("poll", 0.5)))

@@ -298,6 +298,11 @@ def cut_log(path: str, max_bytes: int) -> bool:
     return True
 
 
+def cut_words(whose: str, name: str, max_bytes: int) -> str:
+    """What the job says of a log that cut_log cut: `whose` log, named `name` in logs/."""
+    return f"ftcluster: {whose} log passed {max_bytes / (1 << 20):g} MiB: moved to {name}.1"
+
+
 def cut_server_logs(ranks: RankFiles, max_bytes: int) -> List[int]:
     """Bounds a serving run's server logs (cut_log: rank_server.sh writes them with >>): each
     rank's then takes at most twice max_bytes. The ranks cut, in order."""

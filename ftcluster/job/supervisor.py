@@ -30,10 +30,10 @@ from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .restarts import Faults, faults_of_events
 from .rotation import Rotation
-from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_log, cut_server_logs, http_get,
+from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_log, cut_server_logs, cut_words, http_get,
                     keep_incarnation, load_progress, rank0_ready)
-from .text import (ROOM_NEEDED, Room, append_line, free_bytes, last_line, mtime, no_room_in, read_text, squeeze,
-                   write_json)
+from .text import (ROOM_NEEDED, Room, append_line, free_bytes, keep_last_alive, last_line, mtime, no_room_in,
+                   read_text, squeeze, write_json)
 
 # The phase of a run whose servers are starting, as failure messages name it.
 STARTING = "during start-up"
@@ -706,12 +706,10 @@ class Job:
             if time.monotonic() >= self.next_log_cut:
                 self.next_log_cut = time.monotonic() + LOG_CUT_S
                 for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
-                    self.say(f"ftcluster: rank {r}'s server log passed {self.cfg.log_max_bytes / (1 << 20):g} MiB: "
-                             f"moved to {FILES.server_log(r)}.1")
+                    self.say(cut_words(f"rank {r}'s server", FILES.server_log(r), self.cfg.log_max_bytes))
                 # The proxy logs each request it could not pass on (an outage under load).
                 if self.proxy is not None and cut_log(self.log_path(FILES.proxy_log), self.cfg.log_max_bytes):
-                    self.say(f"ftcluster: the proxy's log passed {self.cfg.log_max_bytes / (1 << 20):g} MiB: "
-                             f"moved to {FILES.proxy_log}.1")
+                    self.say(cut_words("the proxy's", FILES.proxy_log, self.cfg.log_max_bytes))
             self.nap(0.1)
         self.leave_rotation(self.style.ended_while_serving)
         return self.cause_of(self.style.ended_while_serving)
@@ -927,8 +925,7 @@ class Job:
         alive = [mtime(os.path.join(state, name)) for name in (FILES.health, FILES.metrics)]
         last = max((t for t in alive if t is not None), default=None)
         if last is not None:   # for `report`: when the earlier attempt last answered
-            self.room.attempt(FILES.last_alive, lambda: append_line(os.path.join(state, FILES.last_alive),
-                                                                     f"{last:.3f} {os.environ.get('SLURM_JOB_ID', '')}"))
+            keep_last_alive(self.room, state, last, os.environ.get("SLURM_JOB_ID", ""))
         tries = faults.fault(cause, last)
         self.next_incarnation()
         self.event(EV.restarting, tries, cause)

@@ -9,6 +9,8 @@ import re
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from .names import FILES
+
 # A write refused for want of room: a full filesystem, or the user's quota on it.
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -155,3 +157,11 @@ class Room:
         """Room again (a write went through): the shortage, if any, is over."""
         if self.since is not None:
             self.ended, self.since = (self.since, self.skipped), None
+
+
+def keep_last_alive(room: Room, state: str, when: float, job: str) -> None:
+    """state/last-alive gains "EPOCH JOB" as a job starts again (Slurm's requeue, a front's
+    takeover): the last sign of life of what ran before, which may have written no last word
+    (its node lost); `report` ends its span there."""
+    path = os.path.join(state, FILES.last_alive)
+    room.attempt(FILES.last_alive, lambda: append_line(path, f"{when:.3f} {job}"))

@@ -53,14 +53,21 @@ def _frozen_run_fails_naming_the_hang(cluster: Path, freeze: str) -> dict[str, A
     assert health["consecutive_misses"] == 2 and health["last_ok"] is not None and health["probes"] >= 3
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)
     # `report`: the run answered until its first missed probe, not until the verdict (2 probes on).
-    events = parse_events((Path(st["run_dir"]) / "state" / FILES.events).read_text())
-    quiet = float(next(e for e in events if e.kind == EV.unanswered).args[0])
+    events, quiet, report = _hang_reported(st)
     ready, failed = (next(e.time for e in events if e.kind == k) for k in (EV.ready, EV.failed))
     assert health["last_ok"] < quiet and abs(quiet - health["unanswered_since"]) < 0.001 and failed - quiet > 1.0
-    got = ftcluster("report", run_id, "--json")
-    assert got.returncode == 0, got.stderr
-    assert json.loads(got.stdout)["runs"][0]["served_s"] == round(quiet - ready, 3)
+    assert report["runs"][0]["served_s"] == round(quiet - ready, 3)
     return st
+
+
+def _hang_reported(st: dict[str, Any]) -> tuple[list[Any], float, dict[str, Any]]:
+    """A hung run's events, its first missed probe's time (the `unanswered` event's) and its
+    `report --json`."""
+    events = parse_events((Path(st["run_dir"]) / "state" / FILES.events).read_text())
+    quiet = float(next(e for e in events if e.kind == EV.unanswered).args[0])
+    got = ftcluster("report", st["run_id"], "--json")
+    assert got.returncode == 0, got.stderr
+    return events, quiet, json.loads(got.stdout)
 
 
 @pytest.mark.triton
@@ -163,13 +170,10 @@ def test_a_hung_world_is_restarted_and_serves_again_locally(tmp_path: Path) -> N
     st = _restarted_and_serving(write_cluster(tmp_path, server=RESTARTS), {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"},
                                 "the MPI world is hung")
     # One outage, the hang's: from the first missed probe to the restarted world's ready.
-    events = parse_events((Path(st["run_dir"]) / "state" / FILES.events).read_text())
-    quiet = float(next(e for e in events if e.kind == EV.unanswered).args[0])
+    events, quiet, report = _hang_reported(st)
     restarted = next(e.time for e in events if e.kind == EV.restarting)
     again = [e.time for e in events if e.kind == EV.ready][1]
-    got = ftcluster("report", st["run_id"], "--json")
-    assert got.returncode == 0, got.stderr
-    outages = json.loads(got.stdout)["availability"]["outages"]
+    outages = report["availability"]["outages"]
     assert [(o["from"], o["to"]) for o in outages] == [(quiet, again)] and restarted - quiet > 1.0, outages
     assert outages[0]["cause"].startswith("the MPI world is hung")
 
