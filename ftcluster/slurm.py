@@ -17,7 +17,7 @@ from enum import Enum
 
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.job.poll import CLOCK, Clock
-from ftcluster.job.submit import PATIENCE_S, SubmitFailed, submit
+from ftcluster.job.submit import PATIENCE_S, SubmitFailed, nothing_to_cancel, submit
 from ftcluster.runner import CommandResult, Runner
 
 
@@ -124,8 +124,7 @@ class Slurm:
         not to its steps)."""
         argv = ["scancel"] + (["--batch"] if batch else []) + ([f"--signal={signal}"] if signal else [])
         res = self.runner.run([*argv, job_id], timeout=60)
-        # "": no such job any more, or one already ending: nothing left to cancel.
-        problem = "" if res.ok or "already completing or completed" in res.stderr else self._query_problem(res)
+        problem = "" if res.ok or nothing_to_cancel(res.stderr) else self._query_problem(res)
         if problem:
             raise LaunchError(f"scancel of job {job_id} failed: {problem}; the job may still run: try again once "
                               f"Slurm answers (`ftcluster status` says whether it does)")

@@ -39,7 +39,7 @@ from .names import FILES
 from .poll import LOG_CUT_S
 from .ranks import cut_log, cut_words
 from .rotation import ROTATION
-from .submit import SubmitFailed, queue_state, submit
+from .submit import SubmitFailed, nothing_to_cancel, queue_state, submit
 from .text import Room, keep_last_alive, squeeze, write_json
 
 CADDY_RESTARTS = 5
@@ -360,7 +360,7 @@ class Front:
         assert self.successor is not None
         self.handing_over = False
         rc, _, err = self.run(["scancel", self.successor], None, 60.0)
-        if rc:
+        if rc and not nothing_to_cancel(err):
             print(f"ftcluster: the balancer's successor job {self.successor} could not be cancelled: "
                   f"{squeeze(err)[:300] or f'exit {rc}'}", flush=True)
 

@@ -98,6 +98,13 @@ def submit(run: Run, argv: List[str], folder: str, newer_than: int = 0, patience
                                refused=False)
 
 
+def nothing_to_cancel(err: str) -> bool:
+    """Whether scancel's complaint means the job needs no cancelling: it is already ending, or
+    Slurm has forgotten it (ended longer ago than MinJobAge)."""
+    text = err.lower()
+    return "already completing or completed" in text or "invalid job id" in text
+
+
 def queue_state(run: Run, job: str) -> Optional[str]:
     """The job's state in Slurm's queue (squeue's %T): "" once squeue no longer lists it (it
     forgets an ended job after MinJobAge, and then says "Invalid job id" on stderr, exit 1),

@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ftcluster.job.front import Front, needs_load
 from ftcluster.plan import Plan, RankSlot
 from ftcluster.proxy import caddy_config, loopback_ports
@@ -271,6 +273,25 @@ def test_a_successor_that_no_record_can_name_is_cancelled(tmp_path: Path, monkey
     assert (tmp_path / "scancel.args").read_text().split() == ["42"]
     assert not (state / "taken-over-41").exists()
     assert "could not be given job 42" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ((0, "", ""), False),
+    ((1, "", "scancel: error: Kill job error on job id 42: Job/step already completing or completed"), False),
+    ((1, "", "scancel: error: Kill job error on job id 42: Invalid job id specified"), False),
+    ((1, "", "scancel: error: Socket timed out on send/recv operation"), True)])
+def test_a_successor_already_ended_needs_no_cancel_and_no_word(tmp_path: Path, capsys: Any,
+                                                               answer: tuple[int, str, str], said: bool) -> None:
+    """The balancer cancels its successor: a job that has already ended (or that Slurm has
+    forgotten) is no failure to report, as `Slurm.cancel` reads scancel; a Slurm that did not
+    answer is."""
+    front = Front({"members": str(tmp_path / "replicas.json"), "state": str(tmp_path), "config": "", "token_file": ""})
+    asked: list[list[str]] = []
+    front.run = lambda argv, cwd, timeout: (asked.append(argv), answer)[1]  # type: ignore[method-assign]
+    front.successor, front.handing_over = "42", True
+    front.cancel_successor()
+    assert asked == [["scancel", "42"]] and not front.handing_over
+    assert ("could not be cancelled: scancel: error: Socket timed out" in capsys.readouterr().out) == said
 
 
 def test_a_front_keeps_the_last_look_of_the_front_before_it(tmp_path: Path) -> None:
