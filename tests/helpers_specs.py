@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,9 +69,13 @@ class CliResult:
     stderr: str
 
 
+def _cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60) -> CliResult:
     """The real CLI in a subprocess: `python -m ftcluster ARGS`."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
+    env = _cli_env()
     p = subprocess.run(
         [sys.executable, "-m", "ftcluster", *args], cwd=cwd or REPO_ROOT, env=env,
         capture_output=True, text=True, timeout=timeout,
@@ -88,3 +94,18 @@ def assert_one_line_error(res: CliResult, *fragments: str) -> str:
     for frag in fragments:
         assert frag in line, f"{frag!r} not in {line!r}"
     return line
+
+
+def run_cli_many(cases: list[tuple[list[str], Path]], timeout: float = 600) -> list[CliResult]:
+    """run_cli for each (args, cwd), as many processes of the CLI, but forked from one that
+    imported ftcluster once (tests/cli_batch.py): a corpus of hundreds of cases costs one
+    interpreter's start, not hundreds."""
+    with tempfile.TemporaryDirectory(prefix="ftc-cli-batch-") as d:
+        spec = [{"args": list(a), "cwd": str(c), "out": f"{d}/{i}.out", "err": f"{d}/{i}.err"}
+                for i, (a, c) in enumerate(cases)]
+        p = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "cli_batch.py")], input=json.dumps(spec),
+                           env=_cli_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+        assert p.returncode == 0, p.stderr
+        codes = json.loads(p.stdout)
+        return [CliResult(rc, Path(s["out"]).read_text(errors="replace"), Path(s["err"]).read_text(errors="replace"))
+                for rc, s in zip(codes, spec)]

@@ -77,7 +77,8 @@ class LazyGroup(click.Group):
     """A group whose commands are imported on first use, listed from COMMANDS until then."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(self.commands) | set(COMMANDS))
+        # A hidden command already imported (its module holds listed ones too) stays unlisted.
+        return sorted({n for n, c in self.commands.items() if not c.hidden} | set(COMMANDS))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and (cmd_name in COMMANDS or cmd_name in HIDDEN_COMMANDS):

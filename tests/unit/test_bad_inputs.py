@@ -3,14 +3,13 @@ runs the real CLI in a subprocess and must fail with one clear line naming the f
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.helpers_specs import BAD_INPUTS, CliResult, assert_one_line_error, run_cli
+from tests.helpers_specs import BAD_INPUTS, CliResult, assert_one_line_error, run_cli, run_cli_many
 
 CASES: list[dict[str, Any]] = yaml.safe_load((BAD_INPUTS / "index.yaml").read_text())
 
@@ -37,10 +36,8 @@ def _args(case: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, CliResult]:
-    """Every case's real CLI run, in subprocesses started side by side (the tests then judge them)."""
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = {_id(c): pool.submit(run_cli, *_args(c), cwd=BAD_INPUTS) for c in CASES}
-        return {k: f.result() for k, f in futures.items()}
+    """Every case's real CLI run, each a process of its own (the tests then judge them)."""
+    return dict(zip((_id(c) for c in CASES), run_cli_many([(_args(c), BAD_INPUTS) for c in CASES])))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])

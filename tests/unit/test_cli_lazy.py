@@ -48,6 +48,14 @@ def test_table_matches_the_real_commands() -> None:
         assert any(getattr(owner, attr) is cmd for attr in dir(owner)), f"{name} is not in {module}"
 
 
+def test_a_hidden_command_stays_unlisted_once_its_module_is_imported() -> None:
+    # Its module also holds listed commands (`launch`): importing it for them must not list it.
+    for name in HIDDEN_COMMANDS:
+        load(name)
+        ctx = click.Context(cli)
+        assert name not in cli.list_commands(ctx) and f"  {name} " not in cli.get_help(ctx)
+
+
 def test_help_lists_every_command_without_importing_them() -> None:
     rc, mods, out = _modules_after(["--help"])
     assert rc == 0

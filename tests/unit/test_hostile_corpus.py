@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.helpers_specs import CliResult, run_cli
+from tests.helpers_specs import CliResult, run_cli_many
 
 CANARY = "FTC_CANARY"
 PAYLOADS: dict[str, Any] = {
@@ -72,21 +71,20 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[CliRes
     """Every case's `plan`, and for those accepted a `render`, side by side."""
     root = tmp_path_factory.mktemp("corpus")
 
-    def one(case: tuple[str, str]) -> tuple[CliResult, CliResult | None, Path]:
+    model = Path(__file__).resolve().parents[1] / "data" / "bad_inputs" / "ok" / "model.yaml"
+    folders = []
+    for case in CASES:
         folder = root / re.sub(r"[^A-Za-z0-9]", "_", _id(case))
         folder.mkdir()
-        spec = folder / "cluster.yaml"
         # Written as YAML can hold them: a NUL or DEL only in a double-quoted escape.
-        spec.write_text(yaml.safe_dump(_case(*case), allow_unicode=False))
-        model = Path(__file__).resolve().parents[1] / "data" / "bad_inputs" / "ok" / "model.yaml"
-        plan = run_cli("plan", "--cluster", str(spec), "--model", str(model), "--nodes", "2", cwd=folder)
-        render = None
-        if plan.rc == 0:
-            render = run_cli("render", "--cluster", str(spec), "--model", str(model), "--nodes", "2",
-                             "--out", str(folder / "run"), cwd=folder)
-        return plan, render, folder
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(zip((_id(c) for c in CASES), pool.map(one, CASES)))
+        (folder / "cluster.yaml").write_text(yaml.safe_dump(_case(*case), allow_unicode=False))
+        folders.append(folder)
+    common = ["--model", str(model), "--nodes", "2"]
+    plans = run_cli_many([(["plan", "--cluster", str(f / "cluster.yaml"), *common], f) for f in folders])
+    accepted = [f for f, p in zip(folders, plans) if p.rc == 0]
+    renders = dict(zip(accepted, run_cli_many(
+        [(["render", "--cluster", str(f / "cluster.yaml"), *common, "--out", str(f / "run")], f) for f in accepted])))
+    return {_id(c): (p, renders.get(f), f) for c, p, f in zip(CASES, plans, folders)}
 
 
 def test_the_corpus_is_big() -> None:
