@@ -28,12 +28,14 @@ class JobWatch:
         self._budget = Budget(SCHEDULER_PER_MINUTE, clock)
         self._ask_at = clock.monotonic()
         self._ending_until: float | None = None
+        self.said_done = False   # a `done` came in since the watch began
 
     def new_events(self) -> list[Event]:
         """Events written since the last call; the job's `done` brings the next question forward
         (the scheduler is about to say the job is gone)."""
         new = self.events.poll()
         if any(e.kind == EV.done for e in new):
+            self.said_done = True
             self.soon()
         return new
 
@@ -68,15 +70,20 @@ class JobWatch:
         """Seconds until the next question is due."""
         return max(0.0, self._ask_at - self.clock.monotonic())
 
-    def wait_gone(self, seconds: float) -> bool:
+    def wait_gone(self, seconds: float, told_done: bool = False) -> bool:
         """Whether the job is gone (JobInfo.gone) within `seconds`: the events are read every
-        tick, and the scheduler is asked as the back-off and the job's `done` say."""
+        tick, and the scheduler is asked as the back-off and the job's `done` say.
+
+        told_done: a job that wrote `done` during the wait (its batch shell, the supervisor, is
+        through its teardown: every rank stopped) and that Slurm shows COMPLETING counts as
+        gone. Slurm holds a job COMPLETING until every node confirms its end, which a step's
+        message lost to a silent slurmctld delays by a minute (its slurmstepd's retries)."""
         deadline = self.clock.monotonic() + seconds
         tick = EVENTS.backoff()
         while True:
             changed = bool(self.new_events())
             info = self.ask()
-            if info is not None and info.gone:
+            if info is not None and (info.gone or (told_done and self.said_done and info.raw_state == "COMPLETING")):
                 return True
             left = deadline - self.clock.monotonic()
             if left <= 0:

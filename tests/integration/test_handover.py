@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +316,13 @@ def test_a_fault_while_slurmctld_is_silent_is_restarted_in_place_once_it_answers
         assert st["job_id"] == out["job_id"] and st["successor"] is None and " node_lost " not in events.read_text()
         assert st["restarts"][0]["cause"].startswith("rank 1 on ") and "while serving" in st["restarts"][0]["cause"]
         _assert_answers(run_id, st["endpoint"])
+        # The step whose end a node could not report while slurmctld was frozen keeps the job
+        # COMPLETING for a minute (its slurmstepd's retries): `stop` ends with the job's own
+        # `done`, every rank stopped, not with Slurm's bookkeeping.
+        began = time.monotonic()
+        stopped = ftcluster("stop", run_id)
+        assert stopped.returncode == 0 and time.monotonic() - began < 30, (time.monotonic() - began, stopped.stderr)
+        assert events.read_text().rstrip().endswith(" done 130"), events.read_text()[-500:]
     finally:
         _stop_chain(run_id)
     assert wait_for(lambda: not processes_matching(run_id), 30), processes_matching(run_id)

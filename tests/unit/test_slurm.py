@@ -121,6 +121,44 @@ def test_a_cancel_taken_but_never_confirmed_is_not_called_done(tmp_path: Path) -
                                    "to contact slurm controller (connect failure)): its end is not confirmed")
 
 
+class EndsCompleting(Scripted):
+    """A running job whose batch shell, told TERM, writes `done` (when `says_done`) and ends,
+    and that Slurm then holds COMPLETING: a node has not confirmed the end of one of its steps."""
+
+    def __init__(self, events: Path, says_done: bool):
+        super().__init__(squeue=(0, "RUNNING|None|n1,n2\n", ""))
+        self.events, self.says_done = events, says_done
+
+    def run(self, argv: list[str], *, cwd: str | None = None, timeout: float | None = 60.0) -> CommandResult:
+        if argv[0] == "scancel" and "--batch" in argv:
+            if self.says_done:
+                with self.events.open("a") as f:
+                    f.write("100.0 interrupted\n100.5 servers_stopped\n101.0 done 130\n")
+            self.answers = {"squeue": (0, "COMPLETING|NonZeroExitCode|n2\n", "")}
+        return super().run(argv, cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize("says_done", [True, False])
+def test_a_job_through_its_teardown_but_completing_in_slurm_is_stopped(tmp_path: Path, says_done: bool) -> None:
+    # An earlier attempt's `done` (a requeued job) says nothing of this one.
+    paths = RunPaths("r", tmp_path)
+    paths.events.parent.mkdir(parents=True)
+    paths.events.write_text("1.0 serving n1:8000\n2.0 done 0\n3.0 job_started n1 7\n")
+    runner = EndsCompleting(paths.events, says_done)
+    launcher = SlurmLauncher(runner)
+    launcher.clock = FakeClock()
+    start = launcher.clock.monotonic()
+    launcher.cancel("7", paths, grace=10.0)
+    waited = launcher.clock.monotonic() - start
+    plain = [c for c in runner.calls if c == ["scancel", "7"]]
+    if says_done:
+        # Its own `done` and Slurm's COMPLETING: stopped, without the plain scancel or a long wait.
+        assert not plain and waited < 5, (waited, runner.calls)
+    else:
+        # No word from the job: COMPLETING alone is not taken for its end.
+        assert plain and waited > 60, (waited, runner.calls)
+
+
 class InTurn(Scripted):
     """Answers each program's calls in turn (its last answer repeats)."""
 
