@@ -263,20 +263,21 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
     problems += [f"left after stop: {k} {v}" for k, v in left.items() if v]
 
     steady = rows[1 + KEEP_INCARNATIONS:]
+    judged = len(steady) >= 3   # the first KEEP_INCARNATIONS cycles still add kept incarnations
     growth = {k: slope([r[k] for r in steady]) for k in ("rss_mib", "fds", "threads", "processes", "shm", "tmp",
-                                                         "run_mib", "metrics_mib", "steps") if len(steady) >= 3 and all(k in r for r in steady)}
+                                                         "run_mib", "metrics_mib", "steps") if judged and all(k in r for r in steady)}
     if "steady" in snapshots and "last" in snapshots:
         a, b = snapshots["steady"], snapshots["last"]
         grew = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), reverse=True)[:6]
         print("the run folder's files that grew most from the first steady cycle to the last: "
               + ", ".join(f"{k} {d:+d} B" for d, k in grew if d))
-    if len(steady) >= 3:
+    if judged:
         print(f"\ngrowth per cycle over cycles {KEEP_INCARNATIONS + 1}..{len(rows) - 1} (least squares): " +
               ", ".join(f"{k} {v:+.3f}" for k, v in growth.items()))
-    else:   # the first KEEP_INCARNATIONS cycles still add kept incarnations: no steady slope yet
+    else:
         print(f"\ngrowth per cycle: not judged, {len(steady)} steady cycle(s) (--cycles {KEEP_INCARNATIONS + 3} "
               "or more for 3)")
-    if len(steady) >= 3:
+    if judged:
         problems += [f"supervisor memory grows {growth['rss_mib']:.2f} MiB a cycle"] if growth["rss_mib"] > 1.0 else []
         problems += [f"{k} grow {growth[k]:.2f} a cycle" for k in ("fds", "threads", "processes", "shm", "tmp",
                                                                     "steps") if growth.get(k, 0.0) > 0.05]

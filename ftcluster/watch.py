@@ -39,6 +39,11 @@ class JobWatch:
             self.soon()
         return new
 
+    def from_now(self) -> None:
+        """What the job wrote so far is read and no longer counts: a `done` must come after."""
+        self.new_events()
+        self.said_done = False
+
     def soon(self) -> None:
         """The job's end is due (it wrote `done`): ask now, then on the ENDING pace for a while."""
         now = self.clock.monotonic()

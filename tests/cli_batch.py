@@ -58,7 +58,7 @@ def _child(case: dict[str, Any]) -> None:
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    jobs = max(1, int(sys.argv[1]) if len(sys.argv) > 1 else (os.cpu_count() or 1))
+    jobs = os.cpu_count() or 1
     _preload()
     codes: list[int | None] = [None] * len(cases)
     running: dict[int, int] = {}

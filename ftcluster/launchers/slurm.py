@@ -70,8 +70,7 @@ class SlurmLauncher(Launcher):
             # The job's teardown ends with its `done`, which brings the questions forward.
             # A job that is not running (pending, or requeued) has no batch shell to ask.
             if self.slurm.info(job_id).state is JobState.RUNNING:
-                watch.new_events()   # what the job wrote before: its `done` must come after the TERM
-                watch.said_done = False
+                watch.from_now()   # an earlier attempt's `done` is not this one's
                 self.slurm.cancel(job_id, signal="TERM", batch=True)
                 if watch.wait_gone(grace + TEARDOWN_GRACE, told_done=True):
                     return
