@@ -239,3 +239,37 @@ def test_the_sweep_looks_at_the_nodes_processes_only_for_another_runs_entries(
     # The wrapper's own search for what its server left ran all the same: the shim was in use.
     assert any("-lzxF" in c for c in calls.read_text().splitlines())
     assert own_mpi.exists() and (own_env / f".ftc+{RUN}+r0+i0").exists()
+
+
+def _session(sid: int) -> list[str]:
+    out = subprocess.run(["ps", "-o", "pid=,args=", "-s", str(sid)], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "<defunct>" not in ln]
+
+
+def test_a_rank_stopped_as_its_server_starts_frees_what_the_server_made(tmp_path: Path, clean: list[Path]) -> None:
+    """A TERM the moment the server has started (another rank failed at once: srun ends the step)
+    used to end the wrapper alone, before its trap was set: its server, unwatched, made its
+    python_env folder and nobody noted or freed it. The wrapper now stops its server and frees it."""
+    # The stand-in makes its folder in its own process, as the backend does (mkdtemp), after the TERM.
+    server = "#!/bin/sh\nkill -TERM $PPID\nexec mktemp -d /tmp/python_env_XXXXXX\n"
+    run_dir, env = _wrapper_of(tmp_path, server)
+    envs_before = set(Path("/tmp").glob("python_env_*"))
+    for _ in range(5):
+        p = subprocess.Popen(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            p.wait(timeout=20)
+            # The wrapper's helpers end within a second of its server; the server must be gone.
+            deadline = time.monotonic() + 3
+            while (left := _session(p.pid)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+        made = set(Path("/tmp").glob("python_env_*")) - envs_before
+        clean.extend(made)
+        assert not left, f"outlived the wrapper: {left}"
+        assert not made, f"left {sorted(made)}"
+        assert (run_dir / "state" / "rank1.exit").read_text().split()[::2] [1] == "stopped"

@@ -280,6 +280,31 @@ if [ "$RANK" = 0 ] && [[ $TRITON_HELP == *--metrics-config* ]]; then
   METRICS_ARGS=(--metrics-config=summary_latencies=true)
 fi
 
+stopping=0
+# Asked to stop: a graceful stop (rank 0 finishes its requests), unless a rank of this world
+# died -- the world is broken, a graceful exit would wait on it in vain, and Slurm's step
+# termination (TERM to every task) would SIGKILL only after KillWait -- or this rank has not
+# loaded yet: it has no request to finish, and Triton, told to stop, first waits for the load;
+# killed, its server ends at once. What the killed server held is freed right away: when Slurm
+# ends a job (requeue, time limit), srun, signalled twice, KILLs its tasks within a second.
+# shellcheck disable=SC2317  # run by the trap below
+stop_server() {
+  stopping=1
+  [ -n "$child" ] || return 0   # asked before the server started: it is stopped once it has
+  if [ ! -e "$STATE/rank$RANK.loaded" ] \
+    || grep -qE "^[0-9]+ [0-9]+ [0-9.]+ died $INCARNATION\$" "$STATE/exits" 2>/dev/null; then
+    kill -KILL "$child" 2>/dev/null
+    note_python_env
+    free_own
+  else
+    kill -TERM "$child" 2>/dev/null
+  fi
+}
+# Set before the server starts: a TERM between its start and the trap ended this wrapper alone,
+# and its server, unwatched, went on to make what nobody noted or freed (its python_env folder).
+child=
+trap stop_server TERM INT
+
 # A relative repository path: Triton's python backend passes the absolute model path to its
 # stub unquoted, which breaks on run folders whose path holds spaces.
 cd "$RUN_DIR" || exit 1
@@ -290,6 +315,7 @@ FTC_SERVER_OF=$SERVER_OF "$TRITON" --model-repository=model_repository --id="$ID
   --metrics-port=$((METRICS_PORT + OFF)) --exit-timeout-secs=$((EXIT_GRACE > 1 ? EXIT_GRACE - 1 : 1)) \
   "${ADDRESS_ARGS[@]}" "${METRICS_ARGS[@]}" "${SHM_ARGS[@]}" "${EXTRA_ARGS[@]}" > >(mark_loaded >>"$LOGS/server-rank$RANK.log") 2>&1 &
 child=$!
+(( ! stopping )) || stop_server
 sweep_orphans &
 
 # While this rank loads (FT's ranks have no HTTP then): what its server and the server's children
@@ -359,26 +385,6 @@ note_python_env_soon() {
 note_python_env_soon &
 noting=$!
 sampler=
-stopping=0
-# Asked to stop: a graceful stop (rank 0 finishes its requests), unless a rank of this world
-# died -- the world is broken, a graceful exit would wait on it in vain, and Slurm's step
-# termination (TERM to every task) would SIGKILL only after KillWait -- or this rank has not
-# loaded yet: it has no request to finish, and Triton, told to stop, first waits for the load;
-# killed, its server ends at once. What the killed server held is freed right away: when Slurm
-# ends a job (requeue, time limit), srun, signalled twice, KILLs its tasks within a second.
-# shellcheck disable=SC2317  # run by the trap below
-stop_server() {
-  stopping=1
-  if [ ! -e "$STATE/rank$RANK.loaded" ] \
-    || grep -qE "^[0-9]+ [0-9]+ [0-9.]+ died $INCARNATION\$" "$STATE/exits" 2>/dev/null; then
-    kill -KILL "$child" 2>/dev/null
-    note_python_env
-    free_own
-  else
-    kill -TERM "$child" 2>/dev/null
-  fi
-}
-trap stop_server TERM INT
 # Told by the log filter that a stopping server has answered every request: it is done.
 answered=0
 # shellcheck disable=SC2317  # run by the trap below
