@@ -10,7 +10,7 @@ deadline 1 s, 2 misses), per repeat:
   finding it (the old job's `node_lost`) and the successor's submission to serving; against the
   first launch's own submission to serving, measured in the same repeat;
 - lost batch host (`--requeue-repeats`): the same with rank 0's machine, which runs the job's
-  supervisor: Slurm requeues the job after SlurmdTimeout and cred_expire (30 s each here);
+  supervisor: Slurm requeues the job after SlurmdTimeout and cred_expire (the bed's, printed);
 - hand-over: `launch --nodes 1 --keep-serving` with a 2-minute limit and a 90 s lead. The serving
   gap is the time between the old rank 0's last moment of service (the hand-over, when it is
   asked to stop) and the successor's first (its `serving`), 0 when they overlap (goal 0 s); the
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,14 @@ def hand_over(cluster: Path) -> dict[str, float]:
         stop_chain(run_id)
 
 
+def slurm_waits(config: str) -> str:
+    """SlurmdTimeout and cred_expire, as `scontrol show config` prints them."""
+    timeout = re.search(r"^SlurmdTimeout\s*=\s*(\d+)", config, re.M)
+    cred = re.search(r"cred_expire=(\d+)", config)
+    return (f"SlurmdTimeout {timeout.group(1) if timeout else '?'} s, "
+            f"cred_expire {cred.group(1) if cred else '120 (the default)'} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -167,6 +176,7 @@ def main() -> None:
 
     runs: dict[str, list[dict[str, float]]] = {"lost node": [], "lost batch host": [], "hand-over": []}
     with running_testbed() as tb:
+        waits = slurm_waits(tb.slurm(["scontrol", "show", "config"]).stdout)
         for i in range(args.repeats):
             runs["lost node"].append(lost_node(tb, cluster("long", "10", 0), 1))
             print(f"repeat {i + 1}: lost node {runs['lost node'][-1]}", file=sys.stderr)
@@ -177,7 +187,7 @@ def main() -> None:
             print(f"repeat {i + 1}: lost batch host {runs['lost batch host'][-1]}", file=sys.stderr)
     med = report.medians(runs)
     n, h = med["lost node"], med["hand-over"]
-    print(f"bare Slurm, test bed (SlurmdTimeout 30 s, cred_expire 30 s); medians of {args.repeats}")
+    print(f"bare Slurm, test bed ({waits}); medians of {args.repeats}")
     print(f"lost node (rank 1's): serving again {n['loss_to_serving_s']:.1f} s after the loss "
           f"(finding it {n['finding_s']:.1f} s, submitting the successor {n['found_to_submitted_s']:.1f} s, "
           f"its start to serving {n['successor_submit_to_serving_s']:.1f} s); the first launch took {n['first_launch_to_serving_s']:.1f} s "

@@ -31,8 +31,9 @@ def render(net: Net, root: Path, munge_socket: Path, plugstack: Path | None = No
         "AuthType=auth/munge",
         "CredType=cred/munge",
         # Our own munged: never touch a system munged on the default socket. cred_expire is also
-        # how long a requeued job waits before it may start again (120 s by default).
-        f"AuthInfo=socket={munge_socket},cred_expire=30",
+        # how long a requeued job waits before it may start again (120 s by default; 15 s here,
+        # as SlurmdTimeout below, so that the lost-node tests wait less for Slurm).
+        f"AuthInfo=socket={munge_socket},cred_expire=15",
         f"StateSaveLocation={root}/state",
         f"SlurmdSpoolDir={root}/spool/%n",
         # Nodes share /tmp; pmix keeps per-node state under TmpFS.
@@ -56,7 +57,7 @@ def render(net: Net, root: Path, munge_socket: Path, plugstack: Path | None = No
         "JobCompType=jobcomp/filetxt",  # `sacct -c` without a database
         f"JobCompLoc={root}/log/jobcomp.txt",
         "MailProg=/bin/true",
-        "SlurmdTimeout=30",
+        "SlurmdTimeout=20",   # 300 s by default
         "InactiveLimit=0",
         "KillWait=2",
         "MinJobAge=30",

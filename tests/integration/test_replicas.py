@@ -358,7 +358,7 @@ def test_a_lost_balancer_node_is_requeued_and_the_set_serves_again(slurm_cluster
                 now = _status(set_id)
                 return now["state"] == "RUNNING" and bool(now["endpoint"]) and \
                     not now["endpoint"].startswith(f"{front_host}:") and _in_rotation(set_id) == [0]
-            # SlurmdTimeout (30 s) until the node is down and the job requeued, then cred_expire (30 s).
+            # SlurmdTimeout (20 s) until the node is down and the job requeued, then cred_expire (15 s).
             assert wait_for(again, 150), _story(set_id)
             now = _status(set_id)
             assert now["job_id"] == st["job_id"] and now["endpoint"].split(":")[1] == st["endpoint"].split(":")[1]
