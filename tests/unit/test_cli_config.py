@@ -14,6 +14,8 @@ import pytest
 
 from tests.unit.test_cli_files import REPO
 
+pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
+
 
 def ftc(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ftcluster", *args], capture_output=True, text=True, cwd=cwd,

@@ -17,6 +17,8 @@ import yaml
 
 from tests.helpers_specs import CliResult, run_cli_many
 
+pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
+
 CANARY = "FTC_CANARY"
 PAYLOADS: dict[str, Any] = {
     "escape": "x\x1b[31mred", "nul": "a\x00b", "newline": "a\nb", "c1": "a\x9bb", "del": "a\x7fb",

@@ -16,7 +16,7 @@ import pytest
 
 from ftcluster.job.names import FILES
 from ftcluster.render import RenderedScripts
-from tests.unit.test_render import SPECS, render_style
+from tests.unit.test_render import HOSTILE, SPECS, _hostile_render, _no_pwned, render_style, shlex_quote
 
 SHM = Path(FILES.shm_dir)
 PID = os.getpid()
@@ -273,3 +273,40 @@ def test_a_rank_stopped_as_its_server_starts_frees_what_the_server_made(tmp_path
         assert not left, f"outlived the wrapper: {left}"
         assert not made, f"left {sorted(made)}"
         assert (run_dir / "state" / "rank1.exit").read_text().split()[::2] [1] == "stopped"
+
+
+def test_hostile_rank_server_runs_a_fake_tritonserver(weird_tmp_path: Path) -> None:
+    """Run the rendered rank_server.sh with a fake tritonserver that records its argv."""
+    scripts, run_dir = _hostile_render("local", weird_tmp_path)
+    fake = weird_tmp_path / "bin" / "triton $(touch PWNED)"
+    fake.parent.mkdir()
+    argv_file = weird_tmp_path / "argv"
+    cwd_file = weird_tmp_path / "cwd"
+    # It prints FT's instance-initialisation line, then ends by itself (a rank that died).
+    fake.write_text(f"#!/bin/bash\nprintf '%s\\0' \"$@\" > {shlex_quote(str(argv_file))}\n"
+                    f"pwd > {shlex_quote(str(cwd_file))}\n"
+                    "echo 'I1123 model.py:1] \"TRITONBACKEND_ModelInstanceInitialize: m_0 (count 1) (instance_id 0)\"'\n")
+    fake.chmod(0o755)
+    sd = run_dir / "scripts"
+    scripts.materialize(sd)
+    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1"}
+    try:
+        r = subprocess.run(["bash", str(sd / "rank_server.sh")], cwd=weird_tmp_path, env=env,
+                           capture_output=True, text=True, timeout=30)
+    finally:   # the rank's shared-memory folder, which the job's teardown would remove
+        for left in Path("/dev/shm").glob("ftc+gpt-2n+*"):
+            shutil.rmtree(left, ignore_errors=True)
+    assert r.returncode == 1, r.stdout + r.stderr   # a server that ends unasked fails its rank
+    argv = argv_file.read_bytes().decode().split("\0")[:-1]
+    # The repository is given relative to the run folder, the server's working directory.
+    repo_arg = next(a for a in argv if a.startswith("--model-repository="))
+    assert Path(cwd_file.read_text().rstrip("\n"), repo_arg.split("=", 1)[1]) == run_dir / "model_repository"
+    assert "--id=ftc-gpt-2n-rank1" in argv
+    assert "TRITONBACKEND_ModelInstanceInitialize" in (run_dir / "logs" / "server-rank1.log").read_text()
+    assert (run_dir / "state" / "rank1.loaded").exists()
+    assert f"--http-port={18000 + 10}" in argv            # local ranks get distinct ports
+    assert argv[-2:] == ["--model-control-mode=none", HOSTILE]
+    code, _, how = (run_dir / "state" / "rank1.exit").read_text().split()
+    assert (code, how) == ("1", "died")
+    assert (run_dir / "state" / "rank1.host").read_text().strip() == "127.0.0.1"
+    _no_pwned(weird_tmp_path.parent)

@@ -20,6 +20,8 @@ from ftcluster.render import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts,
 from ftcluster.spec import ClusterSpec, ModelSpec
 from tests.helpers_specs import REPO_ROOT, ckpt, cluster, facts, model
 
+pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
+
 GOLDEN = REPO_ROOT / "tests" / "golden"
 UPDATE = os.environ.get("FTC_UPDATE_GOLDEN") == "1"
 RUN_DIR = Path("/shared/runs/gpt-2n")
@@ -234,43 +236,6 @@ def test_hostile_variable_block_arrives_verbatim(weird_tmp_path: Path) -> None:
     job = json.loads(scripts.files["job.json"])
     assert (job["run_dir"], job["logs"], job["python"], job["env"]) == (
         str(run_dir), str(run_dir / "logs"), PYTHON, {"NCCL_DEBUG": HOSTILE})
-    _no_pwned(weird_tmp_path.parent)
-
-
-def test_hostile_rank_server_runs_a_fake_tritonserver(weird_tmp_path: Path) -> None:
-    """Run the rendered rank_server.sh with a fake tritonserver that records its argv."""
-    scripts, run_dir = _hostile_render("local", weird_tmp_path)
-    fake = weird_tmp_path / "bin" / "triton $(touch PWNED)"
-    fake.parent.mkdir()
-    argv_file = weird_tmp_path / "argv"
-    cwd_file = weird_tmp_path / "cwd"
-    # It prints FT's instance-initialisation line, then ends by itself (a rank that died).
-    fake.write_text(f"#!/bin/bash\nprintf '%s\\0' \"$@\" > {shlex_quote(str(argv_file))}\n"
-                    f"pwd > {shlex_quote(str(cwd_file))}\n"
-                    "echo 'I1123 model.py:1] \"TRITONBACKEND_ModelInstanceInitialize: m_0 (count 1) (instance_id 0)\"'\n")
-    fake.chmod(0o755)
-    sd = run_dir / "scripts"
-    scripts.materialize(sd)
-    env = {**os.environ, "FTC_RANK": "1", "FTC_RANK_HOST": "127.0.0.1"}
-    try:
-        r = subprocess.run(["bash", str(sd / "rank_server.sh")], cwd=weird_tmp_path, env=env,
-                           capture_output=True, text=True, timeout=30)
-    finally:   # the rank's shared-memory folder, which the job's teardown would remove
-        for left in Path("/dev/shm").glob("ftc+gpt-2n+*"):
-            shutil.rmtree(left, ignore_errors=True)
-    assert r.returncode == 1, r.stdout + r.stderr   # a server that ends unasked fails its rank
-    argv = argv_file.read_bytes().decode().split("\0")[:-1]
-    # The repository is given relative to the run folder, the server's working directory.
-    repo_arg = next(a for a in argv if a.startswith("--model-repository="))
-    assert Path(cwd_file.read_text().rstrip("\n"), repo_arg.split("=", 1)[1]) == run_dir / "model_repository"
-    assert "--id=ftc-gpt-2n-rank1" in argv
-    assert "TRITONBACKEND_ModelInstanceInitialize" in (run_dir / "logs" / "server-rank1.log").read_text()
-    assert (run_dir / "state" / "rank1.loaded").exists()
-    assert f"--http-port={18000 + 10}" in argv            # local ranks get distinct ports
-    assert argv[-2:] == ["--model-control-mode=none", HOSTILE]
-    code, _, how = (run_dir / "state" / "rank1.exit").read_text().split()
-    assert (code, how) == ("1", "died")
-    assert (run_dir / "state" / "rank1.host").read_text().strip() == "127.0.0.1"
     _no_pwned(weird_tmp_path.parent)
 
 
