@@ -23,7 +23,7 @@ beside=
 # shellcheck disable=SC2317  # run by the trap below
 end_beside() { [ -z "$beside" ] || kill "$beside" 2>/dev/null; wait 2>/dev/null; rm -rf -- "$side"; }
 trap end_beside EXIT
-TMPDIR=$side nice -n 19 python3 -m pytest -m "beside and not bed5" -p no:cacheprovider --basetemp="$side/base" "$@" \
+TMPDIR=$side FTC_TESTS_BESIDE=1 nice -n 19 python3 -m pytest -m "beside and not bed5" -p no:cacheprovider --basetemp="$side/base" "$@" \
   >"$side/out" 2>&1 &
 beside=$!
 rc=0
