@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_launch_slurm import _job_gone, _write_spec
+from tests.integration.test_launch_slurm import _job_gone, _job_state, _write_spec
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster
 # A 2-minute limit: the 90 s lead is cut to half the limit, so the notice comes about a minute
 # after the start (Slurm's periodic check sends it a few seconds early), and the old job would
 # end at 2 minutes.
-HANDOVER = {"time_limit": "2", "server_handover_lead": 90}
+HANDOVER: dict[str, Any] = {"time_limit": "2", "server_handover_lead": 90}
 
 
 def _status(run_id: str) -> dict[str, Any]:
@@ -53,8 +53,7 @@ def _spec(folder: Path, time_limit: str = HANDOVER["time_limit"]) -> Path:
 def _job_over(job_id: str) -> bool:
     """Gone from the queue, or COMPLETING: its batch script has ended (its processes are the
     test's own check)."""
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout
-    return out.strip() in ("", "COMPLETING")
+    return _job_state(job_id) in ("", "COMPLETING")
 
 
 def _stop_chain(run_id: str) -> None:

@@ -55,9 +55,13 @@ def spec_dir(slurm_cluster: Any, shared_tmp: Path) -> Path:
     return shared_tmp
 
 
+def _job_state(job_id: str) -> str:
+    """squeue's state of the job, "" once it has left the queue."""
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
 def _job_gone(job_id: str) -> bool:
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout
-    return out.strip() == ""
+    return _job_state(job_id) == ""
 
 
 def _node_leftovers(run_id: str) -> list[str]:
