@@ -71,15 +71,23 @@ def _leftovers() -> set[str]:
     return found
 
 
+# The fixtures that start or use the test bed. A test that takes one (directly or through
+# another fixture) is marked `bed`; tests/run.sh runs the rest beside it, in a mount namespace
+# with a /tmp and /dev/shm of their own, so each pass's leftovers are its own.
+BED_FIXTURES = frozenset({"slurm_cluster", "sshd_nodes", "docker_nodes", "pyxis_bed"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if BED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.bed)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Which test made what is still left at the end (the test bed's nodes share /dev/shm and
-    /tmp with this machine), named in the session's summary. Not in the session that runs
-    beside the first pass (tests/run.sh): its tests make nothing there, and what it would see
-    is the first pass's runs, which that pass reports."""
-    if os.environ.get("FTC_TESTS_BESIDE"):
-        yield
-        return
+    /tmp with this machine), named in the session's summary."""
     before = _leftovers()
     yield
     made = sorted(_leftovers() - before)

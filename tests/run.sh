@@ -15,26 +15,35 @@ fi
 # A fresh environment's pip (23.x) may not resolve the extras' pins: bring pip up to date first.
 python3 -m pip install -q --disable-pip-version-check --upgrade pip
 python3 -m pip install -q --disable-pip-version-check -e '.[cpu-triton,client,ssh,docker,gateway,text,plot,dev]'
-# The first pass's tests wait on Slurm and the daemons most of the time: the unit tests marked
-# `beside` (nothing made outside their own folders, no clock judged) run beside them, niced, with
-# a TMPDIR of their own; their output follows the first pass's.
-side=$(mktemp -d "${TMPDIR:-/tmp}/ftc-beside.XXXXXX")
-beside=
+# The tests that use the test bed (marked `bed` by tests/conftest.py) wait on Slurm and the
+# daemons most of the time: the others (unit tests, runs on this machine) run beside them, in a
+# mount namespace with a /tmp and /dev/shm of their own, so that each session's leftover checks
+# see only its own runs. Their output follows the bed's. Where no mount namespace can be made
+# (not root), they run after the bed's tests.
+side=$(mktemp -d "${TMPDIR:-/tmp}/ftc-side.XXXXXX")
+others=
 # shellcheck disable=SC2317  # run by the trap below
-end_beside() { [ -z "$beside" ] || kill "$beside" 2>/dev/null; wait 2>/dev/null; rm -rf -- "$side"; }
-trap end_beside EXIT
-TMPDIR=$side FTC_TESTS_BESIDE=1 nice -n 19 python3 -m pytest -m "beside and not bed5" -p no:cacheprovider --basetemp="$side/base" "$@" \
-  >"$side/out" 2>&1 &
-beside=$!
+end_others() { [ -z "$others" ] || kill "$others" 2>/dev/null; wait 2>/dev/null; rm -rf -- "$side"; }
+trap end_others EXIT
+if unshare --mount true 2>/dev/null; then
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  unshare --mount bash -c 'mount -t tmpfs -o mode=1777 ftc-tmp /tmp &&
+    mount -t tmpfs -o mode=1777 ftc-shm /dev/shm && exec "$@"' own-tmp python3 -m pytest -m "not bed and not bed5" -p no:cacheprovider "$@" >"$side/out" 2>&1 &
+  others=$!
+fi
 rc=0
-python3 -m pytest -m "not bed5 and not beside" "$@" || rc=$?
-rcb=0
-wait "$beside" || rcb=$?
-beside=
-printf '\n==== the tests run beside the first pass (-m beside) ====\n'
-cat -- "$side/out"
+python3 -m pytest -m "bed and not bed5" "$@" || rc=$?
+rco=0
+if [ -n "$others" ]; then
+  wait "$others" || rco=$?
+  others=
+  printf '\n==== beside them: the tests without the test bed (-m "not bed"), in their own /tmp and /dev/shm ====\n'
+  cat -- "$side/out"
+else
+  python3 -m pytest -m "not bed and not bed5" "$@" || rco=$?
+fi
 # "No test ran" in one of the two is no failure when the other ran some.
-if (( rcb != 5 && (rc == 0 || rc == 5) )); then rc=$rcb; fi
+if (( rco != 5 && (rc == 0 || rc == 5) )); then rc=$rco; fi
 # Then the tests that need whole nodes of a larger bed (replicas of two nodes each): the first
 # pass's bed is down by then, and this pass starts one of 5 nodes (bare Slurm only: no Docker or
 # Pyxis there). "No test ran" (5: arguments that select none of them) is no failure.

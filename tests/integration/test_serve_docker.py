@@ -25,7 +25,8 @@ from tests.docker import image
 from tests.docker.daemons import DockerNodes, unavailable
 from tests.triton_server import free_ports
 
-pytestmark = [pytest.mark.docker, pytest.mark.triton]
+# `bed`: its daemon shares the test bed's image cache (data-root) and runs with the bed's tests.
+pytestmark = [pytest.mark.docker, pytest.mark.triton, pytest.mark.bed]
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "ftcluster" / "demo"

@@ -17,7 +17,8 @@ from tests.cluster.util import pid_alive, wait_until, which
 from tests.docker import image
 from tests.docker.daemons import DockerNodes
 
-pytestmark = pytest.mark.cluster
+# `bed` by hand too: the teardown test starts a second cluster of its own, without the fixture.
+pytestmark = [pytest.mark.cluster, pytest.mark.bed]
 
 
 def _wait_gone(tb: SlurmTestbed, job: str, timeout: float = 60) -> float:

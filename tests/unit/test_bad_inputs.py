@@ -11,7 +11,6 @@ import yaml
 
 from tests.helpers_specs import BAD_INPUTS, CliResult, assert_one_line_error, run_cli, run_cli_many
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 CASES: list[dict[str, Any]] = yaml.safe_load((BAD_INPUTS / "index.yaml").read_text())
 

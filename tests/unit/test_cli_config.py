@@ -14,7 +14,6 @@ import pytest
 
 from tests.unit.test_cli_files import REPO
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 
 def ftc(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,6 @@ import pytest
 from ftcluster.cli import COMMANDS, HIDDEN_COMMANDS, cli, load, main
 from ftcluster.cli.numbers import Finite
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 HOSTILE = ("inf", "-inf", "nan", "1e400", "-1", "0", "1" + "0" * 30)
 # Sizes whose lower end the planner checks itself, naming --tp and --pp together.

@@ -16,7 +16,6 @@ from ftcluster.errors import UserError
 from ftcluster.serve import sdk_kwargs
 from ftcluster.spec import ClusterSpec, load_model
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 DEMO = Path(__file__).resolve().parents[2] / "ftcluster" / "demo"
 

@@ -23,7 +23,7 @@ from ftcluster.plan import make_plan
 from ftcluster.spec import ModelSpec
 from tests.helpers_specs import FT_FIXTURES, cluster
 
-pytestmark = [pytest.mark.beside, pytest.mark.skipif(not FT_FIXTURES.is_dir(), reason="../shared/fixtures absent")]
+pytestmark = [pytest.mark.skipif(not FT_FIXTURES.is_dir(), reason="../shared/fixtures absent")]
 
 MODEL_TYPE = {"gpt": "GPT", "gptj": "GPT-J", "t5": "T5", "bert": "bert"}
 REPOS = sorted(p.name for p in FT_FIXTURES.iterdir()) if FT_FIXTURES.is_dir() else []

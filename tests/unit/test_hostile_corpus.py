@@ -17,7 +17,6 @@ import yaml
 
 from tests.helpers_specs import CliResult, run_cli_many
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 CANARY = "FTC_CANARY"
 PAYLOADS: dict[str, Any] = {

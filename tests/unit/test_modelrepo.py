@@ -19,7 +19,6 @@ from ftcluster.spec import load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
 from tests.unit.test_fixtures_ft import check_prepared, tree_hash
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 TINY = MODELS / "tiny" / "repo"
 

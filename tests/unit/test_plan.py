@@ -12,7 +12,6 @@ from ftcluster.plan import Plan, make_plan, plan_for, read_model_facts
 from ftcluster.spec import load_cluster, load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 
 # --------------------------------------------------------------------------- pure: plan_for

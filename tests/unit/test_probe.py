@@ -16,7 +16,6 @@ from ftcluster.spec import ClientDefaults, Liveness, ModelSpec, embedded_model_p
 from tests.helpers_specs import cluster
 from tests.unit.test_zoo import IDS, REPOS, make_checkpoint, spec_for
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 
 def _header(model: ModelSpec, client: ClientDefaults | None = None) -> dict[str, Any]:

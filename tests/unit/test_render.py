@@ -20,7 +20,6 @@ from ftcluster.render import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts,
 from ftcluster.spec import ClusterSpec, ModelSpec
 from tests.helpers_specs import REPO_ROOT, ckpt, cluster, facts, model
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 GOLDEN = REPO_ROOT / "tests" / "golden"
 UPDATE = os.environ.get("FTC_UPDATE_GOLDEN") == "1"

@@ -17,7 +17,6 @@ from ftcluster.store import RunStore
 from tests.helpers_specs import run_cli
 from tests.unit.test_render import SPECS, _model, _plan, cluster
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 SECRET = "hf_Secret-Token-4711"
 

@@ -22,7 +22,6 @@ from ftcluster.store import RUN_NAME_MAX, new_run_id
 from ftcluster.visibility import check_checkpoint_visible, server_checkpoint_path
 from tests.helpers_specs import ckpt, cluster, facts, model
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 
 def pyxis(**container: object) -> ClusterSpec:

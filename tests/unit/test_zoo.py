@@ -34,7 +34,6 @@ from ftcluster.spec import ModelSpec
 from tests.helpers_specs import DATA, FT_FIXTURES, cluster
 from tests.unit.test_fixtures_ft import check_prepared
 
-pytestmark = pytest.mark.beside   # runs beside the test bed's tests (tests/run.sh)
 
 ZOO = DATA / "zoo"
 # repository folder -> spec model_type
