@@ -274,14 +274,13 @@ def soak(args: argparse.Namespace, tmp: Path, cluster: Path) -> int:
     if judged:
         print(f"\ngrowth per cycle over cycles {KEEP_INCARNATIONS + 1}..{len(rows) - 1} (least squares): " +
               ", ".join(f"{k} {v:+.3f}" for k, v in growth.items()))
-    else:
-        print(f"\ngrowth per cycle: not judged, {len(steady)} steady cycle(s) (--cycles {KEEP_INCARNATIONS + 3} "
-              "or more for 3)")
-    if judged:
         problems += [f"supervisor memory grows {growth['rss_mib']:.2f} MiB a cycle"] if growth["rss_mib"] > 1.0 else []
         problems += [f"{k} grow {growth[k]:.2f} a cycle" for k in ("fds", "threads", "processes", "shm", "tmp",
                                                                     "steps") if growth.get(k, 0.0) > 0.05]
         problems += [f"the run folder grows {growth['run_mib']:.3f} MiB a cycle"] if growth["run_mib"] > 0.05 else []
+    else:
+        print(f"\ngrowth per cycle: not judged, {len(steady)} steady cycle(s) (--cycles {KEEP_INCARNATIONS + 3} "
+              "or more for 3)")
 
     rep = ftc("report", run_id, "--json")
     av = json.loads(rep.stdout)["availability"] if rep.returncode == 0 else {}
