@@ -26,8 +26,10 @@ others=
 end_others() { [ -z "$others" ] || kill "$others" 2>/dev/null; wait 2>/dev/null; rm -rf -- "$side"; }
 trap end_others EXIT
 if unshare --mount true 2>/dev/null; then
+  # A background command of a script starts with SIGINT and SIGQUIT ignored, which Python keeps
+  # (no KeyboardInterrupt): the Ctrl-C tests need them back.
   # shellcheck disable=SC2016  # expanded by the inner bash
-  unshare --mount bash -c 'mount -t tmpfs -o mode=1777 ftc-tmp /tmp &&
+  env --default-signal=INT,QUIT unshare --mount bash -c 'mount -t tmpfs -o mode=1777 ftc-tmp /tmp &&
     mount -t tmpfs -o mode=1777 ftc-shm /dev/shm && exec "$@"' own-tmp python3 -m pytest -m "not bed and not bed5" -p no:cacheprovider "$@" >"$side/out" 2>&1 &
   others=$!
 fi
