@@ -28,21 +28,20 @@ class JobWatch:
         self._budget = Budget(SCHEDULER_PER_MINUTE, clock)
         self._ask_at = clock.monotonic()
         self._ending_until: float | None = None
-        self.said_done = False   # a `done` came in since the watch began
+        # The job's attempt now running wrote `done`: one after the last `job_started` (a
+        # requeued job starts again in the same run folder, after an earlier attempt's `done`).
+        self.said_done = False
 
     def new_events(self) -> list[Event]:
         """Events written since the last call; the job's `done` brings the next question forward
         (the scheduler is about to say the job is gone)."""
         new = self.events.poll()
-        if any(e.kind == EV.done for e in new):
-            self.said_done = True
+        for e in new:
+            if e.kind in (EV.done, EV.job_started):
+                self.said_done = e.kind == EV.done
+        if self.said_done and any(e.kind == EV.done for e in new):
             self.soon()
         return new
-
-    def from_now(self) -> None:
-        """What the job wrote so far is read and no longer counts: a `done` must come after."""
-        self.new_events()
-        self.said_done = False
 
     def soon(self) -> None:
         """The job's end is due (it wrote `done`): ask now, then on the ENDING pace for a while."""

@@ -68,9 +68,9 @@ class SlurmLauncher(Launcher):
         watch = JobWatch(self, job_id, paths, self.clock)
         try:
             # The job's teardown ends with its `done`, which brings the questions forward.
-            # A job that is not running (pending, or requeued) has no batch shell to ask.
+            # A job that is not running (pending, or requeued) has no batch shell to ask. One
+            # COMPLETING (RUNNING here) after its attempt's `done` is over: stopped before.
             if self.slurm.info(job_id).state is JobState.RUNNING:
-                watch.from_now()   # an earlier attempt's `done` is not this one's
                 self.slurm.cancel(job_id, signal="TERM", batch=True)
                 if watch.wait_gone(grace + TEARDOWN_GRACE, told_done=True):
                     return

@@ -159,6 +159,29 @@ def test_a_job_through_its_teardown_but_completing_in_slurm_is_stopped(tmp_path:
         assert plain and waited > 60, (waited, runner.calls)
 
 
+@pytest.mark.parametrize("events, over", [
+    ("1.0 job_started n1 7\n2.0 serving n1:8000\n3.0 interrupted\n4.0 done 130\n", True),
+    # An earlier attempt's `done`, then the attempt Slurm still holds: not through its teardown.
+    ("1.0 job_started n1 7\n2.0 done 0\n3.0 job_started n2 7\n", False)])
+def test_a_second_stop_of_a_job_completing_after_its_own_done_does_not_wait_for_slurm(
+        tmp_path: Path, events: str, over: bool) -> None:
+    # The first `stop` ended the job's attempt (its `done`); Slurm holds it COMPLETING, as it does
+    # for a minute when a node's step end was lost to a silent slurmctld.
+    paths = RunPaths("r", tmp_path)
+    paths.events.parent.mkdir(parents=True)
+    paths.events.write_text(events)
+    runner = Scripted(squeue=(0, "COMPLETING|NonZeroExitCode|n2\n", ""),
+                      scancel=(1, "", "scancel: error: Kill job error on job id 7: Job/step already completing or completed"))
+    launcher = SlurmLauncher(runner)
+    launcher.clock = FakeClock()
+    start = launcher.clock.monotonic()
+    launcher.cancel("7", paths, grace=10.0)
+    waited = launcher.clock.monotonic() - start
+    assert (waited < 5) if over else (waited >= 40), waited
+    # Without its word, the TERM to the batch shell is followed by the plain scancel.
+    assert (["scancel", "7"] in runner.calls) is not over, runner.calls
+
+
 class InTurn(Scripted):
     """Answers each program's calls in turn (its last answer repeats)."""
 
