@@ -36,11 +36,11 @@ class JobWatch:
         """Events written since the last call; the job's `done` brings the next question forward
         (the scheduler is about to say the job is gone)."""
         new = self.events.poll()
-        for e in new:
-            if e.kind in (EV.done, EV.job_started):
-                self.said_done = e.kind == EV.done
-        if self.said_done and any(e.kind == EV.done for e in new):
-            self.soon()
+        last = next((e.kind for e in reversed(new) if e.kind in (EV.done, EV.job_started)), None)
+        if last is not None:
+            self.said_done = last == EV.done
+            if self.said_done:
+                self.soon()
         return new
 
     def soon(self) -> None:
