@@ -13,6 +13,7 @@ PHASES = {
     "requeued": "requeued: waiting to start again",
     EV.job_started: "job started",
     EV.mpicheck_started: "MPI check",
+    EV.mpicheck_again: "MPI check again (a rank crashed)",
     EV.mpicheck_ok: "MPI check passed",
     EV.step_started: "running",
     EV.step_done: "step done",

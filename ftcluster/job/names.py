@@ -18,6 +18,7 @@ class Kinds:
     interrupted: str = "interrupted"            # INT/TERM acted on
     mpicheck_started: str = "mpicheck_started"
     mpicheck_ok: str = "mpicheck_ok"
+    mpicheck_again: str = "mpicheck_again"      # WHERE: a rank of the check crashed; it runs once more
     step_started: str = "step_started"          # WHAT (preflight, convert): a run's one job step
     step_done: str = "step_done"                # WHAT EXIT_CODE
     containers_starting: str = "containers_starting"   # HOSTS... (docker styles)
@@ -66,6 +67,7 @@ class RunFiles:
     job_out: str = "job.out"               # logs/: the job's output (styles run here)
     client_log: str = "client.log"         # logs/
     mpicheck_log: str = "mpicheck.log"     # logs/
+    mpicheck_crash_log: str = "mpicheck-crashed.log"   # logs/: the first check's, when it crashed and ran again
     mpirun_log: str = "mpirun.log"         # logs/
     step_log: str = "step.log"             # logs/: the output of a preflight's or convert's step
     on_failure_log: str = "on_failure.log"  # logs/: the on_failure command's output

@@ -80,3 +80,55 @@ def test_the_check_keeps_open_mpi_segments_under_the_run_prefix(scripts: Path) -
             if name.startswith(("sm_segment.", f"ftc+check-test-{os.getpid()}+")):
                 path = Path("/dev/shm") / name
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+# srun's report of the check's rank 1 that Open MPI 5 crashed in MPI_Init on the test bed
+# (open-mpi/ompi#12495), as recorded, Open MPI's own trace cut short.
+_SRUN_CRASH_LOG = """\
+[node2:02352] *** Process received signal ***
+[node2:02352] Signal: Segmentation fault (11)
+[node2:02352] [ 1] /root/.pyenv/versions/3.11.7/lib/libmpi.so.40(mca_pml_ob1_recv_frag_callback_match+0x95)[0x7f5380078f25]
+[node2:02352] [ 9] /root/.pyenv/versions/3.11.7/lib/libmpi.so.40(ompi_mpi_init+0x425)[0x7f537fe91215]
+[node2:02352] *** End of error message ***
+srun: Job step aborted: Waiting up to 4 seconds for job step to finish.
+slurmstepd-node1: error: *** STEP 1869.0 ON node1 CANCELLED AT 2026-11-28T14:55:02 ***
+srun: error: node2: task 1: Segmentation fault
+srun: error: node1: task 0: Exited with exit code 14
+"""
+
+
+def test_a_crashed_rank_is_named_from_srun() -> None:
+    from ftcluster.job.styles import crashed_rank
+
+    assert crashed_rank(_SRUN_CRASH_LOG) == "rank 1 on node2 (Segmentation fault)"
+    assert crashed_rank("srun: error: node3: tasks 0-1: Bus error (core dumped)\n") == "rank 0-1 on node3 (Bus error)"
+    # A rank that ended itself, or was killed, did not crash: no second check for it.
+    assert crashed_rank("srun: error: node1: task 0: Exited with exit code 14\n") is None
+    assert crashed_rank("srun: error: node2: task 1: Killed\n") is None
+
+
+def _mpiruns() -> list[str]:
+    """Every Open MPI mpirun of this machine (the OS's 4.x, the Python environment's 5.x)."""
+    found = {os.path.realpath(p) for p in ("/usr/bin/mpirun", os.path.join(os.path.dirname(sys.executable), "mpirun"),
+                                            shutil.which("mpirun") or "") if p and os.path.exists(p)}
+    return sorted(found)
+
+
+@pytest.mark.parametrize("mpirun", _mpiruns())
+@pytest.mark.parametrize(("sig", "crashed"), [("SIGSEGV", True), ("SIGKILL", False)])
+def test_a_crashed_rank_is_named_from_mpirun(mpirun: str, sig: str, crashed: bool) -> None:
+    """mpirun's own report of a rank that died by a signal (Open MPI 5 wraps it at any space)."""
+    from ftcluster.job.styles import crashed_rank
+
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, check=False).stdout
+    if "Open MPI" not in version and "OpenRTE" not in version:   # 4.x's orterun says OpenRTE
+        pytest.skip(f"{mpirun} is not Open MPI's")
+    code = f"import os, signal; os.environ['OMPI_COMM_WORLD_RANK'] == '1' and os.kill(os.getpid(), signal.{sig})"
+    proc = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-S", "-c", code],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0
+    named = crashed_rank(proc.stdout + proc.stderr)
+    if crashed:
+        assert named is not None and named.startswith("rank 1 on ") and named.endswith("(Segmentation fault)"), proc.stderr
+    else:
+        assert named is None, proc.stderr
