@@ -292,8 +292,8 @@ class JobStyle:
             aside = job.log_path(FILES.mpicheck_crash_log)
             os.replace(log, aside)
             job.event(EV.mpicheck_again, crash.replace(" ", "_"))
-            job.say(f"ftcluster: the MPI check's {crash}: Open MPI can crash so at start-up now and then "
-                    f"(open-mpi/ompi#12495); checking once more (the first check's log: logs/{FILES.mpicheck_crash_log})")
+            job.say(f"ftcluster: a rank of the MPI check crashed, {crash}; Open MPI does so at start-up now and "
+                    f"then (open-mpi/ompi#12495): checking once more (the first check's log: logs/{FILES.mpicheck_crash_log})")
             rc = self._run_mpi_check(log)
         if rc:
             text = read_text(log)
