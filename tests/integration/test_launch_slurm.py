@@ -406,6 +406,8 @@ def test_mpi_check_whose_rank_crashed_runs_once_more(spec_dir: Path, crashes: in
     logs = Path(out["run_dir"]) / "logs"
     first = (logs / FILES.mpicheck_crash_log).read_text()
     assert re.search(r"^srun: error: node\d: task 1: Segmentation fault", first, re.MULTILINE), first
+    said = next(logs.glob("slurm-*.out")).read_text()
+    assert re.search(r"a rank of the MPI check crashed, rank 1 on node\d \(Segmentation fault\); .*checking once more", said), said
     events = (Path(out["run_dir"]) / "state" / "events").read_text()
     assert len(re.findall(r" mpicheck_again rank_1_on_node\d_\(Segmentation_fault\)$", events, re.MULTILINE)) == 1, events
     if crashes == 1:
