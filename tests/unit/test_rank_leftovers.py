@@ -310,3 +310,43 @@ def test_hostile_rank_server_runs_a_fake_tritonserver(weird_tmp_path: Path) -> N
     assert (code, how) == ("1", "died")
     assert (run_dir / "state" / "rank1.host").read_text().strip() == "127.0.0.1"
     _no_pwned(weird_tmp_path.parent)
+
+
+def _server_of(wrapper: int, deadline: float) -> int:
+    """The wrapper's server: its child that carries the run's server mark."""
+    while time.monotonic() < deadline:
+        for child in Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split():
+            try:
+                if b"FTC_SERVER_OF=" in Path(f"/proc/{child}/environ").read_bytes():
+                    return int(child)
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise AssertionError("the server did not start")
+
+
+@pytest.mark.parametrize("wrapper_too", [True, False])
+def test_a_server_signalled_before_its_wrapper_is_stopped_not_dead(tmp_path: Path, clean: list[Path],
+                                                                   wrapper_too: bool) -> None:
+    """Slurm ends a step's processes one at a time, in process-id order, and ids wrap: the server
+    may get its TERM before its wrapper does. That rank was stopped with its step; a server that
+    a TERM ended alone died."""
+    import signal
+
+    run_dir, env = _wrapper_of(tmp_path, "#!/bin/bash\nexec sleep 30\n")
+    p = subprocess.Popen(["bash", str(run_dir / "scripts" / "rank_server.sh")], cwd=tmp_path, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        server = _server_of(p.pid, time.monotonic() + 10)
+        time.sleep(0.3)   # the wrapper waits on its server
+        os.kill(server, signal.SIGTERM)
+        if wrapper_too:
+            time.sleep(0.03)
+            os.kill(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    code, _, how = (run_dir / "state" / "rank1.exit").read_text().split()[:3]
+    assert (code, how) == ("143", "stopped" if wrapper_too else "died")

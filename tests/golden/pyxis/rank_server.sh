@@ -405,6 +405,15 @@ rc=$?
 (( answered )) && rc=0
 [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
 kill "$progress" "$noting" 2>/dev/null
+# A server ended by TERM or INT while its step ends: Slurm signals a step's processes one at a
+# time (proctrack walks the process table, whose ids wrap), so the server's signal may come
+# before this wrapper's own. A moment for the trap, before the rank is called dead.
+if (( ! stopping && (rc == 143 || rc == 130) )); then
+  for _ in 1 2 3 4 5; do
+    sleep 0.02
+    (( ! stopping )) || break
+  done
+fi
 how=stopped
 if (( ! stopping )); then
   # A server that ends unasked is a failure whatever its code: srun/mpirun then end the rest.
