@@ -93,7 +93,6 @@ PROXY_START_S = 60.0
 PROXY_STOP_S = 5
 
 
-
 # A rank that died by a crash signal, as srun (`srun: error: node2: task 1: Segmentation fault`)
 # and Open MPI's mpirun (`... noticed that process rank 1 with PID 42 on node node2 exited on
 # signal 11 (Segmentation fault).`, wrapped at any space by Open MPI 5) report it.
@@ -103,13 +102,14 @@ _MPIRUN_CRASH = re.compile(r"noticed\s+that\s+process\s+rank\s+([0-9]+)\s+with\s
 
 
 def crashed_rank(log: str) -> Optional[str]:
-    """`rank R on NODE (SIGNAL)` for the first rank of a step's log that crashed, else None."""
+    """`rank R on NODE (SIGNAL)` for the first rank of a step's log that crashed, else None. On
+    one line: it goes into an event (Open MPI 5 may wrap inside the signal's name too)."""
     m = _SRUN_CRASH.search(log)
     if m:
         return f"rank {m.group(2)} on {m.group(1)} ({m.group(3)})"
     m = _MPIRUN_CRASH.search(log)
     if m:
-        return f"rank {m.group(1)} on {m.group(2)} ({m.group(3)})"
+        return f"rank {m.group(1)} on {m.group(2)} ({squeeze(m.group(3))})"
     return None
 
 

@@ -105,6 +105,9 @@ def test_a_crashed_rank_is_named_from_srun() -> None:
     # A rank that ended itself, or was killed, did not crash: no second check for it.
     assert crashed_rank("srun: error: node1: task 0: Exited with exit code 14\n") is None
     assert crashed_rank("srun: error: node2: task 1: Killed\n") is None
+    # Open MPI 5 wraps its report at any space, inside the signal's name too: named on one line.
+    assert crashed_rank("prterun noticed that process rank 1 with PID 7 on node node2 exited on signal 11 "
+                        "(Segmentation\nfault).") == "rank 1 on node2 (Segmentation fault)"
 
 
 def _mpiruns() -> list[str]:
