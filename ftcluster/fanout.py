@@ -15,14 +15,12 @@ connection, which ends the remote commands, like srun does with its tasks.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
 import signal
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Sequence
@@ -134,6 +132,8 @@ class Fanout:
             with open(path, "w") as fh:
                 return self.run_one(host, argv, _Lines(fh, threading.Lock()))
 
+        from concurrent.futures import ThreadPoolExecutor   # here: `launch` imports this module for its config
+
         with ThreadPoolExecutor(max_workers=max(1, min(self.cfg.parallel, len(hosts)))) as pool:
             return list(pool.map(one, hosts))
 
@@ -153,6 +153,8 @@ def exit_code(results: Sequence[HostResult]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
     ap = argparse.ArgumentParser(prog="python -m ftcluster.fanout", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True, help="nodes.json of the run (hosts and node_ssh)")

@@ -1,14 +1,14 @@
 """The package's own data files: job templates, rank-side files, the demo, the example specs.
 
-Found through importlib.resources rather than `__file__`, so a checkout, an editable install
-and a wheel find them the same way. job_templates/ and configs/ are top-level folders of the
-source tree; the wheel carries them inside the package (pyproject's package-dir); tree_path()
-knows which of the two it is.
+Found beside this module: a checkout, an editable install and a wheel all import the package
+from its folder (importlib.resources says the same for them, at 10 ms of every command's
+start-up). job_templates/ and configs/ are top-level folders of the source tree; the wheel
+carries them inside the package (pyproject's package-dir); tree_path() knows which of the two
+it is.
 """
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 
 # The source tree's top-level data folders, carried inside the package by the wheel.
@@ -18,9 +18,9 @@ TOP_LEVEL = ("job_templates", "configs")
 def package_path(*parts: str) -> Path:
     """A file or folder shipped inside the ftcluster package, as a real path (Jinja's loader,
     globbing and copies into a run folder need one); no parts: the package folder."""
-    root = files("ftcluster")
-    if isinstance(root, Path):
-        return root.resolve().joinpath(*parts)
+    root = Path(__file__).resolve().parent
+    if root.is_dir():
+        return root.joinpath(*parts)
     # A zipped install: its files have no path of their own.
     raise RuntimeError(f"ftcluster's data files are not on the file system ({root}); install the package unzipped")
 

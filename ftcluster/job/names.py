@@ -1,18 +1,21 @@
 """The names the job and the launcher share, defined once: event kinds and the run folder's files.
 
 The templates get these objects as `ev` and `files`; the supervisor and the launcher use EV and
-FILES. Stdlib only: shipped with the supervisor.
+FILES. Stdlib only: shipped with the supervisor. Plain classes of constants (instances without
+slots, so nothing can be set on them), not dataclasses: the job's Python imports this on the way
+to its servers, and generating two dataclasses of some 35 fields took it 5 ms there and again
+in every command.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Union
 
 
-@dataclass(frozen=True)
 class Kinds:
     """Every event kind a job writes (`EPOCH KIND ARGS...` lines in state/events)."""
+
+    __slots__ = ()
 
     job_started: str = "job_started"            # HOST JOB_ID
     interrupted: str = "interrupted"            # INT/TERM acted on
@@ -52,9 +55,10 @@ class Kinds:
 EV = Kinds()
 
 
-@dataclass(frozen=True)
 class RunFiles:
     """The names of the files in the run's folders."""
+
+    __slots__ = ()
 
     events: str = "events"                 # state/: one line per milestone
     rank_exits: str = "exits"              # state/: "RANK CODE EPOCH died|stopped INCARNATION" per rank exit

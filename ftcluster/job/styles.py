@@ -93,10 +93,20 @@ PROXY_START_S = 60.0
 PROXY_STOP_S = 5
 
 
-# A rank that died by a crash signal, as srun (`srun: error: node2: task 1: Segmentation fault`)
-# and Open MPI's mpirun (`... noticed that process rank 1 with PID 42 on node node2 exited on
-# signal 11 (Segmentation fault).`, wrapped at any space by Open MPI 5) report it.
-_SRUN_CRASH = re.compile(r"^srun: error: ([^:\s]+): tasks? ([0-9,-]+): (Segmentation fault|Bus error)", re.MULTILINE)
+# srun's line for a step's tasks that failed on a node: `srun: error: node2: task 1: Segmentation
+# fault`, `srun: error: node1: tasks 0-1: Exited with exit code 14`.
+_SRUN_FAILED = re.compile(r"^srun: error: ([^:\s]+): tasks? ([0-9][0-9,-]*): (.*)$", re.MULTILINE)
+
+
+def srun_failures(log: str) -> List[Tuple[str, str, str]]:
+    """(node, tasks as srun names them, what) for each failed-tasks line of srun's, in order."""
+    return _SRUN_FAILED.findall(log)
+
+
+# A rank that died by a crash signal, as srun (above) and Open MPI's mpirun (`... noticed that
+# process rank 1 with PID 42 on node node2 exited on signal 11 (Segmentation fault).`, wrapped at
+# any space by Open MPI 5) report it.
+_CRASHES = ("Segmentation fault", "Bus error")
 _MPIRUN_CRASH = re.compile(r"noticed\s+that\s+process\s+rank\s+([0-9]+)\s+with\s+PID\s+[0-9]+\s+on\s+node\s+(\S+)\s+"
                            r"exited\s+on\s+signal\s+(?:11|7)\s+\(([^)]+)\)")
 
@@ -104,9 +114,10 @@ _MPIRUN_CRASH = re.compile(r"noticed\s+that\s+process\s+rank\s+([0-9]+)\s+with\s
 def crashed_rank(log: str) -> Optional[str]:
     """`rank R on NODE (SIGNAL)` for the first rank of a step's log that crashed, else None. On
     one line: it goes into an event (Open MPI 5 may wrap inside the signal's name too)."""
-    m = _SRUN_CRASH.search(log)
-    if m:
-        return f"rank {m.group(2)} on {m.group(1)} ({m.group(3)})"
+    for node, tasks, what in srun_failures(log):
+        crash = next((c for c in _CRASHES if what.startswith(c)), None)
+        if crash:
+            return f"rank {tasks} on {node} ({crash})"
     m = _MPIRUN_CRASH.search(log)
     if m:
         return f"rank {m.group(1)} on {m.group(2)} ({squeeze(m.group(3))})"
@@ -340,11 +351,9 @@ class JobStyle:
         problem = first_match(log, r"^PROBLEM: ")
         if problem:
             return problem[len("PROBLEM: "):]
-        for ln in log.splitlines():
-            m = re.match(r"^srun: error: ([^:]+): tasks? ([0-9]+)[^:]*: (.*)$", ln)
-            if m:
-                other = first_match(log, r"^(?!srun|slurmstepd)") or f"see logs/{FILES.mpicheck_log}"
-                return f"rank {m.group(2)} on {m.group(1)} ({m.group(3)}): {other}"
+        for node, tasks, what in srun_failures(log)[:1]:
+            other = first_match(log, r"^(?!srun|slurmstepd)") or f"see logs/{FILES.mpicheck_log}"
+            return f"rank {tasks} on {node} ({what}): {other}"
         return first_match(log, r"error")
 
     def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:

@@ -68,7 +68,26 @@ def test_launch_json_dry_run_imports_no_rich(tmp_path: Path) -> None:
     rc, mods, out = _modules_after(["launch", "--nodes", "2", "--dry-run", "--json"],
                                    env={"FTCLUSTER_STATE_DIR": str(tmp_path)})
     assert rc == 0 and out
-    assert "rich" not in mods
+    # Beyond what this interpreter's own start-up imports (a site .pth file may import some).
+    assert not {"rich", "concurrent.futures", "importlib.resources", "argparse"} & (mods - _fresh_modules("pass"))
+
+
+def test_spec_models_built_without_plugin_lookup_and_the_environment_left_as_it_was() -> None:
+    """pydantic's plugin search (every installed distribution's entry points) is off while the spec
+    models are built; nothing this process starts inherits the setting, and a user's own value
+    stands."""
+    code = ("import os, pydantic.plugin._loader as L; seen = []; get = L.get_plugins\n"
+            "L.get_plugins = lambda: (seen.append(os.environ.get('PYDANTIC_DISABLE_PLUGINS')), get())[1]\n"
+            "import ftcluster.spec\n"
+            "print(sorted(set(map(str, seen))), len(seen), os.environ.get('PYDANTIC_DISABLE_PLUGINS'))")
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
+                         check=True).stdout.split()
+    assert out[0] == "['__all__']" and int(out[1]) >= 10 and out[2] == "None"
+    env["PYDANTIC_DISABLE_PLUGINS"] = "logfire"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
+                         check=True).stdout.split()
+    assert out[0] == "['logfire']" and out[2] == "logfire"
 
 
 def test_rank_states_from_one_listing(tmp_path: Path) -> None:

@@ -109,6 +109,28 @@ def test_a_crashed_rank_is_named_from_srun() -> None:
     assert crashed_rank("prterun noticed that process rank 1 with PID 7 on node node2 exited on signal 11 "
                         "(Segmentation\nfault).") == "rank 1 on node2 (Segmentation fault)"
 
+    # A crash after another task's failure is still the one named.
+    assert crashed_rank("srun: error: node1: task 0: Exited with exit code 1\n"
+                        "srun: error: node2: task 1: Segmentation fault\n") == "rank 1 on node2 (Segmentation fault)"
+
+
+def test_a_failed_check_is_named_from_the_same_srun_lines_as_a_crash() -> None:
+    """The failed check's cause and the crash come from one reading of srun's task lines: the
+    first failed task, its node, what srun said of it, and the first line that is not srun's."""
+    from types import SimpleNamespace
+
+    from ftcluster.job.styles import JobStyle, srun_failures
+
+    style = JobStyle(SimpleNamespace(cfg=None))   # type: ignore[arg-type]
+    assert srun_failures(_SRUN_CRASH_LOG) == [("node2", "1", "Segmentation fault"),
+                                              ("node1", "0", "Exited with exit code 14")]
+    assert style.mpi_check_problem(_SRUN_CRASH_LOG) == (
+        "rank 1 on node2 (Segmentation fault): [node2:02352] *** Process received signal ***")
+    assert style.mpi_check_problem("srun: error: node3: tasks 0-1: Exited with exit code 1\n") == (
+        "rank 0-1 on node3 (Exited with exit code 1): see logs/mpicheck.log")
+    assert style.mpi_check_problem("PROBLEM: rank 1 saw 1 of 2 ranks\nsrun: error: node3: task 1: Killed\n") == (
+        "rank 1 saw 1 of 2 ranks")
+
 
 def _mpiruns() -> list[str]:
     """Every Open MPI mpirun of this machine (the OS's 4.x, the Python environment's 5.x)."""
