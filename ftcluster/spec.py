@@ -16,16 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 import yaml
-
-# pydantic looks for third-party plugins (every installed distribution's entry points) as it
-# builds each model: ~45 ms of every command's start-up, for validation hooks that the spec
-# models never use. Off while they are built, then as it was, so that nothing this process
-# starts (the job, the user's model code in the python backend) inherits the setting.
-_PLUGINS_VAR = "PYDANTIC_DISABLE_PLUGINS"
-_PLUGINS_WERE = os.environ.get(_PLUGINS_VAR)
-os.environ.setdefault(_PLUGINS_VAR, "__all__")
-
-from pydantic import (  # noqa: E402  (after the plugin setting above)
+from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
@@ -71,6 +62,16 @@ def slurm_time_seconds(text: str) -> int | None:
         h, m, s = 0, parts[0], (parts[1] if len(parts) > 1 else 0)
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 INT32_MAX = 2**31 - 1
+
+
+# pydantic looks for third-party plugins (every installed distribution's entry points) as it
+# builds each model: 5-25 ms of every command's start-up, growing with the environment, for
+# validation hooks that the spec models never use. Off while they are built (below), then as it
+# was, so that nothing this process starts (the job, the user's model code in the python
+# backend) inherits the setting.
+_PLUGINS_VAR = "PYDANTIC_DISABLE_PLUGINS"
+_PLUGINS_WERE = os.environ.get(_PLUGINS_VAR)
+os.environ.setdefault(_PLUGINS_VAR, "__all__")
 
 
 class _Strict(BaseModel):

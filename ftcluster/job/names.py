@@ -1,8 +1,8 @@
 """The names the job and the launcher share, defined once: event kinds and the run folder's files.
 
 The templates get these objects as `ev` and `files`; the supervisor and the launcher use EV and
-FILES. Stdlib only: shipped with the supervisor. Plain classes of constants (instances without
-slots, so nothing can be set on them), not dataclasses: the job's Python imports this on the way
+FILES. Stdlib only: shipped with the supervisor. Plain classes of constants (empty __slots__, so
+nothing can be set on an instance), not dataclasses: the job's Python imports this on the way
 to its servers, and generating two dataclasses of some 35 fields took it 5 ms there and again
 in every command.
 """

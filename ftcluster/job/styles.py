@@ -351,7 +351,9 @@ class JobStyle:
         problem = first_match(log, r"^PROBLEM: ")
         if problem:
             return problem[len("PROBLEM: "):]
-        for node, tasks, what in srun_failures(log)[:1]:
+        failed = srun_failures(log)
+        if failed:
+            node, tasks, what = failed[0]
             other = first_match(log, r"^(?!srun|slurmstepd)") or f"see logs/{FILES.mpicheck_log}"
             return f"rank {tasks} on {node} ({what}): {other}"
         return first_match(log, r"error")
