@@ -61,6 +61,7 @@ job sets it for each restart of the world), or in every one with FTCLUSTER_TEST_
 """
 
 import configparser
+import ctypes
 import io
 import json
 import os
@@ -145,8 +146,32 @@ def _cuda_module():
 def _output(name, array):
     array = np.ascontiguousarray(array)
     if _NUMPY_2:
-        return pb_utils.Tensor.from_dlpack(name, array)
+        return _from_dlpack(name, array)
     return pb_utils.Tensor(name, array)
+
+
+# Private prototypes: ctypes.pythonapi's own function objects are shared with the process.
+_CAPSULE_NAME = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+_SET_CAPSULE_NAME = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi))
+_CONSUMED = b"used_dltensor"   # module-level: a capsule keeps a pointer to its name
+
+
+def _from_dlpack(name, array):
+    """pb_utils.Tensor.from_dlpack without the stub's own name for a consumed capsule.
+
+    The stub (python_backend pb_tensor.cc, FromDLPackCapsule) takes the DLPack tensor over (its
+    deleter frees it) and renames the capsule "used_dlpack"; the DLPack protocol's name is
+    "used_dltensor", the only one numpy's capsule destructor skips. Under any other it looks the
+    tensor up as "dltensor", fails and reports "ValueError: PyCapsule_GetPointer called with
+    incorrect name" (numpy 2.5.2 on the GPU machine: a traceback per output tensor in the rank
+    log, whose last lines a restart's cause quotes). So the capsule is handed over here and,
+    once the stub has taken it, given the protocol's name."""
+    capsule = array.__dlpack__()
+    tensor = pb_utils.Tensor.from_dlpack(name, capsule)
+    if _CAPSULE_NAME(capsule) == b"used_dlpack":
+        _SET_CAPSULE_NAME(capsule, _CONSUMED)
+    return tensor
 
 
 _NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
