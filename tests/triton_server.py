@@ -248,8 +248,9 @@ def slow_demo_model(repository: Path, name: str, sleep_ms: float) -> Path:
 
 
 def copy_test_model_code(version_dir: Path) -> None:
-    """The demo test model's code (model.py and the ctmpi.py it imports) into a model version folder."""
+    """The demo test model's code (model.py, the ctmpi.py it imports, and gpt_cuda.py, which it
+    imports where torch sees a GPU) into a model version folder."""
     src = Path(__file__).resolve().parents[1] / "ftcluster" / "demo" / "model_repository" / "fastertransformer" / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("model.py", "ctmpi.py"):
+    for name in ("model.py", "ctmpi.py", "gpt_cuda.py"):
         (version_dir / name).write_text((src / name).read_text())

@@ -96,3 +96,14 @@ def test_the_stubs_own_name_is_what_numpy_reports() -> None:
         print("ok")
     ''')
     assert "PyCapsule_GetPointer called with incorrect name" in p.stderr, p.stderr
+
+
+def test_the_ensembles_test_model_has_every_file_of_the_test_model() -> None:
+    """The ensemble's fastertransformer step is the same test model: where torch sees a GPU its
+    model.py imports gpt_cuda.py from its own folder (it failed to load there without it)."""
+    own = MODEL.parent
+    ensemble = MODEL.parents[3] / "ensemble_repository" / "fastertransformer" / "1"
+    names = sorted(p.name for p in own.glob("*.py"))
+    assert "gpt_cuda.py" in names
+    for name in names:
+        assert (ensemble / name).read_bytes() == (own / name).read_bytes(), name

@@ -1,0 +1,1 @@
+../../../model_repository/fastertransformer/1/gpt_cuda.py
