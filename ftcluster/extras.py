@@ -17,7 +17,12 @@ def need(module: str, what: str) -> ModuleType:
     """Import `module` for `what`, or fail naming the extra that brings it."""
     try:
         return importlib.import_module(module)
-    except ImportError as exc:
+    except (ImportError, RuntimeError) as exc:
+        # tritonclient.http and .grpc wrap a missing dependency of theirs (gevent, grpcio) in a
+        # RuntimeError ("The installation does not include http support"): the plain
+        # `tritonclient` that ftcluster's base install brings lacks them.
+        if isinstance(exc, RuntimeError) and not isinstance(exc.__cause__, ImportError):
+            raise
         extra = EXTRAS.get(module) or EXTRAS.get(module.split(".")[0], "")
         raise UserError(f"{what} needs {module.split('.')[0]} ({exc})", field=None,
                         hint=f"pip install 'ftcluster[{extra}]'" if extra else "install it") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,26 @@ def test_a_missing_part_names_its_extra(module: str, extra: str, monkeypatch: py
     with pytest.raises(UserError) as exc:
         need(module, "something")
     assert exc.value.hint == f"pip install 'ftcluster[{extra}]'" and "something needs" in str(exc.value)
+
+
+def test_tritonclient_without_its_http_dependencies_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base install's plain tritonclient: its http package raises RuntimeError (not
+    ImportError) when gevent is missing; tritonclient's own import, gevent blocked."""
+    for name in [m for m in sys.modules if m.startswith(("tritonclient.http", "gevent", "geventhttpclient"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "gevent", None)
+    with pytest.raises(UserError) as exc:
+        need("tritonclient.http", "the Triton client over HTTP")
+    assert exc.value.hint == "pip install 'ftcluster[client]'"
+    assert "http support" in str(exc.value) or "gevent" in str(exc.value), str(exc.value)
+
+
+def test_other_runtime_errors_of_an_import_are_not_taken_for_a_missing_extra(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ftc_broken_mod.py").write_text("raise RuntimeError('broken at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RuntimeError, match="broken at import"):
+        need("ftc_broken_mod", "something")
 
 
 def test_the_cli_says_it_in_one_line() -> None:
