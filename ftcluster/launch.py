@@ -8,6 +8,7 @@ the job, shows progress, and cancels the job on any failure or Ctrl-C.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster.errors import LaunchError, UserError, os_error_words
+from ftcluster.errors import LaunchError, PlanError, UserError, os_error_words
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
@@ -135,6 +136,8 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         return RenderOptions(client=False, mpi_check=False, servers=False, step=opts.step,
                              tritonserver=cluster.server.binary, **mpi)
     assert model is not None, "a run with servers needs its model"
+    if style_of(cluster).one_host and build and opts.servers:
+        _check_local_gpus(cluster, plan)
     # Before anything is written: a checkpoint no mount shows inside the container fails at
     # model load on every rank, after the allocation.
     check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
@@ -149,6 +152,15 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
                          service=opts.service or opts.member_of or "",
                          front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
                          if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
+
+
+def _check_local_gpus(cluster: ClusterSpec, plan: Plan) -> None:
+    from ftcluster.host_gpus import host_gpus, local_gpu_problem
+
+    visible = cluster.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    problem = local_gpu_problem(plan.nodes, plan.gpus_per_node, visible, host_gpus())
+    if problem:
+        raise PlanError(problem, field="--nodes", hint="fewer --nodes or a smaller --gpus-per-node")
 
 
 def job_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: LaunchOptions,
