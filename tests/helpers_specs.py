@@ -70,7 +70,10 @@ class CliResult:
 
 
 def _cli_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
+    # This checkout first, then what the caller's PYTHONPATH brings (a machine whose packages
+    # come that way, not installed).
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "COLUMNS": "200", "NO_COLOR": "1"}
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60) -> CliResult:
