@@ -24,13 +24,19 @@ def host_gpus(root: Path | None = None) -> int:
         return 0
 
 
+def visible_pool(visible: str | None) -> list[str] | None:
+    """The devices a CUDA_VISIBLE_DEVICES value names; None when it is unset. Set but empty
+    means "no GPU" to CUDA: an empty pool, not every GPU."""
+    return None if visible is None else [d.strip() for d in visible.split(",") if d.strip()]
+
+
 def local_gpu_problem(nodes: int, gpus_per_node: int, visible: str | None, host: int) -> str | None:
     """Why this machine cannot give each of `nodes` ranks its `gpus_per_node` GPUs, or None.
     `visible`: the job's CUDA_VISIBLE_DEVICES (None: unset); `host`: host_gpus()."""
     need = nodes * gpus_per_node
     if host == 0 or need == 0:
         return None
-    pool = None if visible is None else [d for d in visible.split(",") if d.strip()]
+    pool = visible_pool(visible)
     have = host if pool is None else min(len(pool), host)
     if have >= need:
         return None

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftcluster.host_gpus import visible_pool
 from ftcluster.rank.env import child_env
 
 POLL_S = 0.05
@@ -53,8 +54,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def gpu_slices(nodes: int, gpus_per_rank: int, visible: str | None) -> list[str]:
     """CUDA_VISIBLE_DEVICES per rank, cut from what this process may see (all GPUs if unset)."""
-    # Set but empty means "no GPU" to CUDA: keep that rather than invent devices.
-    pool = None if visible is None else [d.strip() for d in visible.split(",") if d.strip()]
+    pool = visible_pool(visible)
     need = nodes * gpus_per_rank
     if pool is None:
         pool = [str(i) for i in range(need)]
