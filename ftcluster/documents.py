@@ -33,7 +33,7 @@ def run_hosts(run_dir: str, num_nodes: int, plan: dict[str, Any] | None = None) 
     for r in range(num_nodes):
         host_file = Path(run_dir) / "state" / f"rank{r}.host" if run_dir else None
         try:
-            host = host_file.read_text().strip() if host_file else ""
+            host = host_file.read_text(errors="replace").strip() if host_file else ""
         except OSError:
             host = ""
         host = host or ranks.get(r) or ""

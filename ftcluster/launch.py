@@ -336,7 +336,7 @@ class Launch:
         words = []
         for r in range(self.plan.mpi_ranks):
             try:
-                p = load_progress(self.paths.rank_file(r, "progress").read_text())
+                p = load_progress(self.paths.rank_file(r, "progress").read_text(errors="replace"))
             except OSError:
                 continue
             if p is not None and not self.paths.rank_file(r, "loaded").exists():

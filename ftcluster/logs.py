@@ -74,7 +74,7 @@ def sources(paths: RunPaths, nodes: int, rank: int | None, server: bool, client:
         kept = paths.logs / FILES.incarnation_dir.format(n=incarnation) if incarnation is not None else None
         for r in ranks:
             host_file = kept / FILES.rank(r, "host") if kept else paths.rank_file(r, "host")
-            host = host_file.read_text().strip() if host_file.is_file() else "?"
+            host = host_file.read_text(errors="replace").strip() if host_file.is_file() else "?"
             log = kept / FILES.server_log(r) if kept else paths.server_log(r)
             found.append(LogSource(f"rank{r} {host}" + (f" #{incarnation}" if kept else ""), str(log)))
     if client:

@@ -111,7 +111,7 @@ def front_endpoint(set_dir: Path) -> str | None:
 def _events(run_dir: Path) -> list[Any]:
     path = run_dir / "state" / FILES.events
     try:
-        return parse_events(path.read_text())
+        return parse_events(path.read_text(errors="replace"))
     except OSError:
         return []
 

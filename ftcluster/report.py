@@ -246,7 +246,7 @@ def service_history(chains: list[tuple[list[Run], bool]], now: float,
 
 def _events(run_dir: Path) -> list[Event]:
     events_file = run_dir / "state" / FILES.events
-    return parse_events(events_file.read_text()) if events_file.is_file() else []
+    return parse_events(events_file.read_text(errors="replace")) if events_file.is_file() else []
 
 
 def duration(seconds: float) -> str:

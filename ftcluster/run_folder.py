@@ -43,7 +43,7 @@ def record_of_folder(folder: Path) -> RunRecord | None:
     if style not in STYLES:
         return None
     try:
-        events = parse_events((folder / "state" / FILES.events).read_text())
+        events = parse_events((folder / "state" / FILES.events).read_text(errors="replace"))
     except OSError:
         events = []
     started = [e for e in events if e.kind == EV.job_started and len(e.args) > 1]

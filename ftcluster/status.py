@@ -83,7 +83,7 @@ def _rank_states(paths: RunPaths, nodes: int, job_running: bool, rank0_ready: bo
 
 def _rank_host(paths: RunPaths, rank: int) -> str | None:
     try:
-        return paths.rank_file(rank, "host").read_text().strip()
+        return paths.rank_file(rank, "host").read_text(errors="replace").strip()
     except OSError:
         return None
 
@@ -100,7 +100,7 @@ def _progress(paths: RunPaths, rank: int) -> LoadProgress | None:
     from ftcluster.job.ranks import load_progress
 
     try:
-        return load_progress(paths.rank_file(rank, "progress").read_text())
+        return load_progress(paths.rank_file(rank, "progress").read_text(errors="replace"))
     except OSError:
         return None
 
@@ -111,7 +111,7 @@ def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
     from ftcluster.job.ranks import parse_exit
 
     try:
-        found = parse_exit((state / FILES.rank(rank, "exit")).read_text())
+        found = parse_exit((state / FILES.rank(rank, "exit")).read_text(errors="replace"))
     except OSError:
         return None
     return None if found is None else (found[0], found[2])
@@ -120,7 +120,7 @@ def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
 def _health(paths: RunPaths) -> dict[str, Any] | None:
     """The serving run's liveness probes as its job last wrote them (state/health.json)."""
     try:
-        found = json.loads((paths.state / FILES.health).read_text())
+        found = json.loads((paths.state / FILES.health).read_text(errors="replace"))
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None
@@ -153,7 +153,7 @@ def health_label(health: dict[str, Any]) -> str:
 def run_status(rec: RunRecord) -> dict[str, Any]:
     """The `status` object of a run (schema in the README)."""
     paths = paths_of(rec)
-    events = parse_events(paths.events.read_text()) if paths.events.is_file() else []
+    events = parse_events(paths.events.read_text(errors="replace")) if paths.events.is_file() else []
     phase_events = [e for e in events if e.kind in PHASES]
     phase = phase_events[-1].kind if phase_events else ("submitted" if rec.job_id else "created")
     ready = [e for e in events if e.kind == EV.ready]
@@ -248,7 +248,8 @@ def _incarnation_nodes(paths: RunPaths, n: int, nodes: int) -> list[str]:
     found = []
     for r in range(nodes):
         try:
-            found.append((paths.logs / FILES.incarnation_dir.format(n=n) / FILES.rank(r, "host")).read_text().strip())
+            host_file = paths.logs / FILES.incarnation_dir.format(n=n) / FILES.rank(r, "host")
+            found.append(host_file.read_text(errors="replace").strip())
         except OSError:
             continue
     return found
@@ -313,7 +314,7 @@ def successors(rec: RunRecord, store: RunStore) -> list[RunRecord]:
     seen = {rec.run_id}
     while True:
         paths = paths_of(chain[-1] if chain else rec)
-        events = parse_events(paths.events.read_text()) if paths.events.is_file() else []
+        events = parse_events(paths.events.read_text(errors="replace")) if paths.events.is_file() else []
         submitted = [e for e in events if e.kind == EV.successor_submitted and e.args]
         nxt = store.exact(submitted[-1].args[0]) if submitted else None
         if nxt is None or nxt.run_id in seen:

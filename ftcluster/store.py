@@ -10,9 +10,10 @@ import json
 import os
 import re
 import sqlite3
+import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -82,6 +83,34 @@ class RunRecord:
         return asdict(self)
 
 
+# What JSON gives back for each annotation of RunRecord's fields.
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float),
+                                            "dict[str, Any]": (dict,)}
+_FIELD_TYPES = {f.name: _JSON_TYPES[str(f.type).removesuffix(" | None")]
+                + ((type(None),) if str(f.type).endswith(" | None") else ()) for f in fields(RunRecord)}
+_REQUIRED = {f.name for f in fields(RunRecord) if f.default is MISSING and f.default_factory is MISSING}
+
+
+def decode_record(data: str) -> RunRecord:
+    """A stored record, or ValueError saying what is wrong with it (a damaged file, a hand edit).
+    Keys this version does not know are left out: a newer ftcluster may have written them."""
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    problems = [f"{name} missing" for name in sorted(_REQUIRED - set(obj))]
+    problems += [f"{name} is {type(obj[name]).__name__}" for name, types in _FIELD_TYPES.items()
+                 if name in obj and (not isinstance(obj[name], types) or isinstance(obj[name], bool))]
+    if problems:
+        raise ValueError(", ".join(problems))
+    return RunRecord(**{k: v for k, v in obj.items() if k in _FIELD_TYPES})
+
+
+_warned: set[str] = set()   # damaged records already reported by this process
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -94,6 +123,7 @@ CREATE TABLE IF NOT EXISTS runs (
 class RunStore:
     def __init__(self, path: Path | None = None):
         self.path = path or state_dir() / "runs.sqlite"
+        self.damaged: dict[str, str] = {}   # run id -> what is wrong with its record
         # The store names every run folder and endpoint: yours alone, whatever the umask.
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -137,16 +167,32 @@ class RunStore:
         return new
 
     def all(self) -> Iterator[RunRecord]:
+        """The runs, oldest first; a damaged record is left out (with a warning once), so one
+        bad row does not take every command with it."""
         with self._db() as db:
-            rows = db.execute("SELECT data FROM runs ORDER BY created").fetchall()
-        for (data,) in rows:
-            yield RunRecord(**json.loads(data))
+            rows = db.execute("SELECT run_id, data FROM runs ORDER BY created").fetchall()
+        for run_id, data in rows:
+            rec = self._decode(run_id, data)
+            if rec is not None:
+                yield rec
 
     def exact(self, run_id: str) -> RunRecord | None:
-        """The run with exactly this id, or None."""
+        """The run with exactly this id, or None (also when its record is damaged)."""
         with self._db() as db:
             row = db.execute("SELECT data FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return RunRecord(**json.loads(row[0])) if row else None
+        return self._decode(run_id, row[0]) if row else None
+
+    def _decode(self, run_id: str, data: str) -> RunRecord | None:
+        try:
+            return decode_record(data)
+        except ValueError as exc:
+            self.damaged[run_id] = str(exc)
+        if run_id not in _warned:
+            _warned.add(run_id)
+            print(f"warning: the run store's record of {run_id} is damaged ({self.damaged[run_id]}); it is "
+                  "left out. Its run folder is untouched: give the folder's path to a command "
+                  "(`ftcluster status PATH`) to record the run again.", file=sys.stderr)
+        return None
 
     def get(self, key: str | None) -> RunRecord:
         """A run by id, unique id prefix or Slurm job id; the newest run when key is None."""
@@ -173,6 +219,9 @@ class RunStore:
         adopted = self._adopt(key)
         if adopted is not None:
             return adopted
+        if key in self.damaged:
+            raise UserError(f"the record of run {key} is damaged ({self.damaged[key]})", field="RUN",
+                            hint="give the run's folder instead (<workspace>/runs/RUN): it records the run again")
         raise UserError(f"no run {key!r}", hint="see `ftcluster list`, or give a run folder's path")
 
     def _adopt(self, key: str) -> RunRecord | None:
@@ -191,6 +240,9 @@ class RunStore:
                             field="RUN", hint="give a run id, or the folder `render --out` wrote")
         known = self.exact(rec.run_id)
         if known is None:
+            if rec.run_id in self.damaged:   # the folder's record replaces the damaged one
+                self.remove(rec.run_id)
+                del self.damaged[rec.run_id]
             self.add(rec)
             return rec
         if Path(known.run_dir).resolve() != folder.resolve():

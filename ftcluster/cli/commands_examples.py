@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ftcluster.cli import cli
+from ftcluster.cli.folders import refuse_dangling_link
 from ftcluster.errors import UserError
 from ftcluster.resources import tree_path, tree_root
 
@@ -88,5 +89,8 @@ def examples_cmd(dest: str, force: bool) -> None:
       ftcluster examples && ftcluster plan --cluster configs/clusters/pyxis.yaml \\
           --model configs/models/gpt.yaml --nodes 2
     """
+    if not dest.strip():
+        raise UserError("an empty path", field="DIR", hint="name a folder, or leave DIR out for ./configs")
+    refuse_dangling_link(Path(dest), "DIR")
     for path in write_examples(Path(dest), force):
         click.echo(str(path))

@@ -3,6 +3,7 @@ something, and removed again, as far as the command made it, when writing there 
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,11 +13,12 @@ from ftcluster.errors import UserError, os_error_words
 
 
 def out_folder(out: str, option: str = "--out") -> Path:
-    """The folder an --out names, refused when empty ('' would be the current folder) or when
-    it holds something already (it would be overwritten)."""
+    """The folder an --out names, refused when empty ('' would be the current folder), when
+    it holds something already (it would be overwritten) or is a dangling link."""
     if not out.strip():
         raise UserError("an empty path", field=option, hint="name a new or empty folder")
     path = Path(out).expanduser()
+    refuse_dangling_link(path, option)
     try:
         taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
     except OSError as exc:
@@ -25,6 +27,13 @@ def out_folder(out: str, option: str = "--out") -> Path:
         raise UserError(f"{path} is not empty (or not a folder); nothing was written", field=option,
                         hint="name a new or empty folder")
     return path
+
+
+def refuse_dangling_link(path: Path, option: str) -> None:
+    """Writing through a link to nothing would make its target, somewhere else."""
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{path} is a link to {os.readlink(path)}, which does not exist; nothing was written",
+                        field=option, hint="name a new or empty folder, or create the link's target first")
 
 
 @contextmanager

@@ -130,7 +130,7 @@ class LocalLauncher(Launcher):
         if self._script_alive(job_id, paths):
             return JobInfo(job_id, JobState.RUNNING, "RUNNING", self.nodes(paths), source="local")
         try:
-            events = parse_events(paths.events.read_text())
+            events = parse_events(paths.events.read_text(errors="replace"))
         except FileNotFoundError:
             events = []
         done = last(events, EV.done)

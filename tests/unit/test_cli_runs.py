@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -297,3 +298,55 @@ def test_logs_as_json_lines(live_run: tuple[Path, RunRecord]) -> None:
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert {"source": "rank0 host0", "line": "first line"} in rows, rows
+
+
+def test_a_damaged_record_is_left_out_and_named(tmp_path: Path) -> None:
+    # One record damaged (truncated JSON, a wrong type): the other runs stay usable, the damaged
+    # run is named with the fix, and giving its folder records it again.
+    state = tmp_path / "state"
+    good = record(state, tmp_path / "good", None)
+    cut = record(state, tmp_path / "cut", None)
+    typed = record(state, tmp_path / "typed", None)
+    (tmp_path / "cut" / "scripts").mkdir(parents=True)
+    db = sqlite3.connect(state / "runs.sqlite")
+    data = dict(json.loads(db.execute("SELECT data FROM runs WHERE run_id = ?", (typed.run_id,)).fetchone()[0]))
+    db.execute("UPDATE runs SET data = ? WHERE run_id = ?", (json.dumps({**data, "nodes": "2"}), typed.run_id))
+    db.execute("UPDATE runs SET data = substr(data, 1, 30) WHERE run_id = ?", (cut.run_id,))
+    db.commit()
+    db.close()
+    listed = ftc("list", "--json", state=state)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == [good.run_id]
+    assert f"record of {cut.run_id} is damaged (not JSON" in listed.stderr
+    assert f"record of {typed.run_id} is damaged (nodes is str)" in listed.stderr
+    asked = ftc("status", typed.run_id, state=state)
+    assert asked.returncode == 3 and "Traceback" not in asked.stderr
+    assert f"error: RUN: the record of run {typed.run_id} is damaged (nodes is str)" in asked.stderr
+    # A record from a newer ftcluster (a key this one does not know) still reads.
+    from ftcluster.store import decode_record
+    assert decode_record(json.dumps({**data, "added_later": 1})).run_id == typed.run_id
+
+
+def test_state_files_that_are_not_utf8(live_run: tuple[Path, RunRecord]) -> None:
+    # The run folder's state files are read as text with undecodable bytes replaced, not raised.
+    state, rec = live_run
+    st = Path(rec.run_dir) / "state"
+    for name in ("events", "rank0.host", "rank1.loaded"):
+        with open(st / name, "ab") as f:
+            f.write(b"\xff\xfe\n")
+    (st / "rank1.exit").write_bytes(b"\xfe")
+    for args in (("status", rec.run_id), ("status", "--json", rec.run_id), ("logs", rec.run_id)):
+        done = ftc(*args, state=state)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+def test_out_and_examples_refuse_a_dangling_link(tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere" / "dir")
+    for args in (("examples", str(link)), ("render", "--nodes", "2", "--out", str(link))):
+        done = ftc(*args, state=tmp_path)
+        assert done.returncode == 3 and "which does not exist; nothing was written" in done.stderr, done.stderr
+    assert not (tmp_path / "nowhere").exists()
+    empty = ftc("examples", "", state=tmp_path)
+    assert empty.returncode == 3 and empty.stderr == (
+        "error: DIR: an empty path (name a folder, or leave DIR out for ./configs)\n")
