@@ -45,6 +45,13 @@ class LaunchError(UserError):
     exit_code = EXIT_FAILED
 
 
+def all_problems(errors: list[UserError]) -> UserError:
+    """One error saying every problem at once (each names its own field), for the CLI's one line."""
+    if len(errors) == 1:
+        return errors[0]
+    return type(errors[0])("; ".join(str(e) for e in errors))
+
+
 def os_error_words(exc: OSError) -> str:
     """An OSError for a person: its reason, and the file where it names one. shutil's copies
     gather their failures into one shutil.Error whose text is a list of tuples: the first one

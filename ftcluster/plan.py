@@ -13,7 +13,7 @@ from typing import Any
 
 from ftcluster.checkpoint import CheckpointFacts, read_checkpoint
 from ftcluster.checkpoint_check import verify_checkpoint
-from ftcluster.errors import PlanError
+from ftcluster.errors import PlanError, UserError, all_problems
 from ftcluster.ftconfig import find_ft_model, get_param, scan_repository
 from ftcluster.modeltypes import BACKEND_TYPES, backend_type
 from ftcluster.spec import ClusterSpec, ModelSpec
@@ -68,10 +68,29 @@ class Plan:
         return cls(**{**data, "ranks": ranks})
 
 
+def option_problems(cluster: ClusterSpec | None, nodes: int, gpus_per_node: int | None = None,
+                    tp: int | None = None, pp: int | None = None) -> list[UserError]:
+    """What is wrong with the plan's options on their own (every one at once); cluster None:
+    its spec did not load, its node limit is not checked."""
+    problems: list[UserError] = []
+    if gpus_per_node is not None and gpus_per_node < 1:
+        problems.append(PlanError("must be >= 1", field="--gpus-per-node"))
+    if nodes < 1:
+        problems.append(PlanError("must be >= 1", field="--nodes"))
+    elif cluster is not None and nodes > cluster.max_nodes:
+        from ftcluster.styles import style_of
+
+        fix = ("add hosts to the cluster spec's hosts" if style_of(cluster).host_list
+               and cluster.max_nodes == len(cluster.hosts) else "raise max_nodes in the cluster spec")
+        problems.append(PlanError(f"{nodes} nodes requested but cluster {cluster.name!r} allows "
+                                  f"{cluster.max_nodes}", field="--nodes", hint=f"lower --nodes or {fix}"))
+    if (tp is not None and tp < 1) or (pp is not None and pp < 1):
+        problems.append(PlanError("tensor and pipeline sizes must be >= 1", field="--tp/--pp"))
+    return problems
+
+
 def _resolve_gpus(cluster: ClusterSpec, gpus_per_node: int | None) -> int:
     if gpus_per_node is not None:
-        if gpus_per_node < 1:
-            raise PlanError("must be >= 1", field="--gpus-per-node")
         return gpus_per_node
     if cluster.gpus_per_node == "auto":
         raise PlanError(
@@ -104,15 +123,11 @@ def plan_for(
     pp: int | None = None,
 ) -> Plan:
     """Check a plan against the cluster, the model config and the checkpoint. Pure."""
-    if nodes < 1:
-        raise PlanError("must be >= 1", field="--nodes")
-    if nodes > cluster.max_nodes:
-        raise PlanError(f"{nodes} nodes requested but cluster {cluster.name!r} allows {cluster.max_nodes}",
-                        field="--nodes", hint="lower --nodes or raise max_nodes in the cluster spec")
+    problems = option_problems(cluster, nodes, gpus_per_node, tp, pp)
+    if problems:
+        raise all_problems(problems)
     tp = gpus_per_node if tp is None else tp
     pp = nodes if pp is None else pp
-    if tp < 1 or pp < 1:
-        raise PlanError("tensor and pipeline sizes must be >= 1", field="--tp/--pp")
     if tp * pp != nodes * gpus_per_node:
         raise PlanError(
             f"tensor_para_size {tp} x pipeline_para_size {pp} = {tp * pp} GPUs, but {nodes} node(s) x "
@@ -318,6 +333,9 @@ def make_plan(
     pp: int | None = None,
 ) -> Plan:
     """Read the model's facts and plan (the edge around `plan_for`)."""
+    problems = option_problems(cluster, nodes, gpus_per_node, tp, pp)
+    if problems:
+        raise all_problems(problems)
     gpn = _resolve_gpus(cluster, gpus_per_node)
     facts = read_model_facts(model)
     ckpt = read_checkpoint(model.checkpoint_root, model.model_type, gpn if tp is None else tp)

@@ -349,7 +349,7 @@ def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str |
     specs = run_specs(Path(members[-1].run_dir))
     cluster = load_cluster(set_rec.cluster_source) if set_rec.cluster_source else specs.cluster
     if image:
-        cluster = with_image(cluster, image)
+        cluster = with_image(cluster, image, "--image")
     model, plan = specs.model, specs.plan
     if model_path:
         model = load_model(model_path)

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from ftcluster import yaml_text
-from ftcluster.errors import SpecError
+from ftcluster.errors import SpecError, UserError
 from ftcluster.resources import package_path
 
 _LOGIN_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::(?P<port>[0-9]{1,5}))?",
@@ -45,6 +45,33 @@ DAY = 24 * 3600.0
 # One sbatch option: --long[=VALUE], -X, -XVALUE or -X VALUE; VALUE without blanks, quotes,
 # backslashes or control characters (an #SBATCH line has no other quoting).
 _SBATCH_ARG = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\s'\"`\\\x00-\x1f\x7f]+)?|-[A-Za-z]( ?[^\s'\"`\\\x00-\x1f\x7f-][^\s'\"`\\\x00-\x1f\x7f]*)?")
+
+
+# Options ftcluster gives sbatch and srun itself (from the plan, the spec's own fields, the run
+# folder): the same option in sbatch_args/srun_args would come later and win (Slurm takes an
+# option's last value), so it is refused, naming what sets it.
+_SLURM_OWN = {
+    "--job-name": "the run id", "-J": "the run id", "--nodes": "--nodes", "-N": "--nodes",
+    "--ntasks": "the plan (one rank per node)", "-n": "the plan (one rank per node)",
+    "--ntasks-per-node": "the plan (one rank per node)", "--chdir": "the run folder", "-D": "the run folder",
+    "--output": "the run's logs/", "-o": "the run's logs/", "--error": "the run's logs/",
+    "-e": "the run's logs/", "--open-mode": "the run's logs/", "--time": "time_limit (or --time)",
+    "-t": "time_limit (or --time)", "--partition": "partition (or --partition)",
+    "-p": "partition (or --partition)", "--account": "account (or --account)", "-A": "account (or --account)",
+    "--qos": "qos (or --qos)", "-q": "qos (or --qos)", "--gpus-per-node": "gpus_per_node (or --gpus-per-node)",
+    "--signal": "the hand-over's notice (server.handover_lead)",
+}
+_SRUN_OWN = {**_SLURM_OWN, "--mpi": "mpi", "--kill-on-bad-exit": "the run (a rank's death ends the world)",
+             "-K": "the run (a rank's death ends the world)", "--overlap": "the run's own steps"}
+
+
+def _slurm_own(arg: str, own: dict[str, str]) -> str | None:
+    """What sets the option in `arg` when ftcluster gives it itself (Pyxis's --container-*: the
+    container section), else None."""
+    name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+    if name.startswith("--container-") and own is _SRUN_OWN:
+        return "the container section"
+    return own.get(name)
 
 
 def slurm_time_seconds(text: str) -> int | None:
@@ -198,14 +225,19 @@ class Mount(_Strict):
 
     @classmethod
     def parse(cls, text: str) -> "Mount":
-        """Pyxis's forms: ``SRC:DST[:FLAGS]`` (flags joined by '+') and ``PATH`` (same path inside)."""
+        return cls(**cls.fields_of(text))
+
+    @staticmethod
+    def fields_of(text: str) -> dict[str, Any]:
+        """Pyxis's forms: ``SRC:DST[:FLAGS]`` (flags joined by '+') and ``PATH`` (same path inside),
+        as fields, not yet checked."""
         parts = text.split(":")
         if len(parts) == 1 and parts[0]:
-            return cls(src=parts[0], dst=parts[0])
+            return {"src": parts[0], "dst": parts[0]}
         if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
             raise ValueError(f"mount {text!r} is not SRC:DST[:FLAGS] or PATH (Pyxis --container-mounts syntax)")
         flags = tuple(f for f in parts[2].split("+") if f) if len(parts) == 3 else ()
-        return cls(src=parts[0], dst=parts[1], flags=flags)
+        return {"src": parts[0], "dst": parts[1], "flags": flags}
 
 
 # Pyxis reads an image starting with '.' or '/' as a squashfs file, anything else as a Docker
@@ -271,57 +303,75 @@ class Container(_Strict):
     @classmethod
     def _parse_mounts(cls, v: Any) -> Any:
         if isinstance(v, list):
-            # Parsed to fields, then validated with the spec's context (relative paths).
-            return [Mount.parse(m).model_dump() if isinstance(m, str) else m for m in v]
+            # Split to fields here, checked as list items (each error names its mount's index),
+            # with the spec's context (relative paths).
+            problems, out = [], []
+            for i, m in enumerate(v):
+                try:
+                    out.append(Mount.fields_of(m) if isinstance(m, str) else m)
+                except ValueError as exc:
+                    problems.append(f"{i}: {exc}")
+            if problems:
+                raise ValueError("; ".join(problems))
+            return out
         return v
 
     @model_validator(mode="after")
     def _image_needed(self) -> "Container":
+        problems = self._runtime_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _runtime_problems(self) -> list[str]:
+        """What the runtime cannot take in the image, the mounts and the Docker-only fields,
+        every problem at once."""
         if self.runtime != "none" and not self.image:
-            raise ValueError(f"runtime {self.runtime!r} needs container.image (an image name or .sqsh path)")
+            return [f"runtime {self.runtime!r} needs container.image (an image name or .sqsh path)"]
+        problems = []
         if self.runtime == "pyxis":
             assert self.image is not None
             problem = pyxis_image_problem(self.image)
             if problem:
-                raise ValueError(f"image: {problem}")
+                problems.append(f"image: {problem}")
             for i, m in enumerate(self.mounts):
                 # Pyxis (args.c add_mount) takes a source that is a path starting with '/' or '.'
                 # (or "tmpfs"/"umount") and a target path starting with '/' or '.'.
                 if not (m.src[0] in "./" or m.src in ("tmpfs", "umount")) or m.dst[0] not in "./":
-                    raise ValueError(f"mounts.{i}: Pyxis needs SRC and DST paths that start with '/' or '.' "
-                                     f"(got {m.src}:{m.dst})")
+                    problems.append(f"mounts.{i}: Pyxis needs SRC and DST paths that start with '/' or '.' "
+                                    f"(got {m.src}:{m.dst})")
                 bad = [c for c in _ENROOT_EVAL if c in m.src + m.dst]
                 if bad:
-                    raise ValueError(f"mounts.{i}: {m.src}:{m.dst} holds {' '.join(bad)}, which Enroot's bash "
-                                     "would expand or run (Pyxis writes mounts as echo \"SRC DST FLAGS\"); "
-                                     "mount a path without $ ` \" \\")
+                    problems.append(f"mounts.{i}: {m.src}:{m.dst} holds {' '.join(bad)}, which Enroot's bash "
+                                    "would expand or run (Pyxis writes mounts as echo \"SRC DST FLAGS\"); "
+                                    "mount a path without $ ` \" \\")
                 bad = [f for f in m.flags if f not in PYXIS_MOUNT_FLAGS]
                 if bad:
-                    raise ValueError(f"mounts.{i}: Enroot does not know the mount flag(s) {bad}; use e.g. ro, "
-                                     "rw, rbind, nosuid, nodev, noexec, rprivate, rslave, unbindable")
+                    problems.append(f"mounts.{i}: Enroot does not know the mount flag(s) {bad}; use e.g. ro, "
+                                    "rw, rbind, nosuid, nodev, noexec, rprivate, rslave, unbindable")
         if self.runtime == "charliecloud":
             assert self.image is not None
             # ch-run runs a directory image (a SquashFS one needs squashfuse on every node).
             if not self.image.startswith("/") or self.image.endswith((".sqsh", ".squashfs", ".tar", ".tar.gz")):
-                raise ValueError(f"image: Charliecloud runs an unpacked image folder given by its absolute path "
-                                 f"(got {self.image!r}); unpack one with ch-convert (ch-convert -i docker "
-                                 "triton_with_ft:22.12 /shared/images/triton_ft)")
+                problems.append(f"image: Charliecloud runs an unpacked image folder given by its absolute path "
+                                f"(got {self.image!r}); unpack one with ch-convert (ch-convert -i docker "
+                                "triton_with_ft:22.12 /shared/images/triton_ft)")
             for i, m in enumerate(self.mounts):
                 if m.flags:
-                    raise ValueError(f"mounts.{i}: ch-run -b takes no mount flags (its binds are read-write); "
-                                     f"drop {list(m.flags)}")
+                    problems.append(f"mounts.{i}: ch-run -b takes no mount flags (its binds are read-write); "
+                                    f"drop {list(m.flags)}")
                 if not (m.src.startswith("/") and m.dst.startswith("/")):
-                    raise ValueError(f"mounts.{i}: ch-run -b needs absolute SRC and DST (got {m.src}:{m.dst})")
+                    problems.append(f"mounts.{i}: ch-run -b needs absolute SRC and DST (got {m.src}:{m.dst})")
             if self.devices or self.image_tar or self.docker_host or self.mpi_if_include:
-                raise ValueError("devices, image_tar, docker_host and mpi_if_include are Docker's; Charliecloud "
-                                 "shares the node's /dev and runs an unpacked image folder")
+                problems.append("devices, image_tar, docker_host and mpi_if_include are Docker's; Charliecloud "
+                                "shares the node's /dev and runs an unpacked image folder")
         if self.runtime == "docker":
             for i, m in enumerate(self.mounts):
                 bad = [f for f in m.flags if f not in DOCKER_MOUNT_FLAGS]
                 if bad:
-                    raise ValueError(f"mounts.{i}: docker run -v does not take {bad}; use ro, rw, z, Z, nocopy "
-                                     "or a propagation (rprivate, rslave, ...)")
-        return self
+                    problems.append(f"mounts.{i}: docker run -v does not take {bad}; use ro, rw, z, Z, nocopy "
+                                    "or a propagation (rprivate, rslave, ...)")
+        return problems
 
 
 class Ports(_Strict):
@@ -601,14 +651,19 @@ class ClusterSpec(_Strict):
 
     @field_validator("sbatch_args", "srun_args")
     @classmethod
-    def _sbatch_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+    def _sbatch_args(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         # They become `#SBATCH` lines, which sbatch splits at blanks and unquotes itself (no
         # shell): any value Slurm takes passes (hostlists node[01-03], constraints a100&ib or
         # [a100|h100], short options), but no blank, quote or backslash inside a value.
+        problems = []
         for arg in v:
             if not _SBATCH_ARG.fullmatch(arg):
-                raise ValueError(f"{arg!r} is not one sbatch option as an #SBATCH line takes it: --option, "
-                                 "--option=VALUE, -X or -X VALUE, with no blank, quote or backslash in VALUE")
+                problems.append(f"{_cut(arg)!r} is not one sbatch option as an #SBATCH line takes it: --option, "
+                                "--option=VALUE, -X or -X VALUE, with no blank, quote or backslash in VALUE")
+            elif own := _slurm_own(arg, _SRUN_OWN if info.field_name == "srun_args" else _SLURM_OWN):
+                problems.append(f"{arg!r}: ftcluster sets that option itself from {own}; leave it out here")
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
     @field_validator("time_limit")
@@ -652,12 +707,14 @@ class ClusterSpec(_Strict):
     @classmethod
     def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # They reach mpirun -H, known_hosts and the node scripts: plain host names only.
-        for h in v:
-            if not _HOST_NAME_RE.fullmatch(h):
-                raise ValueError(f"{_cut(h)!r} is not a plain host name: letters, digits, '-' and dot-separated "
-                                 "parts of 1-63 characters, 253 in all (user and port go in node_ssh)")
+        problems = [f"{_cut(h)!r} is not a plain host name" for h in v if not _HOST_NAME_RE.fullmatch(h)]
+        if problems:
+            problems[-1] += (": letters, digits, '-' and dot-separated parts of 1-63 characters, 253 in all "
+                             "(user and port go in node_ssh)")
         if len(set(v)) != len(v):
-            raise ValueError("a host is listed twice; one rank runs per host")
+            problems.append("a host is listed twice; one rank runs per host")
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
     @field_validator("mpi")
@@ -669,43 +726,46 @@ class ClusterSpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ClusterSpec":
+        problems = []
         if self.scheduler == "ssh" and not self.hosts:
-            raise ValueError("scheduler 'ssh' needs hosts: [node1, node2, ...]")
+            problems.append("scheduler 'ssh' needs hosts: [node1, node2, ...]")
         if self.scheduler == "ssh" and self.container.runtime != "docker":
-            raise ValueError("scheduler 'ssh' starts its ranks in Docker containers: set container.runtime: docker")
+            problems.append("scheduler 'ssh' starts its ranks in Docker containers: set container.runtime: docker")
         if self.container.runtime in ("pyxis", "charliecloud") and self.scheduler != "slurm":
-            raise ValueError(f"container.runtime {self.container.runtime!r} needs scheduler 'slurm'")
-        self._values_reach_containers()
+            problems.append(f"container.runtime {self.container.runtime!r} needs scheduler 'slurm'")
+        problems += self._values_reach_containers()
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.hosts and self.scheduler == "ssh" and self.max_nodes > len(self.hosts):
             object.__setattr__(self, "max_nodes", len(self.hosts))
         return self
 
-
-    def _values_reach_containers(self) -> None:
+    def _values_reach_containers(self) -> list[str]:
+        problems = []
         runtime = self.container.runtime
         if runtime == "pyxis" and not _forwards(self.login_host):
             # The run folder (under the workspace) is one of the --container-mounts: Pyxis splits
             # on ',' and ':', and Enroot's bash evaluates the mount line.
             problem = pyxis_mount_path_problem(self.workspace)
             if problem:
-                raise ValueError(f"workspace: {problem}: choose a workspace path without them")
+                problems.append(f"workspace: {problem}: choose a workspace path without them")
         if runtime == "charliecloud" and ":" in self.workspace and not _forwards(self.login_host):
-            raise ValueError(f"workspace: {self.workspace!r} holds ':', which ch-run -b SRC:DST splits; "
-                             "choose a workspace path without it")
+            problems.append(f"workspace: {self.workspace!r} holds ':', which ch-run -b SRC:DST splits; "
+                            "choose a workspace path without it")
         if runtime == "docker":
             if ":" in self.workspace and not _forwards(self.login_host):
-                raise ValueError(f"workspace: {self.workspace!r} holds ':', which docker run -v SRC:DST splits; "
-                                 "choose a workspace path without it")
+                problems.append(f"workspace: {self.workspace!r} holds ':', which docker run -v SRC:DST splits; "
+                                "choose a workspace path without it")
             for key, val in self.env.items():
                 # The container's sshd gets them as SetEnv "KEY=VALUE" (sshd_config: one line, '"'
                 # ends the value, '\\' escapes); mpirun's ranks inherit them from there.
                 if _control(val) or '"' in val or "\\" in val:
-                    raise ValueError(f"env.{key}: {val!r} holds a newline, control character, '\"' or '\\', "
-                                     "which would split or add lines in the containers' sshd_config (SetEnv); "
-                                     "remove them from the value")
-        for key, val in self.env.items():
-            if "\0" in val:
-                raise ValueError(f"env.{key}: a value cannot hold a NUL character")
+                    problems.append(f"env.{key}: {val!r} holds a newline, control character, '\"' or '\\', "
+                                    "which would split or add lines in the containers' sshd_config (SetEnv); "
+                                    "remove them from the value")
+        problems += [f"env.{key}: a value cannot hold a NUL character" for key, val in self.env.items()
+                     if "\0" in val]
+        return problems
 
 
 # What users call the model (ftcluster.modeltypes.KINDS); config.pbtxt gets the backend's name
@@ -781,23 +841,40 @@ WORD_MAX_CHARS = 120
 PROBLEMS_SHOWN = 8
 
 
-def _format_error(path: Path, exc: ValidationError) -> str:
-    """Every problem of the spec at once, each naming its field, on one line."""
-    errors = exc.errors()
-    problems = []
-    for err in errors[:PROBLEMS_SHOWN]:
-        loc = ".".join(str(p) for p in err["loc"])
+# Parts of an error's location that name a member of a union (pydantic's tags: 'constrained-int',
+# "literal['auto']", 'int'), not a field: one error per field is said instead of one per member.
+_UNION_TAG = re.compile(r"[\[\]'-]|^(int|str|float|bool|bytes|none)$")
+
+
+def _format_error(path: Path | None, exc: ValidationError, names: dict[str, str] | None = None) -> str:
+    """Every problem of the spec at once, each naming its field, on one line. `names` says
+    fields by the option that set them (--time for time_limit), and then the path is left out."""
+    problems: dict[str, tuple[list[str], list[str]]] = {}   # field -> its messages, the value given
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and _UNION_TAG.search(p)))
+        for field, option in (names or {}).items():
+            if loc == field or loc.startswith(field + "."):
+                loc = option + loc[len(field):]
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        elif "input" in err and err["type"] not in ("value_error",):
-            msg += f" (got {err['input']!r})"
+        msgs, given = problems.setdefault(loc, ([], []))
+        msgs.append(msg)
+        if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing") and not given:
+            given.append(f" (got {err['input']!r})")
+    said = []
+    for loc, (msgs, given) in problems.items():
+        if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):   # a union's members
+            msg = "Input should be " + " or ".join(re.sub(r", unable to .*", "", m.removeprefix("Input should be "))
+                                                   for m in msgs)
+        else:
+            msg = "; or ".join(msgs)
         # A check across fields names its field in the message itself ("workspace: ...").
-        problems.append(_cut(f"{loc}: {msg}" if loc else msg))
-    more = f"; and {len(errors) - PROBLEMS_SHOWN} more" if len(errors) > PROBLEMS_SHOWN else ""
-    return f"{path}: " + "; ".join(problems) + more
+        said.append(_cut(f"{loc}: {msg}{''.join(given)}" if loc else msg + "".join(given)))
+    more = f"; and {len(said) - PROBLEMS_SHOWN} more" if len(said) > PROBLEMS_SHOWN else ""
+    return (f"{path}: " if path is not None and not names else "") + "; ".join(said[:PROBLEMS_SHOWN]) + more
 
 
 def _cut(text: str) -> str:
@@ -855,17 +932,23 @@ def load_cluster(path: str | Path) -> ClusterSpec:
     return spec.model_copy(update={"source": str(p.resolve())})
 
 
-def with_values(cluster: ClusterSpec, values: dict[str, Any]) -> ClusterSpec:
+def with_values(cluster: ClusterSpec, values: dict[str, Any], options: dict[str, str] | None = None) -> ClusterSpec:
     """The spec with top-level values replaced (command-line overrides), each checked as the
-    spec's own would be; an error names the field."""
+    spec's own would be; an error names the field, or the option that gave it (options:
+    dotted field -> option)."""
     path = Path(cluster.source or "cluster.yaml")
     data = {**cluster.model_dump(), **values}
-    return _validate(ClusterSpec, path, data).model_copy(update={"source": cluster.source})
+    try:
+        spec = ClusterSpec.model_validate(data, context={"base": str(path.resolve().parent)})
+    except ValidationError as exc:
+        raise SpecError(_format_error(path, exc, options)) from None
+    return spec.model_copy(update={"source": cluster.source})
 
 
-def with_image(cluster: ClusterSpec, image: str) -> ClusterSpec:
+def with_image(cluster: ClusterSpec, image: str, option: str | None = None) -> ClusterSpec:
     """The spec with another container.image, checked as the spec's own value is."""
-    return with_values(cluster, {"container": {**cluster.container.model_dump(), "image": image}})
+    return with_values(cluster, {"container": {**cluster.container.model_dump(), "image": image}},
+                       {"container.image": option} if option else None)
 
 
 def load_model(path: str | Path) -> ModelSpec:
@@ -876,15 +959,50 @@ def load_model(path: str | Path) -> ModelSpec:
         val = data.get(key)
         if isinstance(val, str) and val:
             data[key] = str((base / Path(val).expanduser()))
-    spec = _validate(ModelSpec, p, data)
-    # Both folders are checked before either is reported: every problem at once.
-    problems = [f"{key}: folder {_cut(str(folder))} {why} ({hint})" for key, folder, hint in (
-        ("repository", spec.repository, "point it at the Triton model repository holding config.pbtxt"),
-        ("checkpoint_root", spec.checkpoint_root, "point it at the converter output that holds the N-gpu/ folders"),
-    ) if (why := _not_a_folder(folder))]
+    problems = []
+    try:
+        spec: ModelSpec | None = ModelSpec.model_validate(data, context={"base": str(base)})
+    except ValidationError as exc:
+        spec = None
+        problems.append(_format_error(None, exc))
+    # The folders are checked also when another field is wrong: every problem at once.
+    for key, hint in (("repository", "point it at the Triton model repository holding config.pbtxt"),
+                      ("checkpoint_root", "point it at the converter output that holds the N-gpu/ folders")):
+        folder = data.get(key)
+        if folder == "":
+            problems.append(f"{key}: an empty path ({hint})")
+        elif isinstance(folder, str) and (why := _not_a_folder(Path(folder))):
+            problems.append(f"{key}: folder {_cut(folder)} {why} ({hint})")
     if problems:
         raise SpecError(f"{p}: " + "; ".join(problems))
+    assert spec is not None
     return spec.model_copy(update={"source": str(p.resolve())})
+
+
+def load_specs(cluster_path: str | Path, model_path: str | Path,
+               overrides: dict[str, Any] | None = None,
+               options: dict[str, str] | None = None) -> tuple[ClusterSpec, ModelSpec]:
+    """Both specs (the cluster's with command-line overrides), or one error saying every
+    problem of both."""
+    from ftcluster.errors import all_problems
+
+    problems: list[UserError] = []
+    cluster: ClusterSpec | None = None
+    model: ModelSpec | None = None
+    try:
+        cluster = load_cluster(cluster_path)
+        if overrides:
+            cluster = with_values(cluster, overrides, options)
+    except UserError as exc:
+        problems.append(exc)
+    try:
+        model = load_model(model_path)
+    except UserError as exc:
+        problems.append(exc)
+    if problems:
+        raise all_problems(problems)
+    assert cluster is not None and model is not None
+    return cluster, model
 
 
 def _not_a_folder(path: Path) -> str | None:

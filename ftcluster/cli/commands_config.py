@@ -32,15 +32,23 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
       ftcluster config --unset cluster
     """
     from ftcluster.defaults import KEYS, config_path, default_with_source, write_config
+    from ftcluster.errors import UserError, all_problems
     from ftcluster.spec import load_cluster, load_model
 
     changes: dict[str, str | None] = {key: None for key in unset}
-    if cluster_path:
-        load_cluster(cluster_path)   # a spec that loads, or the error now rather than at launch
-        changes["cluster"] = str(Path(cluster_path).resolve())
-    if model_path:
-        load_model(model_path)
-        changes["model"] = str(Path(model_path).resolve())
+    problems: list[UserError] = []
+    for key, given, load in (("cluster", cluster_path, load_cluster), ("model", model_path, load_model)):
+        if given:
+            if key in unset:
+                problems.append(UserError(f"--{key} sets what --unset {key} removes", field=f"--unset {key}",
+                                          hint="give one of the two"))
+            try:
+                load(given)   # a spec that loads, or the error now rather than at launch
+            except UserError as exc:
+                problems.append(exc)
+            changes[key] = str(Path(given).resolve())
+    if problems:
+        raise all_problems(problems)
     if changes:
         write_config(changes)
     shown = {}

@@ -15,7 +15,7 @@ from ftcluster.spec import (
     MAX_GPUS_PER_NODE,
     default_cluster_path,
     default_model_path,
-    load_cluster,
+    load_specs,
     load_model,
 )
 
@@ -51,8 +51,7 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
       ftcluster convert --cluster configs/clusters/pyxis.yaml --model configs/models/gpt.yaml \\
           --nodes 2 --converter-root /lustre/FasterTransformer --input /lustre/hf/gpt2
     """
-    cluster = load_cluster(cluster_path or default_cluster_path())
-    model = load_model(model_path or default_model_path())
+    cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path())
     size = conv.plan_tp(cluster, nodes, gpus_per_node, tp, pp)
     # The job runs elsewhere: relative paths are made absolute here.
     inp = str(Path(input_dir).expanduser().resolve()) if not input_dir.startswith("/") else input_dir

@@ -17,7 +17,7 @@ from ftcluster.cli.numbers import count
 from ftcluster.cli.options import Planned, load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import document, run_json
-from ftcluster.errors import LaunchError, UserError
+from ftcluster.errors import LaunchError, UserError, all_problems
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.phases import PHASES
 from ftcluster.remote import forward, needs_forwarding
@@ -141,9 +141,17 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
         return
     if preflight and not dry_run:
         kw["gpus_per_node"] = preflight_gate(kw) or kw.get("gpus_per_node")
-    if restarts is not None and not keep_serving:
-        raise UserError("restarts happen while serving", field="--restarts", hint="add --keep-serving")
-    planned = load_and_plan(**kw)
+    problems = [] if keep_serving else [  # the options' conflicts and the specs' problems at once
+        UserError(what, field=option, hint="add --keep-serving") for what, option, given in (
+            ("restarts happen while serving", "--restarts", restarts is not None),
+            ("a balancer is for serving runs", "--replicas", (replicas or 1) > 1),
+            ("a balancer is for serving runs", "--balancer", balancer)) if given]
+    try:
+        planned = load_and_plan(**kw)
+    except UserError as exc:
+        problems.append(exc)
+    if problems:
+        raise all_problems(problems)
     if restarts is not None:
         server = planned.cluster.server.model_copy(update={"restarts": restarts})
         planned = replace(planned, cluster=planned.cluster.model_copy(update={"server": server}))

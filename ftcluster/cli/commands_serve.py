@@ -12,7 +12,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.folders import new_folder
 from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
-from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model
+from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model, load_specs
 
 
 def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,8 +44,7 @@ def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: st
            image: str | None, name: str | None, network_host: bool, ulimits: tuple[str, ...]) -> Any:
     from ftcluster.compose import parse_gpus, parse_ulimits, prepare_service
 
-    cluster = load_cluster(cluster_path or default_cluster_path())
-    model = load_model(model_path or default_model_path())
+    cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path())
     ports = {k: v for k, v in (("http", http_port), ("grpc", grpc_port), ("metrics", metrics_port)) if v}
     for role, port in ports.items():
         if not 0 < port < 65536:
@@ -101,8 +100,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
     if stop:
         _down(kw.get("name"), kw.get("model_path"), kw.get("cluster_path"), docker_host)
         return
-    cluster = load_cluster(kw["cluster_path"] or default_cluster_path())
-    model = load_model(kw["model_path"] or default_model_path())
+    cluster, model = load_specs(kw["cluster_path"] or default_cluster_path(), kw["model_path"] or default_model_path())
     name = kw["name"] or f"ftcluster-{model.name}"
     folder = Path(out) if out else Path(cluster.workspace) / f"serve-{name}"
     host = serve.resolve_docker_host(docker_host, cluster.container.docker_host)

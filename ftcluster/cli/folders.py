@@ -31,7 +31,11 @@ def out_folder(out: str, option: str = "--out") -> Path:
 
 def refuse_dangling_link(path: Path, option: str) -> None:
     """Writing through a link to nothing would make its target, somewhere else."""
-    if path.is_symlink() and not path.exists():
+    try:
+        dangling = path.is_symlink() and not path.exists()
+    except OSError:   # a name too long to be a path: the write reports it
+        return
+    if dangling:
         raise UserError(f"{path} is a link to {os.readlink(path)}, which does not exist; nothing was written",
                         field=option, hint="name a new or empty folder, or create the link's target first")
 

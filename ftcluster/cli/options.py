@@ -10,17 +10,19 @@ import click
 
 from ftcluster.cli.numbers import count
 from ftcluster.cli.output import echo_json  # noqa: F401  (re-exported for the command modules)
-from ftcluster.plan import Plan, make_plan
+from ftcluster.errors import UserError, all_problems
+from ftcluster.plan import Plan, make_plan, option_problems
 from ftcluster.spec import (
     MAX_GPUS_PER_NODE,
     ClusterSpec,
     ModelSpec,
     default_cluster_path,
     default_model_path,
-    load_cluster,
-    load_model,
-    with_values,
+    load_specs,
 )
+
+# The cluster spec's fields that plan_options override, by the option that does.
+OVERRIDE_OPTIONS = {"partition": "--partition", "account": "--account", "qos": "--qos", "time_limit": "--time"}
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,12 @@ def load_and_plan(
     gpus_per_node: int | None, tp: int | None, pp: int | None, partition: str | None = None,
     account: str | None = None, qos: str | None = None, time_limit: str | None = None, **_: Any,
 ) -> Planned:
-    cluster = load_cluster(cluster_path or default_cluster_path())
     given = {k: v for k, v in (("partition", partition), ("account", account), ("qos", qos),
                                ("time_limit", time_limit)) if v is not None}
-    if given:
-        cluster = with_values(cluster, given)
-    model = load_model(model_path or default_model_path())
+    try:
+        cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path(),
+                                    given, OVERRIDE_OPTIONS)
+    except UserError as exc:   # with what is wrong with the options themselves: every problem at once
+        raise all_problems([exc, *option_problems(None, nodes, gpus_per_node, tp, pp)]) from None
     plan = make_plan(cluster, model, nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp)
     return Planned(cluster, model, plan)

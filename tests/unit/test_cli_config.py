@@ -42,7 +42,9 @@ def test_config_defaults_and_overrides(tmp_path: Path) -> None:
     assert all(line in sbatch for line in ("#SBATCH --partition=gpu2\n", "#SBATCH --account=proj\n",
                                            "#SBATCH --qos=high\n", "#SBATCH --time=1-00\n"))
     bad = ftc("plan", "--nodes", "2", "-t", "1 day", "-p", "a b", env=env, cwd=tmp_path)
-    assert bad.returncode == 3 and "time_limit" in bad.stderr and "partition" in bad.stderr, bad.stderr
+    # Both, each named by the option that gave it.
+    assert bad.returncode == 3 and "--time: use a Slurm time" in bad.stderr and "--partition: " in bad.stderr, \
+        bad.stderr
     # The variable wins over the file; --unset forgets.
     local = tmp_path / "configs" / "clusters" / "local.yaml"
     shown = json.loads(ftc("config", "--json", env={**env, "FTCLUSTER_CLUSTER": str(local)}, cwd=tmp_path).stdout)
