@@ -18,7 +18,7 @@ import yaml
 
 from ftcluster.errors import UserError
 from ftcluster.plan import Plan, make_plan
-from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.spec import DOCKER_REF_RE, MAX_GPUS_PER_NODE, ClusterSpec, ModelSpec
 
 # Inside the container (bridge networking): Triton's defaults; the host side is remappable.
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
@@ -71,10 +71,15 @@ def parse_gpus(text: str | None, cluster: ClusterSpec) -> tuple[str, ...] | None
     if text.strip().lower() == "none":
         return None
     ids = tuple(p.strip() for p in text.split(","))
-    if not ids or not all(p.isdigit() for p in ids) or len(set(ids)) != len(ids):
+    if not all(p.isdigit() and int(p) < MAX_GPUS_PER_NODE for p in ids) or len(set(ids)) != len(ids):
         raise UserError(f"{text!r} is not a list of distinct GPU indices", field="--gpus",
                         hint="e.g. --gpus 0,1 or --gpus none")
     return ids
+
+
+# The names `docker run --ulimit` takes (Docker's units.ParseUlimit).
+ULIMIT_NAMES = frozenset({"as", "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile",
+                          "nproc", "rss", "rtprio", "rttime", "sigpending", "stack"})
 
 
 def parse_ulimits(items: tuple[str, ...]) -> dict[str, int]:
@@ -82,8 +87,9 @@ def parse_ulimits(items: tuple[str, ...]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key.isalpha() or not value.lstrip("-").isdigit():
-            raise UserError(f"{item!r} is not NAME=INTEGER", field="--ulimit", hint="e.g. --ulimit memlock=-1")
+        if not sep or key not in ULIMIT_NAMES or not value.lstrip("-").isdigit() or not -1 <= int(value) < 1 << 63:
+            raise UserError(f"{item!r} is not NAME=INTEGER (NAME one of {', '.join(sorted(ULIMIT_NAMES))}, "
+                            "INTEGER -1 for unlimited or a limit)", field="--ulimit", hint="e.g. --ulimit memlock=-1")
         out[key] = int(value)
     return out
 
@@ -104,6 +110,9 @@ def service_spec(
     if not img:
         raise UserError("no container image", field="container.image",
                         hint="set container.image in the cluster spec or pass --image")
+    if not DOCKER_REF_RE.fullmatch(img):   # it goes into .env and the Docker API as one word
+        raise UserError(f"{img!r} is not a Docker image reference", field="container.image",
+                        hint="use letters, digits and '_.:/@-' only, or pass --image")
     host_ports = {"http": cluster.ports.http, "grpc": cluster.ports.grpc, "metrics": cluster.ports.metrics,
                   **(ports or {})}
     if len(set(host_ports.values())) != 3:

@@ -455,7 +455,7 @@ class Liveness(_Strict):
 
 class Server(_Strict):
     # "auto": tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel
-    binary: str = "tritonserver"
+    binary: str = Field("tritonserver", min_length=1)
     ready_timeout: float = Field(900.0, gt=0, le=7 * DAY)
     exit_grace: float = Field(20.0, ge=0, le=DAY)
     log_verbose: int = Field(0, ge=0, le=10)
@@ -491,6 +491,11 @@ class Server(_Strict):
     metrics_max_mb: float = Field(64.0, gt=0, le=1024 * 1024)
 
 
+# What the image fields and --image/--tag take: a Docker reference's characters, nothing a
+# shell, an .env file or Compose would read otherwise.
+DOCKER_REF_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+
+
 class ImageSpec(_Strict):
     """The Triton + FT image `ftcluster image build/import` makes (all optional)."""
 
@@ -508,7 +513,7 @@ class ImageSpec(_Strict):
     @field_validator("tag", "registry", "triton_version")
     @classmethod
     def _ref(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*", v):
+        if v is not None and not DOCKER_REF_RE.fullmatch(v):
             raise ValueError("use letters, digits and '_.:/@-' only (a Docker reference)")
         return v
 

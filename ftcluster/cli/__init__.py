@@ -73,8 +73,49 @@ Exit codes:
 HIDDEN_COMMANDS: dict[str, str] = {"successor": "commands_launch"}
 
 
+class GatheringCommand(click.Command):
+    """A command that says every bad option at once: click stops at the first value it cannot
+    convert; here each parameter's failure is kept and the rest are still read."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        bad: list[click.BadParameter] = []
+        params = self.get_params(ctx)
+
+        def keeping(handle: Any) -> Any:
+            def handle_parse_result(ctx: click.Context, opts: Any, args: list[str]) -> Any:
+                try:
+                    return handle(ctx, opts, args)
+                except click.BadParameter as exc:   # MissingParameter too
+                    bad.append(exc)
+                    return None, args
+            return handle_parse_result
+
+        for p in params:
+            p.handle_parse_result = keeping(p.handle_parse_result)  # type: ignore[method-assign]
+        try:
+            rest = super().parse_args(ctx, args)
+        finally:
+            for p in params:
+                del p.handle_parse_result   # the class's method again
+        if len(bad) == 1:
+            raise bad[0]
+        if bad:
+            raise click.UsageError("; ".join(e.format_message() for e in bad), ctx)
+        return rest
+
+
+class GatheringGroup(click.Group):
+    command_class = GatheringCommand
+
+
+GatheringGroup.group_class = GatheringGroup
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported on first use, listed from COMMANDS until then."""
+
+    command_class = GatheringCommand
+    group_class = GatheringGroup
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         # A hidden command already imported (its module holds listed ones too) stays unlisted.

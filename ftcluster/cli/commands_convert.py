@@ -10,6 +10,7 @@ from ftcluster import convert as conv
 from ftcluster.checkpoint_check import checkpoint_problems
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
+from ftcluster.cli.words import Word
 from ftcluster.errors import PlanError
 from ftcluster.spec import (
     MAX_GPUS_PER_NODE,
@@ -29,8 +30,8 @@ from ftcluster.spec import (
 @click.option("--pp", type=count(), default=None, help="pipeline_para_size (default: nodes).")
 @click.option("--converter-root", required=True, type=click.Path(file_okay=False),
               help="FasterTransformer checkout (holds examples/pytorch/...).")
-@click.option("--input", "input_dir", required=True, help="HF model folder or training checkpoint to convert.")
-@click.option("--python", default="python3", show_default=True,
+@click.option("--input", "input_dir", required=True, type=Word(), help="HF model folder or training checkpoint to convert.")
+@click.option("--python", default="python3", show_default=True, type=Word(),
               help="Python that runs the converter on the node (needs torch/transformers).")
 @click.option("--dry-run", is_flag=True, help="Print the job request (scripts and command); run nothing.")
 @click.option("--detach", is_flag=True, help="Submit and return; follow with `ftcluster logs RUN`.")

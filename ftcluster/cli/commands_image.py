@@ -20,6 +20,7 @@ from rich.progress import (
 from ftcluster import image as img
 from ftcluster.cli import cli
 from ftcluster.cli.options import echo_json
+from ftcluster.cli.words import DockerRef
 from ftcluster.errors import UserError
 from ftcluster.spec import ClusterSpec, default_cluster_path, load_cluster
 
@@ -37,8 +38,8 @@ def image_group() -> None:
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
 @click.option("--ft-backend", required=True, type=click.Path(file_okay=False, exists=True),
               help="fastertransformer_backend checkout (holds docker/Dockerfile).")
-@click.option("--triton-version", default=None, help="TRITON_VERSION build arg (default: image.triton_version, 22.12).")
-@click.option("--tag", default=None, help="Image tag (default: image.tag or container.image of the spec).")
+@click.option("--triton-version", default=None, type=DockerRef(), help="TRITON_VERSION build arg (default: image.triton_version, 22.12).")
+@click.option("--tag", default=None, type=DockerRef(), help="Image tag (default: image.tag or container.image of the spec).")
 @click.option("--push", is_flag=True, help="Push to image.registry of the spec after the build.")
 @click.option("--network", default=None, help="Network mode of RUN steps (e.g. host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded metadata as JSON.")
@@ -94,7 +95,7 @@ def build_cmd(cluster_path: str | None, ft_backend: str, triton_version: str | N
 
 @image_group.command("import")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
-@click.option("--tag", default=None, help="Image to import (default: the spec's image tag).")
+@click.option("--tag", default=None, type=DockerRef(), help="Image to import (default: the spec's image tag).")
 @click.option("--dry-run", is_flag=True, help="Write the import script and print the command; run nothing.")
 @click.option("--force", is_flag=True, help="Replace an existing .sqsh file.")
 def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: bool) -> None:

@@ -57,12 +57,25 @@ def _tables(report: dict[str, Any], cluster: ClusterSpec) -> list[Table]:
     return tables
 
 
+def _sizes(text: str) -> str:
+    """--sizes checked here as the ranks will read it, before anything is submitted."""
+    from ftcluster.rank.preflight import parse_sizes
+
+    try:
+        sizes = parse_sizes(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"{text!r}: give sizes above 0, such as 1M..1G or 1M,64M")
+    return text
+
+
 @cli.command("preflight")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False),
               help="Cluster spec YAML (default: the embedded local cluster).")
 @click.option("--nodes", "-N", type=count(), default=1, show_default=True, help="Nodes (one rank each).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--sizes", default="1M..1G", show_default=True,
+@click.option("--sizes", default="1M..1G", show_default=True, callback=lambda ctx, param, v: _sizes(v),
               help="All-reduce sizes: FIRST..LAST (doubling) or a list such as 1M,64M,1G.")
 @click.option("--no-bandwidth", is_flag=True, help="GPU inventory only, no all-reduce.")
 @click.option("--allow-no-gpu", is_flag=True, help="Report ranks without GPUs instead of failing.")

@@ -12,6 +12,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.folders import new_folder
 from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
+from ftcluster.cli.words import DockerRef
 from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model, load_specs
 
 
@@ -26,7 +27,7 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--http-port", type=tcp_port(), default=None, help="Host port for HTTP (default: the spec's)."),
         click.option("--grpc-port", type=tcp_port(), default=None, help="Host port for gRPC."),
         click.option("--metrics-port", type=tcp_port(), default=None, help="Host port for metrics."),
-        click.option("--image", default=None, help="Override container.image."),
+        click.option("--image", default=None, type=DockerRef(), help="Override container.image."),
         click.option("--name", default=None, help="Container name (default: ftcluster-<model name>)."),
         click.option("--ulimit", "ulimits", multiple=True, metavar="NAME=N",
                      help="Override a ulimit (default memlock=-1, stack=67108864); for daemons "

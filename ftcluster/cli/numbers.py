@@ -57,3 +57,4 @@ def count(low: int | None = 1, high: int = BIG) -> click.IntRange:
 
 def tcp_port() -> click.IntRange:
     return click.IntRange(1, 65535)
+

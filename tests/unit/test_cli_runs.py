@@ -350,3 +350,17 @@ def test_out_and_examples_refuse_a_dangling_link(tmp_path: Path) -> None:
     empty = ftc("examples", "", state=tmp_path)
     assert empty.returncode == 3 and empty.stderr == (
         "error: DIR: an empty path (name a folder, or leave DIR out for ./configs)\n")
+
+
+def test_every_bad_option_at_once(tmp_path: Path) -> None:
+    # click stops at the first value it cannot convert; every one is said, in one line.
+    bad = ftc("plan", "--nodes", "abc", "--tp", "x", state=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "'--nodes'" in bad.stderr and "'abc'" in bad.stderr and "'--tp'" in bad.stderr and "'x'" in bad.stderr
+    words = ftc("convert", "--dry-run", "--converter-root", str(tmp_path), "--input", "", "--python", "",
+                state=tmp_path)
+    assert words.returncode == 2 and "'--input'" in words.stderr and "'--python'" in words.stderr, words.stderr
+    sizes = ftc("preflight", "--dry-run", "--sizes", "1G..1M", state=tmp_path)
+    assert sizes.returncode == 2 and "'--sizes': '1G..1M': need 0 < first <= last" in sizes.stderr, sizes.stderr
+    image = ftc("image", "import", "--dry-run", "--tag", "BAD TAG;rm", state=tmp_path)
+    assert image.returncode == 2 and "'--tag'" in image.stderr and "Docker reference" in image.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftcluster.compose import compose_files, parse_gpus, plan_single_node, service_spec
+from ftcluster.compose import compose_files, parse_gpus, parse_ulimits, plan_single_node, service_spec
 from ftcluster.errors import UserError
 from ftcluster.serve import sdk_kwargs
 from ftcluster.spec import ClusterSpec, load_model
@@ -44,9 +44,22 @@ def test_parse_gpus() -> None:
     assert parse_gpus(None, c) == ("0", "1")
     assert parse_gpus("2,3", c) == ("2", "3")
     assert parse_gpus("none", c) is None
-    for bad in ("0,0", "a", "0,", ""):
+    for bad in ("0,0", "a", "0,", "", "9" * 20):
         with pytest.raises(UserError):
             parse_gpus(bad, c)
+
+
+def test_parse_ulimits() -> None:
+    assert parse_ulimits(("memlock=-1", "stack=67108864")) == {"memlock": -1, "stack": 67108864}
+    for bad in ("bogus=1", "memlock", "memlock=x", "nofile=-2", f"nofile={1 << 64}"):
+        with pytest.raises(UserError, match="--ulimit"):
+            parse_ulimits((bad,))
+
+
+def test_an_image_that_is_no_docker_reference(tmp_path: Path) -> None:
+    c, m = cluster(), load_model(DEMO / "model.yaml")
+    with pytest.raises(UserError, match="container.image: 'UP PER' is not a Docker image reference"):
+        service_spec(c, m, plan_single_node(c, m, ("0",)), repo_dir=tmp_path, gpus=("0",), image="UP PER")
 
 
 def test_compose_dict(tmp_path: Path) -> None:
