@@ -30,9 +30,11 @@ NAME_RE = re.compile(_IDENT)
 # ENV and the login basics the job's tools rely on.
 SHELL_NAMES = frozenset(["BASH", "BASHOPTS", "BASHPID", "CDPATH", "CHILD_MAX", "COLUMNS", "COMPREPLY", "COPROC", "DIRSTACK", "EMACS", "ENV", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "EXECIGNORE", "FCEDIT", "FIGNORE", "FUNCNAME", "FUNCNEST", "GLOBIGNORE", "GLOBSORT", "GROUPS", "HISTCMD", "HISTCONTROL", "HISTFILE", "HISTFILESIZE", "HISTIGNORE", "HISTSIZE", "HISTTIMEFORMAT", "HOME", "HOSTFILE", "HOSTNAME", "HOSTTYPE", "IFS", "IGNOREEOF", "INPUTRC", "INSIDE_EMACS", "LINENO", "LINES", "LOGNAME", "MACHTYPE", "MAIL", "MAILCHECK", "MAILPATH", "MAPFILE", "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "OSTYPE", "PIPESTATUS", "POSIXLY_CORRECT", "PPID", "PROMPT_COMMAND", "PROMPT_DIRTRIM", "PS0", "PS1", "PS2", "PS3", "PS4", "PWD", "RANDOM", "REPLY", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TIMEFORMAT", "TMOUT", "UID", "USER"])
 # Prefixes of names owned by bash, Slurm (input variables of sbatch/srun/salloc), the rank
-# launchers (PMIx/PMI, Open MPI's world variables), Pyxis/Enroot, Docker and ssh.
+# launchers (PMIx/PMI, Open MPI's world variables), Pyxis/Enroot, Docker, ssh and ftcluster itself
+# (FTC_*: those its job sets for ranks and hooks, FTC_RUN_ID, FTC_FAILURE, ..., now and later).
 RESERVED_PREFIXES = ("BASH_", "COMP_", "READLINE_", "SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_",
-                     "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_ALLOW_", "ENROOT_", "PYXIS_", "DOCKER_", "SSH_")
+                     "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_ALLOW_", "ENROOT_", "PYXIS_", "DOCKER_", "SSH_",
+                     "FTC_")
 # Names the job library reads from its environment on purpose, as data: a user may set them
 # (FTC_LIBMPI: the MPI check's libmpi, rank/ctmpi.py; SLURM_CONF: which slurm.conf the job's
 # srun reads, as a site with several clusters sets it).
@@ -108,8 +110,8 @@ def env_name_problem(name: object) -> str | None:
     if name in USER_SETTABLE:
         return None
     if name in SHELL_NAMES or name.startswith(RESERVED_PREFIXES):
-        return (f"{name} is reserved (bash, Slurm, the MPI launcher or the container runtime set or read it); "
-                "choose another name")
+        return (f"{name} is reserved (bash, Slurm, the MPI launcher, the container runtime or ftcluster set or "
+                "read it); choose another name")
     if name in job_library_names():
         return f"{name} is a variable of ftcluster's job scripts, which your value would replace; choose another name"
     return None

@@ -688,7 +688,9 @@ class ClusterSpec(_Strict):
     @field_validator("workspace")
     @classmethod
     def _workspace(cls, v: str, info: ValidationInfo) -> str:
-        if not v or _control(v):
+        if not v.strip():
+            raise ValueError("an empty path; name the folder for run folders (or leave workspace out)")
+        if _control(v):
             raise ValueError(f"{v!r} holds a newline or another control character; use a plain folder path")
         if _forwards(info.data.get("login_host")):
             return v   # this process only forwards the spec file; the login node expands it
@@ -896,7 +898,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         st = path.stat()
     except OSError:
-        raise SpecError(f"spec file {path} does not exist", hint="check the path given to --cluster/--model") from None
+        raise SpecError(f"spec file {path} does not exist",
+                        hint="check the path given to --cluster/--model, $FTCLUSTER_CLUSTER/$FTCLUSTER_MODEL "
+                             "or `ftcluster config`") from None
     if not stat.S_ISREG(st.st_mode):
         raise SpecError(f"spec file {path} is not a regular file", hint="give a YAML file")
     if st.st_size > SPEC_MAX_BYTES:

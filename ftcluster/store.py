@@ -55,6 +55,11 @@ def keep_in_cache(path: Path, text: str) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+# What a record's status can be: written by launch (and a run folder's adoption), stop and the
+# forwarding to a login node.
+RUN_STATUSES = ("CREATED", "SUBMITTED", "SERVING", "COMPLETED", "FAILED", "CANCELLED", "STOPPED", "REMOTE")
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str

@@ -11,9 +11,9 @@ from ftcluster.cli.output import echo_json
 
 
 @cli.command("config")
-@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False, exists=True), default=None,
+@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), default=None,
               help="Use this cluster spec when --cluster is left out.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False, exists=True), default=None,
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
               help="Use this model spec when --model is left out.")
 @click.option("--unset", type=click.Choice(["cluster", "model"]), multiple=True,
               help="Forget a default (the embedded one applies again).")

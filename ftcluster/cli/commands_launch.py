@@ -146,6 +146,9 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
             ("restarts happen while serving", "--restarts", restarts is not None),
             ("a balancer is for serving runs", "--replicas", (replicas or 1) > 1),
             ("a balancer is for serving runs", "--balancer", balancer)) if given]
+    if dry_run and as_json:
+        problems.append(UserError("--dry-run prints the job request as text", field="--json",
+                                  hint="leave out --json, or --dry-run"))
     try:
         planned = load_and_plan(**kw)
     except UserError as exc:

@@ -11,7 +11,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.output import complete_run
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
-from ftcluster.errors import EXIT_FAILED, UserError
+from ftcluster.errors import EXIT_FAILED, UserError, all_problems
 from ftcluster.launchers import launcher_for_record
 from ftcluster.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
 from ftcluster.slurm import JobState
@@ -46,8 +46,11 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
       ftcluster logs --tail 100
       ftcluster logs gpt-20261121-101500-ab12 -f --rank 0
     """
-    if rank is not None and all_ranks:
-        raise UserError("give --rank or --all, not both", field="--rank")
+    problems = [UserError(f"give {a} or {b}, not both", field=a) for a, b, both in (
+        ("--rank", "--all", rank is not None and all_ranks), ("--server", "--client", server_only and client_only))
+        if both]
+    if problems:
+        raise all_problems(problems)
     store = RunStore()
     rec = store.get(run)
     if replica is not None:

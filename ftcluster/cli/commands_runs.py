@@ -14,7 +14,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import cell, complete_run, console, echo_json, table
 from ftcluster.documents import run_json
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.store import RUN_STATUSES, RunRecord, RunStore
 
 
 def forward_record(rec: RunRecord, args: list[str]) -> bool:
@@ -163,7 +163,8 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
 @cli.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see the README).")
 @click.option("--limit", type=count(), default=20, show_default=True)
-@click.option("--status", "statuses", multiple=True, help="Only runs recorded with this status (SERVING, FAILED, ...).")
+@click.option("--status", "statuses", multiple=True, type=click.Choice(RUN_STATUSES, case_sensitive=False),
+              help="Only runs recorded with this status.")
 @click.option("--cluster", "cluster_name", default=None, help="Only runs on this cluster (its spec's name).")
 @click.option("--model", "model_name", default=None, help="Only runs of this model.")
 def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name: str | None,
@@ -188,7 +189,7 @@ def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name:
         echo_json([run_json(r, live.get(r.run_id)) for r in runs])
         return
     if not runs:
-        click.echo("no runs yet", err=True)
+        click.echo("no run matches" if wanted or cluster_name or model_name else "no runs yet", err=True)
         return
     t = table(columns=("run", "cluster", "nodes", "job", "status", "job state", "folder"))
     for r in runs:

@@ -364,3 +364,19 @@ def test_every_bad_option_at_once(tmp_path: Path) -> None:
     assert sizes.returncode == 2 and "'--sizes': '1G..1M': need 0 < first <= last" in sizes.stderr, sizes.stderr
     image = ftc("image", "import", "--dry-run", "--tag", "BAD TAG;rm", state=tmp_path)
     assert image.returncode == 2 and "'--tag'" in image.stderr and "Docker reference" in image.stderr
+
+
+def test_conflicting_or_unknown_choices_are_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    rec = record(state, tmp_path / "run1", None)
+    both = ftc("logs", "--server", "--client", "--rank", "0", "--all", rec.run_id, state=state)
+    assert both.returncode == 3 and both.stderr == (
+        "error: --rank: give --rank or --all, not both; --server: give --server or --client, not both\n")
+    status = ftc("list", "--status", "BOGUS", state=state)
+    assert status.returncode == 2 and "'BOGUS' is not one of" in status.stderr
+    none = ftc("list", "--status", "failed", state=state)
+    assert none.returncode == 0 and none.stderr == "no run matches\n"
+    dry = ftc("launch", "--nodes", "2", "--dry-run", "--json", state=state)
+    assert dry.returncode == 3 and dry.stderr.startswith("error: --json: --dry-run prints the job request as text")
+    missing = ftc("config", "--cluster", str(tmp_path / "no.yaml"), state=state)
+    assert missing.returncode == 3 and "does not exist" in missing.stderr

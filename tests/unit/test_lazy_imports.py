@@ -64,8 +64,8 @@ def test_status_json_imports_no_http_client_or_rich(tmp_path: Path) -> None:
     assert not {"http.client", "ssl", "email", "rich", "hashlib", "ftcluster.job.ranks"} & mods
 
 
-def test_launch_json_dry_run_imports_no_rich(tmp_path: Path) -> None:
-    rc, mods, out = _modules_after(["launch", "--nodes", "2", "--dry-run", "--json"],
+def test_launch_dry_run_imports_no_rich(tmp_path: Path) -> None:
+    rc, mods, out = _modules_after(["launch", "--nodes", "2", "--dry-run"],
                                    env={"FTCLUSTER_STATE_DIR": str(tmp_path)})
     assert rc == 0 and out
     # Beyond what this interpreter's own start-up imports (a site .pth file may import some).
