@@ -61,7 +61,7 @@ def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeou
     assert url is not None
     from ftcluster.client.endpoint import Endpoint
 
-    return Endpoint.parse(url, protocol, timeout, token, tls=ca is not None, ca=ca)
+    return Endpoint.parse(url, protocol, timeout, token, tls=ca is not None, ca=ca, option=url_option)
 
 
 def tls_cert_of(run_dir: Path) -> str | None:

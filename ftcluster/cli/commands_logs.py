@@ -102,6 +102,7 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
     follower = Follower(srcs, from_start=tail_n is None)
     if not rec.job_id:
         follow(follower, lambda: True, emit)
+        click.echo(f"(run {rec.run_id} has no job: it was never submitted, nothing to follow)", err=True)
         sys.exit(EXIT_FAILED)
     from ftcluster.status import successors
     from ftcluster.watch import JobWatch
@@ -124,6 +125,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client, step=step)
         labelled = len(srcs) > 1
         follower = Follower(srcs, from_start=True)
+    if final is not JobState.COMPLETED:
+        click.echo(f"(run {rec.run_id}: its job ended {final.value if final else 'with no state the scheduler or the run told'})", err=True)
     sys.exit(0 if final is JobState.COMPLETED else EXIT_FAILED)
 
 

@@ -13,7 +13,7 @@ from ftcluster.cli.folders import new_folder
 from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
-from ftcluster.spec import default_cluster_path, default_model_path, load_cluster, load_model, load_specs
+from ftcluster.spec import ClusterSpec, default_cluster_path, default_model_path, load_cluster, load_model, load_specs
 
 
 def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -40,17 +40,38 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def _checked(cluster: ClusterSpec, gpus: str | None, ulimits: tuple[str, ...]) -> tuple[tuple[str, ...] | None, dict[str, int]]:
+    """--gpus and --ulimit as the service takes them, or one error saying both problems."""
+    from ftcluster.compose import parse_gpus, parse_ulimits
+    from ftcluster.errors import UserError, all_problems
+
+    problems: list[UserError] = []
+    gpu_ids: tuple[str, ...] | None = None
+    limits: dict[str, int] = {}
+    try:
+        gpu_ids = parse_gpus(gpus, cluster)
+    except UserError as exc:
+        problems.append(exc)
+    try:
+        limits = parse_ulimits(ulimits)
+    except UserError as exc:
+        problems.append(exc)
+    if problems:
+        raise all_problems(problems)
+    return gpu_ids, limits
+
+
 def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: str | None,
            http_port: int | None, grpc_port: int | None, metrics_port: int | None,
            image: str | None, name: str | None, network_host: bool, ulimits: tuple[str, ...]) -> Any:
-    from ftcluster.compose import parse_gpus, parse_ulimits, prepare_service
+    from ftcluster.compose import prepare_service
 
     cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path())
     ports = {k: v for k, v in (("http", http_port), ("grpc", grpc_port), ("metrics", metrics_port)) if v}
     for role, port in ports.items():
         if not 0 < port < 65536:
             raise click.BadParameter(f"{port} is not a port", param_hint=f"--{role}-port")
-    gpu_ids, limits = parse_gpus(gpus, cluster), parse_ulimits(ulimits)
+    gpu_ids, limits = _checked(cluster, gpus, ulimits)
     # A folder that cannot be written is one line naming --out; what this made there goes again.
     with new_folder(out.expanduser()):
         svc, files = prepare_service(cluster, model, out, gpus=gpu_ids, ports=ports, image=image, name=name,
@@ -104,6 +125,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
     cluster, model = load_specs(kw["cluster_path"] or default_cluster_path(), kw["model_path"] or default_model_path())
     name = kw["name"] or f"ftcluster-{model.name}"
     folder = Path(out) if out else Path(cluster.workspace) / f"serve-{name}"
+    _checked(cluster, kw["gpus"], kw["ulimits"])   # the options' problems before Docker's
     host = serve.resolve_docker_host(docker_host, cluster.container.docker_host)
     client = serve.docker_client(host)   # fail before preparing anything
     _, _, svc, _ = _build(folder, **kw)

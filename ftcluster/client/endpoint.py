@@ -77,7 +77,7 @@ class Endpoint:
 
     @staticmethod
     def parse(url: str, protocol: str = "http", timeout_s: float = 60.0, token: str | None = None,
-              tls: bool = False, ca: str | None = None) -> Endpoint:
+              tls: bool = False, ca: str | None = None, option: str = "--url") -> Endpoint:
         """HOST:PORT, or a URL: https:// and grpcs:// ask for TLS."""
         if protocol not in PROTOCOLS:
             raise UserError(f"unknown protocol {protocol!r}", field="--protocol", hint="http or grpc")
@@ -85,7 +85,7 @@ class Endpoint:
         bare = re.sub(r"^(https?|grpcs?)://", "", url.strip()).rstrip("/")
         m = _HOST_PORT.fullmatch(bare)
         if not m or not 0 < int(m.group(2)) < 65536:
-            raise UserError(f"{url!r} is not HOST:PORT", field="--url", hint="e.g. localhost:8000")
+            raise UserError(f"{url!r} is not HOST:PORT", field=option, hint="e.g. localhost:8000")
         return Endpoint(bare, protocol, timeout_s, token or None, tls, ca)  # type: ignore[arg-type]
 
 
