@@ -126,20 +126,10 @@ def check_backend(ft_backend: Path) -> Path:
 
 
 def docker_client() -> Any:
-    """A Docker SDK client for DOCKER_HOST (or the default socket), with a clear error."""
-    from ftcluster.extras import need
+    """A Docker SDK client for DOCKER_HOST (or the default socket); builds take their time."""
+    from ftcluster.serve import docker_client as client_for
 
-    docker = need("docker", "the Docker SDK (image build, serve, down)")
-    from docker.errors import DockerException
-
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "the default socket")
-        raise ImageError(f"cannot reach the Docker daemon at {where}: {_short(exc)}",
-                         hint="start dockerd or set DOCKER_HOST") from None
-    return client
+    return client_for(None, timeout=600, field="DOCKER_HOST")
 
 
 def _short(exc: BaseException) -> str:

@@ -48,18 +48,20 @@ def sdk_kwargs(svc: ServiceSpec) -> dict[str, Any]:
     return kw
 
 
-def docker_client(docker_host: str | None) -> Any:
+def docker_client(docker_host: str | None, timeout: int | None = None, field: str = "--docker-host") -> Any:
+    """A Docker SDK client for `docker_host` (else DOCKER_HOST, else the default socket) that
+    answered a ping, or one user error naming where it looked and the option that sets it."""
     from ftcluster.extras import need
 
-    docker = need("docker", "the Docker SDK (serve, down)")
-
+    docker = need("docker", "the Docker SDK (image build, serve, down)")
+    opts = {"timeout": timeout} if timeout else {}
     try:
-        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+        client = docker.DockerClient(base_url=docker_host, **opts) if docker_host else docker.from_env(**opts)
         client.ping()
     except Exception as exc:  # noqa: BLE001  (DockerException, requests errors, OSError...)
         where = docker_host or os.environ.get("DOCKER_HOST") or "the default daemon"
-        raise UserError(f"cannot reach Docker at {where}: {exc}", field="--docker-host",
-                        hint="start dockerd or pass --docker-host unix:///path/docker.sock") from None
+        raise UserError(f"cannot reach Docker at {where}: {exc}", field=field,
+                        hint=f"start dockerd or set {field} to its socket, e.g. unix:///path/docker.sock") from None
     return client
 
 

@@ -135,7 +135,7 @@ def test_image_build_on_the_test_bed_daemon(docker_nodes: DockerNodes, tmp_path:
         # No daemon: a clear error too.
         p = ftc("image", "build", "--cluster", str(cluster), "--ft-backend", str(tmp_path / "ok"),
                 env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
-        assert p.returncode == 1 and p.stderr.startswith("error: cannot reach the Docker daemon at unix://")
+        assert p.returncode == 3 and p.stderr.startswith("error: DOCKER_HOST: cannot reach Docker at unix://")
     finally:
         for tag in tags:
             docker_nodes.docker(node, ["rmi", "-f", tag])
