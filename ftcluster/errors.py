@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 # Exit codes of the `ftcluster` command (documented in `ftcluster --help` and the README).
 EXIT_OK = 0
 EXIT_FAILED = 1        # a launch, job or client run failed
@@ -50,6 +53,21 @@ def all_problems(errors: list[UserError]) -> UserError:
     if len(errors) == 1:
         return errors[0]
     return type(errors[0])("; ".join(str(e) for e in errors))
+
+
+def every(*steps: Callable[[], Any]) -> list[Any]:
+    """Each step's result, in order; when any step raises a UserError, the others still run
+    and one error says every problem."""
+    results: list[Any] = []
+    problems: list[UserError] = []
+    for step in steps:
+        try:
+            results.append(step())
+        except UserError as exc:
+            problems.append(exc)
+    if problems:
+        raise all_problems(problems)
+    return results
 
 
 def os_error_words(exc: OSError) -> str:

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from ftcluster import yaml_text
-from ftcluster.errors import SpecError, UserError
+from ftcluster.errors import SpecError
 from ftcluster.resources import package_path
 
 _LOGIN_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::(?P<port>[0-9]{1,5}))?",
@@ -993,25 +993,14 @@ def load_specs(cluster_path: str | Path, model_path: str | Path,
                options: dict[str, str] | None = None) -> tuple[ClusterSpec, ModelSpec]:
     """Both specs (the cluster's with command-line overrides), or one error saying every
     problem of both."""
-    from ftcluster.errors import all_problems
+    from ftcluster.errors import every
 
-    problems: list[UserError] = []
-    cluster: ClusterSpec | None = None
-    model: ModelSpec | None = None
-    try:
-        cluster = load_cluster(cluster_path)
-        if overrides:
-            cluster = with_values(cluster, overrides, options)
-    except UserError as exc:
-        problems.append(exc)
-    try:
-        model = load_model(model_path)
-    except UserError as exc:
-        problems.append(exc)
-    if problems:
-        raise all_problems(problems)
-    assert cluster is not None and model is not None
-    return cluster, model
+    def cluster() -> ClusterSpec:
+        spec = load_cluster(cluster_path)
+        return with_values(spec, overrides, options) if overrides else spec
+
+    found, model = every(cluster, lambda: load_model(model_path))
+    return found, model
 
 
 def _not_a_folder(path: Path) -> str | None:

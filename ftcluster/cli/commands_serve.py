@@ -43,21 +43,9 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _checked(cluster: ClusterSpec, gpus: str | None, ulimits: tuple[str, ...]) -> tuple[tuple[str, ...] | None, dict[str, int]]:
     """--gpus and --ulimit as the service takes them, or one error saying both problems."""
     from ftcluster.compose import parse_gpus, parse_ulimits
-    from ftcluster.errors import UserError, all_problems
+    from ftcluster.errors import every
 
-    problems: list[UserError] = []
-    gpu_ids: tuple[str, ...] | None = None
-    limits: dict[str, int] = {}
-    try:
-        gpu_ids = parse_gpus(gpus, cluster)
-    except UserError as exc:
-        problems.append(exc)
-    try:
-        limits = parse_ulimits(ulimits)
-    except UserError as exc:
-        problems.append(exc)
-    if problems:
-        raise all_problems(problems)
+    gpu_ids, limits = every(lambda: parse_gpus(gpus, cluster), lambda: parse_ulimits(ulimits))
     return gpu_ids, limits
 
 
