@@ -44,8 +44,14 @@ DAY = 24 * 3600.0
 
 # One sbatch option: --long[=VALUE], -X, -XVALUE or -X VALUE; VALUE without blanks, quotes,
 # backslashes or control characters (an #SBATCH line has no other quoting).
-_SBATCH_ARG = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\s'\"`\\\x00-\x1f\x7f]+)?|-[A-Za-z]( ?[^\s'\"`\\\x00-\x1f\x7f-][^\s'\"`\\\x00-\x1f\x7f]*)?")
+# '#' starts a comment in an #SBATCH line (Slurm reads the rest of the line as one), so no value has one.
+_SBATCH_ARG = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\s'\"`\\#\x00-\x1f\x7f]+)?|-[A-Za-z]( ?[^\s'\"`\\#\x00-\x1f\x7f-][^\s'\"`\\#\x00-\x1f\x7f]*)?")
+# What the image fields and --image/--tag take: a Docker reference's characters, nothing a
+# shell, an .env file or Compose would read otherwise.
+DOCKER_REF_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
 
+
+_IF_LIST_RE = re.compile(r"[A-Za-z0-9_.:/-]+(,[A-Za-z0-9_.:/-]+)*")
 
 # Options ftcluster gives sbatch and srun itself (from the plan, the spec's own fields, the run
 # folder): the same option in sbatch_args/srun_args would come later and win (Slurm takes an
@@ -65,13 +71,35 @@ _SRUN_OWN = {**_SLURM_OWN, "--mpi": "mpi", "--kill-on-bad-exit": "the run (a ran
              "-K": "the run (a rank's death ends the world)", "--overlap": "the run's own steps"}
 
 
+# Short options of sbatch and srun that take no value: "-vp x" is -v then -p x (getopt bundles
+# them), so such a letter with more after it is refused; any other letter's rest is its value.
+_SLURM_FLAG_LETTERS = frozenset("hHIkKlOQsuvVWXZE")
+# Long options that are real ones and also the start of one of ftcluster's (an exact name wins
+# over an abbreviation in getopt_long).
+_SLURM_LONG_PREFIXES_OK = frozenset({"--gpus"})
+
+
 def _slurm_own(arg: str, own: dict[str, str]) -> str | None:
-    """What sets the option in `arg` when ftcluster gives it itself (Pyxis's --container-*: the
-    container section), else None."""
-    name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
-    if name.startswith("--container-") and own is _SRUN_OWN:
-        return "the container section"
-    return own.get(name)
+    """What sets the option in `arg` when ftcluster gives it itself, else None. Slurm parses
+    with getopt_long, which takes a unique abbreviation (--part=) and bundled short options
+    (-vp): both are resolved here as Slurm would."""
+    if arg.startswith("--"):
+        name = arg.split("=", 1)[0]
+        if name.startswith("--container-") and own is _SRUN_OWN:
+            return "the container section"
+        if name in own:
+            return own[name]
+        if name not in _SLURM_LONG_PREFIXES_OK:
+            longer = [o for o in own if o.startswith("--") and o.startswith(name)]
+            if longer:
+                return f"{own[longer[0]]}, as {longer[0]}, which {name} abbreviates"
+        return None
+    letters = arg[1:].split(" ", 1)[0]
+    while letters and letters[0] in _SLURM_FLAG_LETTERS and len(letters) > 1:   # a bundle: each letter
+        if f"-{letters[0]}" in own:
+            return own[f"-{letters[0]}"]
+        letters = letters[1:]
+    return own.get(f"-{letters[:1]}")
 
 
 def slurm_time_seconds(text: str) -> int | None:
@@ -181,14 +209,17 @@ def _control(v: str) -> bool:
 
 def pyxis_mount_path_problem(path: str) -> str | None:
     """What keeps `path` from being a --container-mounts path, or None: Pyxis splits on ',' and
-    ':' and Enroot's bash evaluates $ ` " \\ (spaces are fine: Pyxis escapes them as \\040)."""
+    ':', Enroot's bash evaluates $ ` " \\, and Pyxis before 0.24 (most sites' Pyxis) wrote a
+    blank into Enroot's fstab line as it is, which splits the path there (NVIDIA/pyxis#133)."""
     bad = [c for c in (",", ":", *_ENROOT_EVAL) if c in path]
     if _control(path):
         bad.append("a control character")
+    elif any(c.isspace() for c in path):
+        bad.append("a blank")
     if not bad:
         return None
-    return (f"{path!r} holds {' '.join(bad)}; Pyxis mounts it (split on ',' and ':', "
-            "Enroot's bash expands $ ` \" \\)")
+    return (f"{path!r} holds {' '.join(bad)}; Pyxis mounts it (split on ',' and ':' and, before Pyxis 0.24, "
+            "at blanks; Enroot's bash expands $ ` \" \\)")
 
 
 class Mount(_Strict):
@@ -285,11 +316,21 @@ class Container(_Strict):
     # "nvidia-runtime" = `--runtime nvidia` + NVIDIA_VISIBLE_DEVICES, "none" = CPU containers.
     gpus: Literal["request", "nvidia-runtime", "none"] = "request"
 
-    @field_validator("docker_host", "mpi_if_include")
+    @field_validator("docker_host")
     @classmethod
     def _plain(cls, v: str | None) -> str | None:
         if v is not None and (not v or any(c.isspace() or ord(c) < 32 for c in v)):
             raise ValueError("must be non-empty, without spaces or control characters")
+        return v
+
+    @field_validator("mpi_if_include")
+    @classmethod
+    def _interfaces(cls, v: str | None) -> str | None:
+        # mpirun copies an --mca value into the command it runs on the other nodes through ssh,
+        # where a shell reads it again: interface names and CIDRs only.
+        if v is not None and not _IF_LIST_RE.fullmatch(v):
+            raise ValueError(f"{_cut(v)!r} is not a list of interfaces or CIDRs such as eth0 or "
+                             "10.0.0.0/16,ib0 (letters, digits and '_.:/-', comma-separated)")
         return v
 
     @field_validator("image", "workdir", "image_tar")
@@ -297,6 +338,14 @@ class Container(_Strict):
     def _no_control(cls, v: str | None) -> str | None:
         if v is not None and (not v or _control(v)):
             raise ValueError(f"{v!r} must be non-empty, without newlines or other control characters")
+        return v
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm_size(cls, v: str) -> str:
+        # docker run --shm-size's form; it reaches Compose files too, where a '$' would be read.
+        if not re.fullmatch(r"[0-9]+([kmgtKMGT]?[bB]?)", v):
+            raise ValueError(f"{_cut(v)!r} is not a size such as 8g, 512m or 1073741824")
         return v
 
     @field_validator("mounts", mode="before")
@@ -341,6 +390,9 @@ class Container(_Strict):
                     problems.append(f"mounts.{i}: Pyxis needs SRC and DST paths that start with '/' or '.' "
                                     f"(got {m.src}:{m.dst})")
                 bad = [c for c in _ENROOT_EVAL if c in m.src + m.dst]
+                if any(c.isspace() for c in m.src + m.dst):
+                    problems.append(f"mounts.{i}: {m.src}:{m.dst} holds a blank, where Pyxis before 0.24 splits "
+                                    "the path (NVIDIA/pyxis#133); mount a path without blanks")
                 if bad:
                     problems.append(f"mounts.{i}: {m.src}:{m.dst} holds {' '.join(bad)}, which Enroot's bash "
                                     "would expand or run (Pyxis writes mounts as echo \"SRC DST FLAGS\"); "
@@ -366,6 +418,10 @@ class Container(_Strict):
                 problems.append("devices, image_tar, docker_host and mpi_if_include are Docker's; Charliecloud "
                                 "shares the node's /dev and runs an unpacked image folder")
         if self.runtime == "docker":
+            assert self.image is not None
+            if not DOCKER_REF_RE.fullmatch(self.image):   # `docker run ... IMAGE`: never an option
+                problems.append(f"image: {self.image!r} is not a Docker image reference (letters, digits and "
+                                "'_.:/@-', starting with a letter or digit)")
             for i, m in enumerate(self.mounts):
                 bad = [f for f in m.flags if f not in DOCKER_MOUNT_FLAGS]
                 if bad:
@@ -489,11 +545,6 @@ class Server(_Strict):
     # stays the cap of the whole start-up. 0: only ready_timeout.
     stall_timeout: float = Field(600.0, ge=0, le=7 * DAY)
     metrics_max_mb: float = Field(64.0, gt=0, le=1024 * 1024)
-
-
-# What the image fields and --image/--tag take: a Docker reference's characters, nothing a
-# shell, an .env file or Compose would read otherwise.
-DOCKER_REF_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
 
 
 class ImageSpec(_Strict):
@@ -664,9 +715,9 @@ class ClusterSpec(_Strict):
         for arg in v:
             if not _SBATCH_ARG.fullmatch(arg):
                 problems.append(f"{_cut(arg)!r} is not one sbatch option as an #SBATCH line takes it: --option, "
-                                "--option=VALUE, -X or -X VALUE, with no blank, quote or backslash in VALUE")
+                                "--option=VALUE, -X or -X VALUE, with no blank, quote, backslash or '#' in VALUE")
             elif own := _slurm_own(arg, _SRUN_OWN if info.field_name == "srun_args" else _SLURM_OWN):
-                problems.append(f"{arg!r}: ftcluster sets that option itself from {own}; leave it out here")
+                problems.append(f"{arg!r}: ftcluster sets it, from {own}; leave it out")
         if problems:
             raise ValueError("; ".join(problems))
         return v
@@ -708,6 +759,18 @@ class ClusterSpec(_Strict):
             if problems:
                 raise ValueError("; ".join(problems))
             return {k: str(val) if isinstance(val, (int, float, bool)) else val for k, val in v.items()}
+        return v
+
+    @field_validator("setup")
+    @classmethod
+    def _setup(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # A line is run as written; a here-document would take the job script's own lines after
+        # it as its body (the supervisor's start among them).
+        problems = [f"{_cut(line)!r} opens a here-document (<<), which would take the job script's next "
+                    "lines as its body; put that in a script and run it here" for line in v
+                    if re.search(r"<<(?!<)", line)]
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
     @field_validator("hosts")

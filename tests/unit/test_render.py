@@ -179,11 +179,12 @@ SPEC_SAFE_HOSTILE = HOSTILE.replace('"', "").replace("\\", "")
 
 
 def _hostile_render(style: str, weird: Path) -> tuple[RenderedScripts, Path]:
-    # Pyxis refuses a run folder with $ ` " \ (Enroot's bash evaluates mount lines): its hostile
-    # folder has the rest (tests/unit/test_urgent_hardening.py covers the refusal).
+    # Pyxis refuses a run folder with $ ` " \ (Enroot's bash evaluates mount lines) or a blank
+    # (Pyxis before 0.24 splits there): its hostile folder has the rest
+    # (tests/unit/test_urgent_hardening.py covers the refusal).
     run_dir = weird / "run dir $(touch PWNED) '; touch PWNED2 #"
     if style == "pyxis":
-        run_dir = weird.parent / "run dir ' (touch PWNED) ; touch PWNED2 # & | <x> *"
+        run_dir = weird.parent / "run_dir'(>PWNED);>PWNED2#&|<x>*"
     workspace = str(weird.parent / "ws") if style == "pyxis" else str(weird / "ws $(touch PWNED)")
     env = SPEC_SAFE_HOSTILE if style in ("docker", "ssh_docker") else HOSTILE
     scripts = render_style(style, run_dir=run_dir, workspace=workspace,
@@ -376,3 +377,11 @@ def test_templates_are_compiled_once_and_kept(tmp_path: Path) -> None:
     assert rendered(tmp_path / "cache") == [[], first[1]]
     (tmp_path / "a-file").write_text("")   # no folder can be made under it (root or not)
     assert rendered(tmp_path / "a-file" / "cache")[1] == first[1]
+
+
+def test_a_fractional_sampling_interval_reaches_bash_as_whole_seconds() -> None:
+    # nap_while_server's arithmetic takes integers: 1e-05 (Jinja's rendering of 0.00001) broke it.
+    c = cluster(**{**SPECS["none"], "server": {"metrics_interval": 0.00001, "liveness": {"interval": 0}}})
+    scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR), RenderOptions(python=PYTHON, keep_serving=True))
+    assert "    nap_while_server 1 || break\n" in scripts.files["rank_server.sh"]
+    assert "e-05" not in scripts.files["rank_server.sh"].split("--interval")[0]

@@ -81,8 +81,8 @@ def _fstab_unescape(s: str) -> str:
 def test_accepted_mount_paths_survive_enroots_bash(tmp_path: Path) -> None:
     """What Pyxis writes for each mount (`echo "SRC DST FLAGS"` in a function Enroot runs with
     bash) gives back exactly the accepted paths; the hostile-looking ones run nothing."""
-    odd = tmp_path / "a b'c ;d #e !f &g |h *i (j) {k} ~l"
-    c = pyxis(mounts=[f"{odd}:/ckpt:ro", f"{odd}/x y:{odd}/x y"])
+    odd = tmp_path / "a'c;d#e!f&g|h*i(j){k}~l"   # no blank: Pyxis before 0.24 splits there
+    c = pyxis(mounts=[f"{odd}:/ckpt:ro", f"{odd}/x'y:{odd}/x'y"])
     config = "mounts() {\n" + "".join(
         f'\techo "{_fstab_escape(m.src)} {_fstab_escape(m.dst)} x-create=auto,rbind{"," if m.flags else ""}'
         f'{",".join(m.flags)}"\n' for m in c.container.mounts) + "}\nmounts\n"
@@ -167,10 +167,13 @@ def test_workspace_refusals(tmp_path: Path, text: str, fragment: str) -> None:
     assert fragment in msg and msg.startswith(f"{tmp_path / 'c.yaml'}: ")
 
 
-def test_pyxis_workspace_with_spaces_is_fine() -> None:
-    # Pyxis escapes spaces for Enroot's fstab (\040): only $ ` " \ , : are refused.
-    c = cluster(scheduler="slurm", container={"runtime": "pyxis", "image": "/i.sqsh"}, workspace="/lustre/my runs")
-    assert c.workspace == "/lustre/my runs"
+def test_pyxis_workspace_with_blanks_is_refused() -> None:
+    # Pyxis 0.24 escapes blanks for Enroot's fstab (\040); the Pyxis most sites run (before it)
+    # writes them as they are and Enroot splits the path there (NVIDIA/pyxis#133).
+    with pytest.raises(ValueError, match="workspace: '/lustre/my runs' holds a blank"):
+        cluster(scheduler="slurm", container={"runtime": "pyxis", "image": "/i.sqsh"}, workspace="/lustre/my runs")
+    c = cluster(scheduler="slurm", container={"runtime": "docker", "image": "i:1"}, workspace="/lustre/my runs")
+    assert c.workspace == "/lustre/my runs"   # docker run -v takes it whole
 
 
 # --------------------------------------------------------------------------- Docker env / sshd_config
@@ -249,7 +252,8 @@ def test_checkpoint_path_the_server_reads() -> None:
 
 @pytest.mark.parametrize("runtime", ["pyxis", "docker"])
 def test_invisible_checkpoint_is_refused_naming_the_mount(runtime: str) -> None:
-    c = cluster(scheduler="slurm", container={"runtime": runtime, "image": "/i.sqsh", "mounts": ["/lustre/models:/models"]})
+    image = "/i.sqsh" if runtime == "pyxis" else "triton:1"
+    c = cluster(scheduler="slurm", container={"runtime": runtime, "image": image, "mounts": ["/lustre/models:/models"]})
     with pytest.raises(PlanError) as ei:
         check_checkpoint_visible(c, model(checkpoint_root="/lustre/ckpt/gpt"), 8, Path("/runs/r1"))
     msg = str(ei.value)
@@ -321,8 +325,8 @@ def test_images_folder_uses_the_expanded_workspace(tmp_path: Path, monkeypatch: 
 def test_pyxis_mount_path_problem_for_render_out() -> None:
     from ftcluster.spec import pyxis_mount_path_problem
 
-    assert pyxis_mount_path_problem("/shared/runs/my run 1") is None
-    for path, shown in [("/r/$(x)", "$"), ("/r/a,b", ","), ("/r/a:b", ":"), ("/r/`x`", "`"), ('/r/"', '"'),
+    assert pyxis_mount_path_problem("/shared/runs/my-run_1") is None
+    for path, shown in [("/shared/runs/my run 1", "a blank"), ("/r/$(x)", "$"), ("/r/a,b", ","), ("/r/a:b", ":"), ("/r/`x`", "`"), ('/r/"', '"'),
                         ("/r/\\x", "\\"), ("/r/a\nb", "control character")]:
         problem = pyxis_mount_path_problem(path)
         assert problem and shown in problem.split("; ")[0], (path, problem)

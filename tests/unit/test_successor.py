@@ -128,3 +128,18 @@ def test_a_carried_fault_must_be_one_printable_line(tmp_path: Path, cause: str) 
     res = run_cli("successor", str(tmp_path), "--exclude", "n2", "--fault", "the MPI world is hung", "--fault", cause)
     assert res.rc == 3
     assert_one_line_error(res, "--fault", "not a fault's cause on one line")
+
+
+def test_slurm_args_that_would_override_ftclusters_own_are_refused() -> None:
+    # Slurm takes an option's last value, unique abbreviations (getopt_long) and bundled short
+    # options: each form of an option ftcluster sets is refused; real options are not.
+    from pydantic import ValidationError
+
+    for key, bad in (("sbatch_args", "--nodes=3"), ("sbatch_args", "-N 3"), ("sbatch_args", "--part=x"),
+                     ("sbatch_args", "-vpx"), ("sbatch_args", "--out=/tmp/x"), ("srun_args", "--mpi=pmi2"),
+                     ("srun_args", "--kill-on=0"), ("srun_args", "-vK"), ("srun_args", "--container-image=x")):
+        with pytest.raises(ValidationError, match="ftcluster sets it"):
+            cluster(**{**SPECS["none"], key: [bad]})
+    c = cluster(**{**SPECS["none"], "sbatch_args": ["--gpus=8", "-Ca100", "-O", "--con=a100", "--exclude=n1"],
+                   "srun_args": ["--cpu-bind=none", "-l"]})
+    assert c.sbatch_args[0] == "--gpus=8"

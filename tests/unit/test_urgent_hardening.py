@@ -34,7 +34,7 @@ from tests.helpers_specs import (
     model,
     run_cli,
 )
-from tests.pyxis.enroot_config import source_mounts, start_config
+from tests.pyxis.enroot_config import source_mounts
 from tests.unit.test_render import STYLES, render_style, write_env_file
 
 PAYLOAD = "SECONDS[$(touch PWNED)]"
@@ -228,10 +228,10 @@ def _plan(c: Any) -> Any:
 
 
 def test_accepted_render_out_survives_enroots_bash(tmp_path: Path) -> None:
-    """What is accepted (spaces, quotes, ; # & | < > * ( )) reaches Enroot as the path itself:
+    """What is accepted (quotes, ; # & | < > * ( )) reaches Enroot as the path itself:
     --container-mounts from the rendered script, the config rebuilt from Pyxis's source and
-    sourced, mounts() called."""
-    out = tmp_path / "runs" / "a b' (touch PWNED) ; touch PWNED2 # & | <x> *"
+    sourced, mounts() called. (Blanks are refused: Pyxis before 0.24 does not escape them.)"""
+    out = tmp_path / "runs" / "a';>PWNED;(>PWNED2)#&|<x>*"
     res = run_cli("render", "--cluster", str(_pyxis_cluster(tmp_path)),
                   "--nodes", "1", "--gpus-per-node", "1", "--out", str(out), cwd=tmp_path)
     assert res.rc == 0, res.stderr
@@ -239,7 +239,6 @@ def test_accepted_render_out_survives_enroots_bash(tmp_path: Path) -> None:
     flags = dict(a.split("=", 1) for a in container)
     mounts = source_mounts(flags["--container-mounts"], tmp_path)
     assert (str(out), str(out), "x-create=auto,rbind") in mounts
-    assert "\\040" in start_config(flags["--container-mounts"])   # Pyxis's escaping was applied
     _no_pwned(tmp_path)
 
 
