@@ -389,14 +389,9 @@ class Container(_Strict):
                 if not (m.src[0] in "./" or m.src in ("tmpfs", "umount")) or m.dst[0] not in "./":
                     problems.append(f"mounts.{i}: Pyxis needs SRC and DST paths that start with '/' or '.' "
                                     f"(got {m.src}:{m.dst})")
-                bad = [c for c in _ENROOT_EVAL if c in m.src + m.dst]
-                if any(c.isspace() for c in m.src + m.dst):
-                    problems.append(f"mounts.{i}: {m.src}:{m.dst} holds a blank, where Pyxis before 0.24 splits "
-                                    "the path (NVIDIA/pyxis#133); mount a path without blanks")
-                if bad:
-                    problems.append(f"mounts.{i}: {m.src}:{m.dst} holds {' '.join(bad)}, which Enroot's bash "
-                                    "would expand or run (Pyxis writes mounts as echo \"SRC DST FLAGS\"); "
-                                    "mount a path without $ ` \" \\")
+                # What Enroot's bash would evaluate or Pyxis split: the run folder's own check.
+                problems += [f"mounts.{i}: {problem}" for path in dict.fromkeys((m.src, m.dst))
+                             if (problem := pyxis_mount_path_problem(path))]
                 bad = [f for f in m.flags if f not in PYXIS_MOUNT_FLAGS]
                 if bad:
                     problems.append(f"mounts.{i}: Enroot does not know the mount flag(s) {bad}; use e.g. ro, "
@@ -919,7 +914,8 @@ _UNION_TAG = re.compile(r"[\[\]'-]|^(int|str|float|bool|bytes|none)$")
 def _format_error(path: Path | None, exc: ValidationError, names: dict[str, str] | None = None) -> str:
     """Every problem of the spec at once, each naming its field, on one line. `names` says
     fields by the option that set them (--time for time_limit), and then the path is left out."""
-    problems: dict[str, tuple[list[str], list[str]]] = {}   # field -> its messages, the value given
+    problems: dict[str, list[str]] = {}   # field -> its messages (a union: one per member)
+    given: dict[str, str] = {}            # field -> the value it was given, said once
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and _UNION_TAG.search(p)))
         for field, option in (names or {}).items():
@@ -930,19 +926,19 @@ def _format_error(path: Path | None, exc: ValidationError, names: dict[str, str]
             msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        msgs, given = problems.setdefault(loc, ([], []))
-        msgs.append(msg)
-        if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing") and not given:
-            given.append(f" (got {err['input']!r})")
+        problems.setdefault(loc, []).append(msg)
+        if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing"):
+            given.setdefault(loc, f" (got {err['input']!r})")
     said = []
-    for loc, (msgs, given) in problems.items():
+    for loc, msgs in problems.items():
         if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):   # a union's members
             msg = "Input should be " + " or ".join(re.sub(r", unable to .*", "", m.removeprefix("Input should be "))
                                                    for m in msgs)
         else:
             msg = "; or ".join(msgs)
         # A check across fields names its field in the message itself ("workspace: ...").
-        said.append(_cut(f"{loc}: {msg}{''.join(given)}" if loc else msg + "".join(given)))
+        got = given.get(loc, "")
+        said.append(_cut(f"{loc}: {msg}{got}" if loc else msg + got))
     more = f"; and {len(said) - PROBLEMS_SHOWN} more" if len(said) > PROBLEMS_SHOWN else ""
     return (f"{path}: " if path is not None and not names else "") + "; ".join(said[:PROBLEMS_SHOWN]) + more
 
@@ -987,12 +983,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _validate(cls: type[_S], path: Path, data: dict[str, Any]) -> _S:
+def _validate(cls: type[_S], path: Path, data: dict[str, Any], names: dict[str, str] | None = None) -> _S:
     try:
         # Relative paths in a spec (the cluster's workspace) are taken from the spec's folder.
         return cls.model_validate(data, context={"base": str(path.resolve().parent)})
     except ValidationError as exc:
-        raise SpecError(_format_error(path, exc)) from None
+        raise SpecError(_format_error(path, exc, names)) from None
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
@@ -1010,11 +1006,7 @@ def with_values(cluster: ClusterSpec, values: dict[str, Any], options: dict[str,
     dotted field -> option)."""
     path = Path(cluster.source or "cluster.yaml")
     data = {**cluster.model_dump(), **values}
-    try:
-        spec = ClusterSpec.model_validate(data, context={"base": str(path.resolve().parent)})
-    except ValidationError as exc:
-        raise SpecError(_format_error(path, exc, options)) from None
-    return spec.model_copy(update={"source": cluster.source})
+    return _validate(ClusterSpec, path, data, options).model_copy(update={"source": cluster.source})
 
 
 def with_image(cluster: ClusterSpec, image: str, option: str | None = None) -> ClusterSpec:
