@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftcluster.checkpoint import available_gpu_counts, size_problems, type_hint
-from ftcluster.errors import PlanError
+from ftcluster.errors import PlanError, every_problem
 from ftcluster.ftconfig import read_ini
 from ftcluster.modeltypes import kind
 
@@ -325,13 +325,3 @@ def verify_checkpoint(root: Path, model_type: str, tp: int) -> None:
         raise PlanError(f"{gpu_dir}: {every_problem(problems)}", field="checkpoint_root",
                         hint=f"re-run `ftcluster convert` for {tp} GPU(s) "
                              "or `ftcluster check-checkpoint` for the full list")
-
-
-# A one-line error lists this many problems; past them, how many more (a thousand missing
-# shards would make a line nobody reads; `check-checkpoint` lists them all).
-PROBLEMS_SHOWN = 8
-
-
-def every_problem(problems: list[str]) -> str:
-    more = f"; and {len(problems) - PROBLEMS_SHOWN} more" if len(problems) > PROBLEMS_SHOWN else ""
-    return "; ".join(problems[:PROBLEMS_SHOWN]) + more

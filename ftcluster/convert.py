@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ftcluster.checkpoint_check import checkpoint_problems
 from ftcluster.converters import converter_argv, converter_for
-from ftcluster.errors import LaunchError, PlanError, UserError
+from ftcluster.errors import LaunchError, PlanError, UserError, every_problem
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome, Progress
 from ftcluster.plan import _resolve_gpus
 from ftcluster.render import JobStep
@@ -120,8 +120,6 @@ def finish(launch: Launch, outcome: LaunchOutcome) -> RunRecord:
                                    int(rec.plan["tensor_para_size"]))
     if problems:
         launch.store.update(rec, status="FAILED")
-        from ftcluster.checkpoint_check import every_problem
-
         raise LaunchError(f"the converted checkpoint is incomplete: {every_problem(problems)}",
                           hint=f"see `ftcluster logs {rec.run_id}`")
     return launch.store.update(rec, status="COMPLETED")

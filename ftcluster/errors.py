@@ -48,6 +48,17 @@ class LaunchError(UserError):
     exit_code = EXIT_FAILED
 
 
+# A one-line error lists this many problems; past them, how many more (a thousand missing
+# shards would make a line nobody reads; `check-checkpoint` lists them all).
+PROBLEMS_SHOWN = 8
+
+
+def every_problem(problems: list[str]) -> str:
+    """The problems on one line: the first PROBLEMS_SHOWN of them, and how many more."""
+    more = f"; and {len(problems) - PROBLEMS_SHOWN} more" if len(problems) > PROBLEMS_SHOWN else ""
+    return "; ".join(problems[:PROBLEMS_SHOWN]) + more
+
+
 def all_problems(errors: list[UserError]) -> UserError:
     """One error saying every problem at once (each names its own field), for the CLI's one line."""
     if len(errors) == 1:

@@ -20,7 +20,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -29,6 +28,7 @@ from pydantic import (
 from ftcluster import yaml_text
 from ftcluster.errors import SpecError
 from ftcluster.resources import package_path
+from ftcluster.spec_errors import Problems, checked, cut, format_errors
 
 _LOGIN_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::(?P<port>[0-9]{1,5}))?",
                             re.ASCII)
@@ -329,7 +329,7 @@ class Container(_Strict):
         # mpirun copies an --mca value into the command it runs on the other nodes through ssh,
         # where a shell reads it again: interface names and CIDRs only.
         if v is not None and not _IF_LIST_RE.fullmatch(v):
-            raise ValueError(f"{_cut(v)!r} is not a list of interfaces or CIDRs such as eth0 or "
+            raise ValueError(f"{cut(v)!r} is not a list of interfaces or CIDRs such as eth0 or "
                              "10.0.0.0/16,ib0 (letters, digits and '_.:/-', comma-separated)")
         return v
 
@@ -345,7 +345,7 @@ class Container(_Strict):
     def _shm_size(cls, v: str) -> str:
         # docker run --shm-size's form; it reaches Compose files too, where a '$' would be read.
         if not re.fullmatch(r"[0-9]+([kmgtKMGT]?[bB]?)", v):
-            raise ValueError(f"{_cut(v)!r} is not a size such as 8g, 512m or 1073741824")
+            raise ValueError(f"{cut(v)!r} is not a size such as 8g, 512m or 1073741824")
         return v
 
     @field_validator("mounts", mode="before")
@@ -369,7 +369,7 @@ class Container(_Strict):
     def _image_needed(self) -> "Container":
         problems = self._runtime_problems()
         if problems:
-            raise ValueError("; ".join(problems))
+            raise Problems(problems)
         return self
 
     def _runtime_problems(self) -> list[str]:
@@ -689,7 +689,7 @@ class ClusterSpec(_Strict):
             raise ValueError(f"{v!r} is not [user@]host[:port] (port 1-65535)")
         host = v.rpartition("@")[2].partition(":")[0]
         if not _HOST_NAME_RE.fullmatch(host):
-            raise ValueError(f"{_cut(host)!r} is not a host name (its dot-separated parts have 1-63 characters, "
+            raise ValueError(f"{cut(host)!r} is not a host name (its dot-separated parts have 1-63 characters, "
                              "253 in all)")
         return v
 
@@ -709,7 +709,7 @@ class ClusterSpec(_Strict):
         problems = []
         for arg in v:
             if not _SBATCH_ARG.fullmatch(arg):
-                problems.append(f"{_cut(arg)!r} is not one sbatch option as an #SBATCH line takes it: --option, "
+                problems.append(f"{cut(arg)!r} is not one sbatch option as an #SBATCH line takes it: --option, "
                                 "--option=VALUE, -X or -X VALUE, with no blank, quote, backslash or '#' in VALUE")
             elif own := _slurm_own(arg, _SRUN_OWN if info.field_name == "srun_args" else _SLURM_OWN):
                 problems.append(f"{arg!r}: ftcluster sets it, from {own}; leave it out")
@@ -761,7 +761,7 @@ class ClusterSpec(_Strict):
     def _setup(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # A line is run as written; a here-document would take the job script's own lines after
         # it as its body (the supervisor's start among them).
-        problems = [f"{_cut(line)!r} opens a here-document (<<), which would take the job script's next "
+        problems = [f"{cut(line)!r} opens a here-document (<<), which would take the job script's next "
                     "lines as its body; put that in a script and run it here" for line in v
                     if re.search(r"<<(?!<)", line)]
         if problems:
@@ -772,7 +772,7 @@ class ClusterSpec(_Strict):
     @classmethod
     def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         # They reach mpirun -H, known_hosts and the node scripts: plain host names only.
-        problems = [f"{_cut(h)!r} is not a plain host name" for h in v if not _HOST_NAME_RE.fullmatch(h)]
+        problems = [f"{cut(h)!r} is not a plain host name" for h in v if not _HOST_NAME_RE.fullmatch(h)]
         if problems:
             problems[-1] += (": letters, digits, '-' and dot-separated parts of 1-63 characters, 253 in all "
                              "(user and port go in node_ssh)")
@@ -800,7 +800,7 @@ class ClusterSpec(_Strict):
             problems.append(f"container.runtime {self.container.runtime!r} needs scheduler 'slurm'")
         problems += self._values_reach_containers()
         if problems:
-            raise ValueError("; ".join(problems))
+            raise Problems(problems)
         if self.hosts and self.scheduler == "ssh" and self.max_nodes > len(self.hosts):
             object.__setattr__(self, "max_nodes", len(self.hosts))
         return self
@@ -900,54 +900,6 @@ if _PLUGINS_WERE is None:   # every spec model is built: the variable as it was
 _S = TypeVar("_S", bound=BaseModel)
 
 
-# An error names a 5,000-character value, it does not echo it: a longer run of characters
-# without a space shows its two ends.
-WORD_MAX_CHARS = 120
-PROBLEMS_SHOWN = 8
-
-
-# Parts of an error's location that name a member of a union (pydantic's tags: 'constrained-int',
-# "literal['auto']", 'int'), not a field: one error per field is said instead of one per member.
-_UNION_TAG = re.compile(r"[\[\]'-]|^(int|str|float|bool|bytes|none)$")
-
-
-def _format_error(path: Path | None, exc: ValidationError, names: dict[str, str] | None = None) -> str:
-    """Every problem of the spec at once, each naming its field, on one line. `names` says
-    fields by the option that set them (--time for time_limit), and then the path is left out."""
-    problems: dict[str, list[str]] = {}   # field -> its messages (a union: one per member)
-    given: dict[str, str] = {}            # field -> the value it was given, said once
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and _UNION_TAG.search(p)))
-        for field, option in (names or {}).items():
-            if loc == field or loc.startswith(field + "."):
-                loc = option + loc[len(field):]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        problems.setdefault(loc, []).append(msg)
-        if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing"):
-            given.setdefault(loc, f" (got {err['input']!r})")
-    said = []
-    for loc, msgs in problems.items():
-        if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):   # a union's members
-            msg = "Input should be " + " or ".join(re.sub(r", unable to .*", "", m.removeprefix("Input should be "))
-                                                   for m in msgs)
-        else:
-            msg = "; or ".join(msgs)
-        # A check across fields names its field in the message itself ("workspace: ...").
-        got = given.get(loc, "")
-        said.append(_cut(f"{loc}: {msg}{got}" if loc else msg + got))
-    more = f"; and {len(said) - PROBLEMS_SHOWN} more" if len(said) > PROBLEMS_SHOWN else ""
-    return (f"{path}: " if path is not None and not names else "") + "; ".join(said[:PROBLEMS_SHOWN]) + more
-
-
-def _cut(text: str) -> str:
-    half = WORD_MAX_CHARS // 2
-    return re.sub(r"\S{%d,}" % (WORD_MAX_CHARS + 1), lambda m: f"{m.group()[:half]}...{m.group()[-half:]}", text)
-
-
 # A spec is a few KB: a larger file is not one (nor one whose aliases expand past
 # yaml_text.MAX_VALUES values).
 SPEC_MAX_BYTES = 1 << 20
@@ -984,19 +936,24 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _validate(cls: type[_S], path: Path, data: dict[str, Any], names: dict[str, str] | None = None) -> _S:
-    try:
-        # Relative paths in a spec (the cluster's workspace) are taken from the spec's folder.
-        return cls.model_validate(data, context={"base": str(path.resolve().parent)})
-    except ValidationError as exc:
-        raise SpecError(_format_error(path, exc, names)) from None
+    # Relative paths in a spec (the cluster's workspace) are taken from the spec's folder.
+    spec, errors = checked(cls, data, {"base": str(path.resolve().parent)})
+    if spec is None:
+        raise SpecError(format_errors(path, errors, names))
+    return spec
 
 
-def load_cluster(path: str | Path) -> ClusterSpec:
+def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
+                 options: dict[str, str] | None = None) -> ClusterSpec:
+    """The cluster spec, with top-level values replaced (command-line overrides), checked
+    together: an error names the file's fields, and the options' (options: field -> option)."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
     # The default name comes from the file name, made a valid name (it names jobs and folders).
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
-    spec = _validate(ClusterSpec, p, data)
+    overrides = overrides or {}
+    named = {field: opt for field, opt in (options or {}).items() if field.split(".")[0] in overrides}
+    spec = _validate(ClusterSpec, p, {**data, **overrides}, named)
     return spec.model_copy(update={"source": str(p.resolve())})
 
 
@@ -1023,12 +980,8 @@ def load_model(path: str | Path) -> ModelSpec:
         val = data.get(key)
         if isinstance(val, str) and val:
             data[key] = str((base / Path(val).expanduser()))
-    problems = []
-    try:
-        spec: ModelSpec | None = ModelSpec.model_validate(data, context={"base": str(base)})
-    except ValidationError as exc:
-        spec = None
-        problems.append(_format_error(None, exc))
+    spec, errors = checked(ModelSpec, data, {"base": str(base)})
+    problems = [format_errors(None, errors)] if errors else []
     # The folders are checked also when another field is wrong: every problem at once.
     for key, hint in (("repository", "point it at the Triton model repository holding config.pbtxt"),
                       ("checkpoint_root", "point it at the converter output that holds the N-gpu/ folders")):
@@ -1036,7 +989,7 @@ def load_model(path: str | Path) -> ModelSpec:
         if folder == "":
             problems.append(f"{key}: an empty path ({hint})")
         elif isinstance(folder, str) and (why := _not_a_folder(Path(folder))):
-            problems.append(f"{key}: folder {_cut(folder)} {why} ({hint})")
+            problems.append(f"{key}: folder {cut(folder)} {why} ({hint})")
     if problems:
         raise SpecError(f"{p}: " + "; ".join(problems))
     assert spec is not None
@@ -1050,11 +1003,7 @@ def load_specs(cluster_path: str | Path, model_path: str | Path,
     problem of both."""
     from ftcluster.errors import every
 
-    def cluster() -> ClusterSpec:
-        spec = load_cluster(cluster_path)
-        return with_values(spec, overrides, options) if overrides else spec
-
-    found, model = every(cluster, lambda: load_model(model_path))
+    found, model = every(lambda: load_cluster(cluster_path, overrides, options), lambda: load_model(model_path))
     return found, model
 
 

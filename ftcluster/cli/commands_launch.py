@@ -17,7 +17,7 @@ from ftcluster.cli.numbers import count
 from ftcluster.cli.options import Planned, load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.documents import document, run_json
-from ftcluster.errors import LaunchError, UserError, all_problems
+from ftcluster.errors import LaunchError, UserError, all_problems, every_problem
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.phases import PHASES
 from ftcluster.remote import forward, needs_forwarding
@@ -232,8 +232,6 @@ def preflight_gate(kw: dict[str, Any]) -> int | None:
     report = run_preflight(cluster, int(kw.get("nodes") or 1))
     errors = report_errors(cluster, report, require_gpus=True)
     if errors:
-        from ftcluster.checkpoint_check import every_problem
-
         raise UserError(every_problem(errors), field="preflight", hint="see `ftcluster preflight` for the full report")
     try:
         detected = detect_gpus_per_node([RankReport.from_dict(d) for d in report["ranks"]])

@@ -45,6 +45,8 @@ def results() -> dict[str, CliResult]:
 def test_bad_input(case: dict[str, Any], results: dict[str, CliResult]) -> None:
     res = results[_id(case)]
     line = assert_one_line_error(res, *case["expect"])
+    for frag in case.get("absent", []):
+        assert frag not in line, f"{frag!r} in {line!r}"
     assert len(line) < 600, "one clear message, not a dump"
     assert res.rc in (1, 3)  # a run that failed, or a user error (never 2: usage)
     assert not (BAD_INPUTS / "PWNED").exists()

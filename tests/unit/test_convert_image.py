@@ -263,7 +263,7 @@ def test_convert_local_job_logs_and_check(tmp_path: Path) -> None:
 
 
 def test_every_problem_is_named_on_one_line() -> None:
-    from ftcluster.checkpoint_check import PROBLEMS_SHOWN, every_problem
+    from ftcluster.errors import PROBLEMS_SHOWN, every_problem
 
     assert every_problem(["a missing", "b short"]) == "a missing; b short"
     many = [f"shard {i} missing" for i in range(PROBLEMS_SHOWN + 3)]
