@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ftcluster.errors import LaunchError, PlanError, UserError, os_error_words
 from ftcluster.events import EV, Event
-from ftcluster.job.poll import CLOCK, EVENTS, LOGS, Backoff, Clock
+from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
@@ -89,7 +89,8 @@ class _Watch:
     outcome: LaunchOutcome
     job: JobWatch
     rank0_log: Follower
-    # Fast while things happen (a new event or log line), slower through a long model load.
+    # Until ready: STARTING's. Then fast while things happen (a new event or log line), slower
+    # while nothing does.
     tick: Backoff
     next_log: float = 0.0                           # when to read rank 0's log next
     last_detail: str = ""                           # the pending reason shown last
@@ -291,7 +292,7 @@ class Launch:
         w = _Watch(t0, LaunchOutcome(record, False, {"submitted": 0.0}),
                    JobWatch(self.launcher, record.job_id, self.paths, self.clock),
                    Follower([LogSource("rank0", str(self.paths.server_log(0)))], clock=self.clock),
-                   EVENTS.backoff())
+                   STARTING.backoff())
         try:
             while True:
                 new = w.job.new_events()
@@ -304,6 +305,8 @@ class Launch:
                 info = w.job.ask()
                 if info is not None and self._on_info(w, info, now):
                     break
+                if EV.ready in w.outcome.phases and w.tick.cadence is STARTING:
+                    w.tick = EVENTS.backoff()
                 self.clock.sleep(w.tick.next(changed))
             return self._finish(w.outcome, w.job)
         finally:

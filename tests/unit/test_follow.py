@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster import launch as launch_module
-from ftcluster.job.poll import SCHEDULER_PER_MINUTE
+from ftcluster.job.poll import EVENTS, SCHEDULER_PER_MINUTE, STARTING
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.launchers.base import Submission
 from ftcluster.launchers.slurm import SlurmLauncher
@@ -182,3 +182,28 @@ def test_a_launch_through_a_30_minute_load_stays_within_the_budget(tmp_path: Pat
     assert most_in_a_minute(launcher.asked_at, START + 60) <= SCHEDULER_PER_MINUTE
     assert len(launcher.asked_at) <= 6 * 31 + 12
     assert world.now <= START + 1800 + 3.4 + 1.0
+
+
+class Naps(World):
+    """A world that keeps each of the launch's naps, with when it began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.naps: list[tuple[float, float]] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.naps.append((self.now, seconds))
+        super().sleep(seconds)
+
+
+def test_ready_is_seen_within_10_ms_then_the_events_are_read_at_their_own_pace(tmp_path: Path) -> None:
+    """The user waits at the prompt for ready: the events are read every STARTING tick until
+    then, and on the EVENTS back-off after (through the client, to the job's end)."""
+    world = Naps()
+    outcome, _ = _launch(tmp_path, Loading(world, load=60), clock=world)
+    assert outcome.ok
+    until_ready = [s for t, s in world.naps if t < START + 60]
+    assert until_ready and max(until_ready) == STARTING.slow
+    slowed = min(t for t, s in world.naps if s > STARTING.slow)
+    assert START + 60 <= slowed <= START + 60 + STARTING.slow + 1e-6
+    assert max(s for t, s in world.naps if t >= slowed) == EVENTS.slow
