@@ -12,7 +12,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -583,7 +583,7 @@ def render(
              FILES.job_config: cfg.to_json(), FILES.env_file: env_file(ctx.env)}
     # What a dry run shows of the files that hold the env's values: the names only.
     hidden = {k: "<hidden>" for k in ctx.env}
-    shown = {FILES.job_config: replace(cfg, env=hidden).to_json(), FILES.env_file: env_file(hidden)}
+    shown = {FILES.job_config: cfg._replace(env=hidden).to_json(), FILES.env_file: env_file(hidden)}
     if ctx.proxied:
         # A proxy in rank 0's container serves the metrics to the job, which runs elsewhere, and
         # finds the copies of proxy.tls_cert's files there.

@@ -1,14 +1,16 @@
-"""The supervisor's values (scripts/job.json): built by ftcluster's render, read by the job."""
+"""The supervisor's values (scripts/job.json): built by ftcluster's render, read by the job.
+
+Named tuples, not dataclasses: the job's Python imports this on the way to its servers, and
+dataclasses (with the inspect module it needs) and the generation of these four classes took it
+some 9 ms there; a named tuple is as immutable and as typed. Their lists are never changed."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 
-@dataclass(frozen=True)
-class StepConfig:
+class StepConfig(NamedTuple):
     """A run's one step in place of the servers (`preflight`, `convert`)."""
 
     what: str                       # names the step in events and logs
@@ -18,8 +20,7 @@ class StepConfig:
     timeout: Optional[int] = None   # seconds; None: the job's time limit
 
 
-@dataclass(frozen=True)
-class LivenessConfig:
+class LivenessConfig(NamedTuple):
     """The probe while serving: the served model's smallest valid inference through rank 0."""
 
     interval: float                 # seconds between probes
@@ -44,8 +45,7 @@ PROXY_BINARY = "caddy"
 PROXY_TLS_FILES = ("cert.pem", "key.pem")
 
 
-@dataclass(frozen=True)
-class ProxyConfig:
+class ProxyConfig(NamedTuple):
     """access: private -- Triton listens on rank 0's loopback; the job starts the proxy beside
     it (on the job's host, which is rank 0's node; on ssh + Docker in rank 0's container) on the
     endpoint's ports, with the run's token."""
@@ -59,8 +59,7 @@ class ProxyConfig:
     tls_key: Optional[str] = None   # ... and its key (copied beside a proxy in rank 0's container)
 
 
-@dataclass(frozen=True)
-class JobConfig:
+class JobConfig(NamedTuple):
     style: str                      # which behaviour of ftcluster_job.styles runs the job
     run_id: str
     run_dir: str
@@ -86,13 +85,13 @@ class JobConfig:
     env: Dict[str, str]             # the spec's env: for the job's children only
     step: Optional[StepConfig] = None
     mpi: str = "pmix"               # srun --mpi (Slurm styles)
-    srun_args: List[str] = field(default_factory=list)   # the spec's srun_args, one argv word each
-    container_flags: List[str] = field(default_factory=list)   # srun's Pyxis flags
+    srun_args: List[str] = []   # the spec's srun_args, one argv word each
+    container_flags: List[str] = []   # srun's Pyxis flags
     container_name: str = ""
     docker_label: str = ""
     ssh_dir: str = ""               # the run's keys (docker styles)
     ssh_port: int = 0
-    run_hosts: List[str] = field(default_factory=list)   # fixed hosts, rank 0 first (ssh)
+    run_hosts: List[str] = []   # fixed hosts, rank 0 first (ssh)
     mpirun: str = "mpirun"          # the local style's Open MPI launcher
     liveness: Optional[LivenessConfig] = None   # serving runs with a probe
     restarts: int = 0               # restarts of the whole world on a fault while serving
@@ -102,15 +101,15 @@ class JobConfig:
     restart_reset: float = 0.0
     # A successor's (a lost node, the time limit): its predecessor's faults still counted then,
     # counted on here until a healthy stretch of restart_reset (their causes, oldest first).
-    carried_faults: List[str] = field(default_factory=list)
+    carried_faults: List[str] = []
     # The service's name in the metrics targets' labels, the same across hand-overs (a replica
     # set's id, or the first run of a chain); "": this run's id.
     service: str = ""
-    on_failure: List[str] = field(default_factory=list)   # run once the job gives up (argv)
+    on_failure: List[str] = []   # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
     # Submits a successor run on other nodes (argv; `--exclude NODES` and `--restarts N` are
     # added): before the time limit, or when a node of the job is lost. Empty: never.
-    successor: List[str] = field(default_factory=list)
+    successor: List[str] = []
     handover_lead: int = 0   # Slurm signals USR1 this long before the time limit; 0: it does not
     proxy: Optional[ProxyConfig] = None   # access: private
     grpc_port: int = 0                     # the endpoint's gRPC port (clients: `--run RUN --protocol grpc`)
@@ -134,15 +133,20 @@ class JobConfig:
     gpu_exporter_port: int = 0
     public_gpu_exporter_port: int = 0       # what its published target names (the proxy's port when private)
 
+    def to_dict(self) -> Dict[str, Any]:
+        """Its values as JSON has them: the nested ones (step, liveness, proxy) as objects."""
+        return {name: value._asdict() if isinstance(value, (StepConfig, LivenessConfig, ProxyConfig)) else value
+                for name, value in self._asdict().items()}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> JobConfig:
         raw: Dict[str, Any] = json.loads(text)
         if not isinstance(raw, dict):
             raise ValueError("the job's values are no JSON object")
-        known = {f.name for f in fields(cls)}
+        known = set(cls._fields)
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown keys in the job's values: {', '.join(unknown)}")

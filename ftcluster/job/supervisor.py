@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import JobConfig
@@ -657,7 +656,7 @@ class Job:
         self.faults.serving(time.monotonic())
         live = None
         if self.cfg.liveness is not None:
-            live = Liveness(replace(self.cfg.liveness, metrics_port=self.metrics_port()), *self.triton_at(),
+            live = Liveness(self.cfg.liveness._replace(metrics_port=self.metrics_port()), *self.triton_at(),
                             os.path.join(self.cfg.state, FILES.health), self.via(), self.room)
         sampler = Sampler(self.triton_at()[0], self.metrics_port(), os.path.join(self.cfg.state, FILES.metrics),
                           self.cfg.metrics_interval, self.cfg.metrics_max_bytes,

@@ -13,7 +13,6 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -307,7 +306,7 @@ def test_a_failure_names_the_gpu_and_its_xid(tmp_path: Path) -> None:
         "node7 (rank 1): GPU 2 XID 79 (GPU has fallen off the bus) at ")
     assert event_words(str(state), 2, ["node6", "node7"], now) == ""   # none in this incarnation
     job: Job = job_of(render_style("local").files)
-    job.cfg = replace(job.cfg, state=str(state))
+    job.cfg = job.cfg._replace(state=str(state))
     job.ranks.state = str(state)
     job.incarnation_since = now - 60
     said = job.cause_of("the server step ended")
@@ -399,7 +398,7 @@ def test_a_run_publishes_its_gpu_exporter_as_a_target(tmp_path: Path) -> None:
 
     job = job_of(render_style("local").files)
     targets = tmp_path / "prometheus" / "r.json"
-    job.cfg = replace(job.cfg, targets_file=str(targets), public_metrics_port=8002, gpu_exporter_address="127.0.0.1",
+    job.cfg = job.cfg._replace(targets_file=str(targets), public_metrics_port=8002, gpu_exporter_address="127.0.0.1",
                       gpu_exporter_port=0, public_gpu_exporter_port=8003, metrics_interval=10, state=str(tmp_path))
     job.rank0_host = "node1"
     job.publish_targets()

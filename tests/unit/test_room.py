@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -77,7 +76,7 @@ def test_room_is_looked_for_by_writing_and_the_look_leaves_nothing(small: Path) 
 
 def _job(state: Path) -> Job:
     cfg = JobConfig.from_json(render_style("local").files["job.json"])
-    return Job(replace(cfg, state=str(state)))
+    return Job(cfg._replace(state=str(state)))
 
 
 def test_the_job_keeps_its_events_until_there_is_room_and_then_says_how_long(small: Path) -> None:
