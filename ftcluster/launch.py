@@ -472,17 +472,12 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
 def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str,
                  replica: dict[str, Any] | None = None) -> dict[str, Any]:
     """What served a run: specs, plan, image (with what `image build` recorded for it), versions."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    from ftcluster import __version__
     from ftcluster.image import image_metadata, image_tag
 
-    try:
-        ftc_version = version("ftcluster")
-    except PackageNotFoundError:
-        ftc_version = "unknown"
     built = image_metadata(cluster) if cluster.container.runtime != "none" or cluster.image.tag else None
     return {
-        "run_id": run_id, "created": time.time(), "ftcluster_version": ftc_version,
+        "run_id": run_id, "created": time.time(), "ftcluster_version": __version__,
         "cluster": {"name": cluster.name, "source": cluster.source, "scheduler": cluster.scheduler,
                     "runtime": cluster.container.runtime},
         "model": {"name": model.name, "model_type": model.model_type, "source": model.source},

@@ -65,7 +65,9 @@ def _bundle_env(site_packages: Path) -> dict[str, str]:
 
 
 def _bundle_name(pytriton: Path) -> str:
-    version = importlib.metadata.version("nvidia-pytriton")
+    # The distribution beside the package found: one folder read, not every one on sys.path.
+    found = next(iter(importlib.metadata.distributions(path=[str(pytriton.parent)], name="nvidia-pytriton")), None)
+    version = found.version if found is not None else importlib.metadata.version("nvidia-pytriton")
     triton = _TRITON_OF_PYTRITON.get(version, f"pytriton{version}")
     # The wrapper bakes in this interpreter's paths: a second venv must get its own bundle.
     key = f"{pytriton.resolve()}|{sys.executable}|{sys.version_info[:2]}"
