@@ -395,7 +395,7 @@ class Container(_Strict):
                 bad = [f for f in m.flags if f not in PYXIS_MOUNT_FLAGS]
                 if bad:
                     problems.append(f"mounts.{i}: Enroot does not know the mount flag(s) {bad}; use e.g. ro, "
-                                    "rw, rbind, nosuid, nodev, noexec, rprivate, rslave, unbindable")
+                                    "rw, rbind, nosuid, nodev, noexec, rprivate")
         if self.runtime == "charliecloud":
             assert self.image is not None
             # ch-run runs a directory image (a SquashFS one needs squashfuse on every node).

@@ -56,16 +56,17 @@ def checked(cls: type[_S], data: dict[str, Any], context: dict[str, Any]) -> tup
         return cls.model_validate(data, context=context), []
     except ValidationError as exc:
         errors = exc.errors()
-    return None, errors + _skipped_checks(cls, data, errors, context)
+    return None, _by_field(cls, errors) + _skipped_checks(cls, data, errors, context)
 
 
 def format_errors(path: Path | None, errors: list[ErrorDetails], names: dict[str, str] | None = None) -> str:
     """Every problem of the spec at once, each naming its field, on one line: the file's
     (after its path), then those of values given by options (`names`: field -> option, such as
     time_limit -> --time), named by the option."""
-    problems: dict[str, list[str]] = {}   # field -> its messages (a union: one per member)
+    # field -> its messages (a union: one per member); a check's problems are each said apart
+    problems: dict[tuple[str, int], list[str]] = {}
     given: dict[str, str] = {}            # field -> the value it was given, said once
-    for err in errors:
+    for i, err in enumerate(errors):
         loc = ".".join(str(p) for p in _field_loc(err))
         for field, option in (names or {}).items():
             if loc == field or loc.startswith(field + "."):
@@ -75,24 +76,45 @@ def format_errors(path: Path | None, errors: list[ErrorDetails], names: dict[str
             msg = "unknown key (check the spelling; see configs/ for the accepted keys)"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        problems.setdefault(loc, []).append(msg)
+        problems.setdefault((loc, i if err["type"] in _CHECK_TYPES else -1), []).append(msg)
         if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing"):
             given.setdefault(loc, f" (got {err['input']!r})")
     said: list[str] = []
     by_option: list[str] = []
     options = set((names or {}).values())
-    for loc, msgs in problems.items():
+    for (loc, _), msgs in problems.items():
         if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):   # a union's members
             msg = "Input should be " + " or ".join(re.sub(r", unable to .*", "", m.removeprefix("Input should be "))
                                                    for m in msgs)
         else:
             msg = "; or ".join(msgs)
-        # A check across fields names its field in the message itself ("workspace: ...").
         got = given.get(loc, "")
         (by_option if loc.split(".")[0] in options else said).append(cut(f"{loc}: {msg}{got}" if loc else msg + got))
     if said and path is not None:   # the file's problems under its name, then the options'
         said[0] = f"{path}: {said[0]}"
     return every_problem(said + by_option)
+
+
+# A model's own check names the field of each problem first ("image: ...", "mounts.0: ...").
+_LEADING_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*): (.+)", re.S)
+
+
+def _by_field(cls: type[BaseModel], errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """Each problem of a model's own check said at the field it names (container.image, not
+    container: image), so that an option that gave the field names it too."""
+    said: list[ErrorDetails] = []
+    for err in errors:
+        loc = _field_loc(err)
+        if err["type"] not in _CHECK_TYPES or not _names_model(cls, loc):
+            said.append(err)
+            continue
+        raised = err.get("ctx", {}).get("error")
+        parts = raised.problems if isinstance(raised, Problems) else [err["msg"].removeprefix("Value error, ")]
+        for part in parts:
+            named = _LEADING_FIELD.fullmatch(part)
+            where = (*loc, *named[1].split(".")) if named else tuple(loc)
+            said.append({**err, "loc": where, "msg": named[2] if named else part})
+    return said
 
 
 def _field_loc(err: ErrorDetails) -> list[int | str]:
@@ -119,19 +141,15 @@ def _skipped_checks(cls: type[BaseModel], data: dict[str, Any], errors: list[Err
         return []
     except ValidationError as exc:
         again = exc.errors()
-    said = {(tuple(_field_loc(e)), e["msg"]) for e in errors}
+    said = {_where(e) for e in _by_field(cls, errors)}
     naming = re.compile(r"\b(?:%s)\b" % "|".join(re.escape(k) for k in sorted(left_out)))
-    found: list[ErrorDetails] = []
-    for err in again:
-        loc = _field_loc(err)
-        if err["type"] not in _CHECK_TYPES or not _names_model(cls, loc) or (tuple(loc), err["msg"]) in said:
-            continue
-        raised = err.get("ctx", {}).get("error")
-        parts = raised.problems if isinstance(raised, Problems) else [err["msg"].removeprefix("Value error, ")]
-        kept = [p for p in parts if not naming.search(p)]
-        if kept:
-            found.append({**err, "msg": "; ".join(kept)})
-    return found
+    checks = [e for e in again if e["type"] in _CHECK_TYPES and _names_model(cls, _field_loc(e))]
+    return [e for e in _by_field(cls, checks) if _where(e) not in said and not naming.search(": ".join(_where(e)))]
+
+
+def _where(err: ErrorDetails) -> tuple[str, str]:
+    """A problem as said: its field and its words."""
+    return ".".join(str(p) for p in _field_loc(err)), err["msg"]
 
 
 def _leave_out(data: dict[str, Any], loc: list[int | str]) -> str | None:

@@ -17,7 +17,7 @@ import pytest
 from ftcluster.errors import PlanError, SpecError
 from ftcluster.plan import plan_for
 from ftcluster.render import RenderOptions, RunPaths, pyxis_mounts, render
-from ftcluster.spec import ClusterSpec, Mount, load_cluster
+from ftcluster.spec import ClusterSpec, Mount, load_cluster, with_image
 from ftcluster.store import RUN_NAME_MAX, new_run_id
 from ftcluster.visibility import check_checkpoint_visible, server_checkpoint_path
 from tests.helpers_specs import ckpt, cluster, facts, model
@@ -54,7 +54,7 @@ def test_pyxis_short_form_and_enroot_flags() -> None:
 def test_pyxis_mount_with_what_enroot_evaluates_is_refused(tmp_path: Path, mount: str) -> None:
     text = f"scheduler: slurm\ncontainer: {{runtime: pyxis, image: /i.sqsh, mounts: ['{mount}']}}\n"
     msg = _spec_error(tmp_path, text.replace("\\", "\\\\") if "\\" in mount else text)
-    assert "container: mounts.0:" in msg and "Enroot" in msg
+    assert "container.mounts.0:" in msg and "Enroot" in msg
 
 
 def test_mount_with_newline_is_refused(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_pyxis_images_accepted(image: str) -> None:
 ])
 def test_pyxis_images_refused(tmp_path: Path, image: str, fragment: str) -> None:
     msg = _spec_error(tmp_path, f"scheduler: slurm\ncontainer: {{runtime: pyxis, image: '{image}'}}\n")
-    assert "container: image:" in msg and fragment in msg
+    assert "container.image:" in msg and fragment in msg
 
 
 # --------------------------------------------------------------------------- workspace
@@ -351,3 +351,15 @@ def test_a_forwarding_spec_leaves_the_workspace_to_the_login_node(monkeypatch: p
         cluster(login_host="login1", workspace=ws)
     monkeypatch.setenv("FTC_SET_ONLY_ON_THE_LOGIN_NODE", "/scratch/u")
     assert cluster(login_host="login1", workspace=ws).workspace == "/scratch/u/runs"
+
+
+def test_a_checks_problem_is_said_at_its_field_and_by_the_option_that_gave_it() -> None:
+    """A model's own check names the field first ("image: ..."): it is said at container.image,
+    and when `restart --image` gave the value, as --image (not under the cluster file)."""
+    docker = cluster(scheduler="slurm", container={"runtime": "docker", "image": "ok:1"})
+    with pytest.raises(SpecError) as exc:
+        with_image(docker, "--privileged", "--image")
+    assert str(exc.value).startswith("--image: '--privileged' is not a Docker image reference")
+    with pytest.raises(SpecError) as exc:
+        with_image(docker, "--privileged")
+    assert "container.image: '--privileged' is not a Docker image reference" in str(exc.value)
