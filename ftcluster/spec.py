@@ -951,10 +951,16 @@ def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
     data = _read_yaml(p)
     # The default name comes from the file name, made a valid name (it names jobs and folders).
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
-    overrides = overrides or {}
-    named = {field: opt for field, opt in (options or {}).items() if field.split(".")[0] in overrides}
-    spec = _validate(ClusterSpec, p, {**data, **overrides}, named)
+    spec = _with_values(p, data, overrides or {}, options)
     return spec.model_copy(update={"source": str(p.resolve())})
+
+
+def _with_values(path: Path, data: dict[str, Any], values: dict[str, Any],
+                 options: dict[str, str] | None) -> ClusterSpec:
+    """`data` with top-level `values` replaced, checked together; a problem of a value given is
+    named by the option that gave it (options: dotted field -> option)."""
+    named = {field: opt for field, opt in (options or {}).items() if field.split(".")[0] in values}
+    return _validate(ClusterSpec, path, {**data, **values}, named)
 
 
 def with_values(cluster: ClusterSpec, values: dict[str, Any], options: dict[str, str] | None = None) -> ClusterSpec:
@@ -962,8 +968,7 @@ def with_values(cluster: ClusterSpec, values: dict[str, Any], options: dict[str,
     spec's own would be; an error names the field, or the option that gave it (options:
     dotted field -> option)."""
     path = Path(cluster.source or "cluster.yaml")
-    data = {**cluster.model_dump(), **values}
-    return _validate(ClusterSpec, path, data, options).model_copy(update={"source": cluster.source})
+    return _with_values(path, cluster.model_dump(), values, options).model_copy(update={"source": cluster.source})
 
 
 def with_image(cluster: ClusterSpec, image: str, option: str | None = None) -> ClusterSpec:

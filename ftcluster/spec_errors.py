@@ -56,7 +56,8 @@ def checked(cls: type[_S], data: dict[str, Any], context: dict[str, Any]) -> tup
         return cls.model_validate(data, context=context), []
     except ValidationError as exc:
         errors = exc.errors()
-    return None, _by_field(cls, errors) + _skipped_checks(cls, data, errors, context)
+    said = _by_field(cls, errors)
+    return None, said + _skipped_checks(cls, data, errors, said, context)
 
 
 def format_errors(path: Path | None, errors: list[ErrorDetails], names: dict[str, str] | None = None) -> str:
@@ -67,7 +68,7 @@ def format_errors(path: Path | None, errors: list[ErrorDetails], names: dict[str
     problems: dict[tuple[str, int], list[str]] = {}
     given: dict[str, str] = {}            # field -> the value it was given, said once
     for i, err in enumerate(errors):
-        loc = ".".join(str(p) for p in _field_loc(err))
+        loc = _field(err)
         for field, option in (names or {}).items():
             if loc == field or loc.startswith(field + "."):
                 loc = option + loc[len(field):]
@@ -104,10 +105,10 @@ def _by_field(cls: type[BaseModel], errors: list[ErrorDetails]) -> list[ErrorDet
     container: image), so that an option that gave the field names it too."""
     said: list[ErrorDetails] = []
     for err in errors:
-        loc = _field_loc(err)
-        if err["type"] not in _CHECK_TYPES or not _names_model(cls, loc):
+        if not _is_check(cls, err):
             said.append(err)
             continue
+        loc = _field_loc(err)
         raised = err.get("ctx", {}).get("error")
         parts = raised.problems if isinstance(raised, Problems) else [err["msg"].removeprefix("Value error, ")]
         for part in parts:
@@ -121,17 +122,26 @@ def _field_loc(err: ErrorDetails) -> list[int | str]:
     return [p for p in err["loc"] if not (isinstance(p, str) and _UNION_TAG.search(p))]
 
 
+def _field(err: ErrorDetails) -> str:
+    """The field an error is about, dotted (container.mounts.1)."""
+    return ".".join(str(p) for p in _field_loc(err))
+
+
+def _is_check(cls: type[BaseModel], err: ErrorDetails) -> bool:
+    """Whether `err` is what a model's own check (an after-validator) raised: it is at the model."""
+    return err["type"] in _CHECK_TYPES and _names_model(cls, _field_loc(err))
+
+
 def _skipped_checks(cls: type[BaseModel], data: dict[str, Any], errors: list[ErrorDetails],
-                    context: dict[str, Any]) -> list[ErrorDetails]:
+                    said: list[ErrorDetails], context: dict[str, Any]) -> list[ErrorDetails]:
     """What the models' own checks say once the fields that failed are left out, but for what
-    names a field left out, or was said already."""
+    names a field left out, or was `said` already (`errors`, each at its field)."""
     pruned = copy.deepcopy(data)
     left_out = set()
     for err in errors:
-        loc = _field_loc(err)
-        if err["type"] in _CHECK_TYPES and _names_model(cls, loc):
+        if _is_check(cls, err):
             continue   # a model's own check failed: its fields were valid and stay
-        key = _leave_out(pruned, loc)
+        key = _leave_out(pruned, _field_loc(err))
         if key is not None:
             left_out.add(key)
     if not left_out:
@@ -141,15 +151,15 @@ def _skipped_checks(cls: type[BaseModel], data: dict[str, Any], errors: list[Err
         return []
     except ValidationError as exc:
         again = exc.errors()
-    said = {_where(e) for e in _by_field(cls, errors)}
+    before = {_where(e) for e in said}
     naming = re.compile(r"\b(?:%s)\b" % "|".join(re.escape(k) for k in sorted(left_out)))
-    checks = [e for e in again if e["type"] in _CHECK_TYPES and _names_model(cls, _field_loc(e))]
-    return [e for e in _by_field(cls, checks) if _where(e) not in said and not naming.search(": ".join(_where(e)))]
+    checks = [e for e in again if _is_check(cls, e)]
+    return [e for e in _by_field(cls, checks) if _where(e) not in before and not naming.search(": ".join(_where(e)))]
 
 
 def _where(err: ErrorDetails) -> tuple[str, str]:
     """A problem as said: its field and its words."""
-    return ".".join(str(p) for p in _field_loc(err)), err["msg"]
+    return _field(err), err["msg"]
 
 
 def _leave_out(data: dict[str, Any], loc: list[int | str]) -> str | None:

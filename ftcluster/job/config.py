@@ -85,13 +85,13 @@ class JobConfig(NamedTuple):
     env: Dict[str, str]             # the spec's env: for the job's children only
     step: Optional[StepConfig] = None
     mpi: str = "pmix"               # srun --mpi (Slurm styles)
-    srun_args: List[str] = []   # the spec's srun_args, one argv word each
-    container_flags: List[str] = []   # srun's Pyxis flags
+    srun_args: List[str] = []       # the spec's srun_args, one argv word each
+    container_flags: List[str] = []  # srun's Pyxis flags
     container_name: str = ""
     docker_label: str = ""
     ssh_dir: str = ""               # the run's keys (docker styles)
     ssh_port: int = 0
-    run_hosts: List[str] = []   # fixed hosts, rank 0 first (ssh)
+    run_hosts: List[str] = []       # fixed hosts, rank 0 first (ssh)
     mpirun: str = "mpirun"          # the local style's Open MPI launcher
     liveness: Optional[LivenessConfig] = None   # serving runs with a probe
     restarts: int = 0               # restarts of the whole world on a fault while serving
@@ -105,7 +105,7 @@ class JobConfig(NamedTuple):
     # The service's name in the metrics targets' labels, the same across hand-overs (a replica
     # set's id, or the first run of a chain); "": this run's id.
     service: str = ""
-    on_failure: List[str] = []   # run once the job gives up (argv)
+    on_failure: List[str] = []      # run once the job gives up (argv)
     log_max_bytes: int = 256 << 20   # a serving rank's server log is cut beyond this
     # Submits a successor run on other nodes (argv; `--exclude NODES` and `--restarts N` are
     # added): before the time limit, or when a node of the job is lost. Empty: never.
@@ -135,7 +135,7 @@ class JobConfig(NamedTuple):
 
     def to_dict(self) -> Dict[str, Any]:
         """Its values as JSON has them: the nested ones (step, liveness, proxy) as objects."""
-        return {name: value._asdict() if isinstance(value, (StepConfig, LivenessConfig, ProxyConfig)) else value
+        return {name: value._asdict() if name in _NESTED and value is not None else value
                 for name, value in self._asdict().items()}
 
     def to_json(self) -> str:
@@ -150,10 +150,10 @@ class JobConfig(NamedTuple):
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown keys in the job's values: {', '.join(unknown)}")
-        step = raw.get("step")
-        raw["step"] = StepConfig(**step) if step else None
-        liveness = raw.get("liveness")
-        raw["liveness"] = LivenessConfig(**liveness) if liveness else None
-        proxy = raw.get("proxy")
-        raw["proxy"] = ProxyConfig(**proxy) if proxy else None
+        for name, kind in _NESTED.items():
+            raw[name] = kind(**raw[name]) if raw.get(name) else None
         return cls(**raw)
+
+
+# JobConfig's fields that hold values of their own: objects in job.json.
+_NESTED: Dict[str, Any] = {"step": StepConfig, "liveness": LivenessConfig, "proxy": ProxyConfig}
