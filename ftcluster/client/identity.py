@@ -1,7 +1,11 @@
 """Identity test: one well-formed request to the FT model, with checks of what comes back.
 
 Checks (each reported by name, all must pass):
-- output_ids / sequence_length are returned with the declared dtype and batch size;
+- output_ids / sequence_length are returned with the declared batch size, and with the declared
+  dtype -- for integer tensors, any integer dtype whose values the declared one holds: the real FT
+  backend returns sequence_length (and T5's output_ids) as INT32 where its own config.pbtxt says
+  UINT32 (ParallelGptTritonModelInstance.cc, T5TritonModelInstance.cc), and Triton passes the
+  backend's type through. Such a difference is a note, never a failure;
 - output_ids is [batch, beams, length] and long enough for every sequence_length;
 - decoder-only (GPT-style): output_ids start with the prompt and
   input_len <= sequence_length <= input_len + output_len;
@@ -64,6 +68,7 @@ class IdentityResult:
     seed: int = 0
     prompt_ids: list[list[int]] | None = None     # the request's ids (token-id models)
     outputs: dict[str, Any] = field(default_factory=dict)  # the first response, every row
+    notes: list[str] = field(default_factory=list)   # said once, never a failure
 
     @property
     def ok(self) -> bool:
@@ -83,11 +88,23 @@ class IdentityResult:
         return d
 
 
-def _dtype_check(name: str, arr: np.ndarray, spec: TensorSpec) -> Check:
+def _dtype_check(name: str, arr: np.ndarray, spec: TensorSpec, notes: list[str]) -> Check:
+    """The returned type against the declared one. Integer tensors are compared by their values:
+    another integer type is accepted when every value fits the declared type (a note says so)."""
     if spec.dtype == "BYTES":
         ok = arr.dtype == np.object_
     else:
-        ok = arr.dtype == np.dtype(spec.np_dtype)
+        want = np.dtype(spec.np_dtype)
+        ok = arr.dtype == want
+        if not ok and arr.dtype.kind in "iu" and want.kind in "iu":
+            limits = np.iinfo(want)
+            ok = arr.size == 0 or bool(limits.min <= arr.min() and arr.max() <= limits.max)
+            if ok:
+                notes.append(f"{name}: the server returned {arr.dtype.name.upper()} where config.pbtxt declares "
+                             f"{spec.dtype} (as the FasterTransformer backend does); its values fit {spec.dtype}")
+            else:
+                return Check(f"{name} dtype", False, f"got {arr.dtype}, declared {spec.dtype}, and values "
+                             f"[{arr.min()}, {arr.max()}] do not fit it")
     return Check(f"{name} dtype", ok, f"got {arr.dtype}, declared {spec.dtype}")
 
 
@@ -95,9 +112,12 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> list[Check]:
-    """Pure: the checks for one response (see the module docstring)."""
+def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray],
+                   notes: list[str] | None = None) -> list[Check]:
+    """Pure: the checks for one response (see the module docstring); what is worth saying but no
+    failure (a returned type other than the declared one) is added to `notes`."""
     checks: list[Check] = []
+    notes = [] if notes is None else notes
     b, n_in, n_out = req.batch_size, req.input_len, req.output_len
     seq: np.ndarray | None = None
     seq_spec = io.sequence_length
@@ -106,7 +126,7 @@ def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> lis
             checks.append(Check("sequence_length returned", False, "missing from the response"))
         else:
             seq = out[seq_spec.name]
-            checks.append(_dtype_check("sequence_length", seq, seq_spec))
+            checks.append(_dtype_check("sequence_length", seq, seq_spec, notes))
             checks.append(Check("sequence_length batch", seq.ndim >= 1 and seq.shape[0] == b,
                                 f"shape {list(seq.shape)}, batch {b}"))
             seq = seq.reshape(seq.shape[0], -1) if seq.ndim >= 1 else seq.reshape(1, 1)
@@ -117,7 +137,7 @@ def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> lis
         if spec.name not in out:
             return checks + [Check("text returned", False, f"{spec.name} missing from the response")]
         arr = out[spec.name]
-        checks.append(_dtype_check(spec.name, arr, spec))
+        checks.append(_dtype_check(spec.name, arr, spec, notes))
         rows = arr.reshape(arr.shape[0], -1) if arr.ndim else arr.reshape(1, 1)
         checks.append(Check(f"{spec.name} batch", rows.shape[0] == b, f"shape {list(arr.shape)}, batch {b}"))
         texts = [_text(r[0]) for r in rows]
@@ -135,7 +155,7 @@ def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> lis
         arr = out[hs.name]
         # The backend declares FP32 and sets the real type from data_type at load (auto-complete):
         # the config the server returns is what the output must match.
-        checks.append(_dtype_check(hs.name, arr, hs))
+        checks.append(_dtype_check(hs.name, arr, hs, notes))
         ok = arr.ndim == 3 and arr.shape[0] == b and arr.shape[1] == n_in and arr.shape[2] >= 1
         checks.append(Check(f"{hs.name} shape", ok, f"{list(arr.shape)}, want [{b}, {n_in}, hidden]"))
         if ok and arr.dtype.kind == "f":
@@ -154,7 +174,7 @@ def check_response(io: ModelIO, req: Request, out: dict[str, np.ndarray]) -> lis
     if ids_spec is None or ids_spec.name not in out:
         return checks + [Check("output_ids returned", False, "missing from the response")]
     ids = out[ids_spec.name]
-    checks.append(_dtype_check("output_ids", ids, ids_spec))
+    checks.append(_dtype_check("output_ids", ids, ids_spec, notes))
     shape_ok = ids.ndim == 3 and ids.shape[0] == b and ids.shape[1] >= 1
     checks.append(Check("output_ids shape", shape_ok, f"{list(ids.shape)}, want [{b}, beams, length]"))
     if not shape_ok or seq is None or seq.shape[0] != b:
@@ -219,7 +239,10 @@ async def run_identity_async(endpoint: Endpoint, model: str, *, batch_size: int 
                 result.error = str(exc)
                 return result
             result.latencies_ms.append((time.perf_counter() - t0) * 1e3)
-            checks = check_response(io, req, out)
+            notes: list[str] = []
+            checks = check_response(io, req, out, notes)
+            if i == 0:
+                result.notes = notes
             if i == 0 or not all(c.ok for c in checks):
                 result.checks = checks
                 result.sample = _sample(io, req, out)
@@ -294,6 +317,7 @@ def format_identity(result: IdentityResult) -> str:
              f"  inputs sent: {', '.join(result.inputs_sent)}"]
     for c in result.checks:
         lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}" + (f": {c.detail}" if c.detail and not c.ok else ""))
+    lines.extend(f"  note: {note}" for note in result.notes)
     if result.error:
         lines.append(f"  [FAIL] request failed: {result.error}")
     if result.latency_ms:

@@ -13,7 +13,7 @@ import pytest
 
 from ftcluster.client import Endpoint, parse_steps, run_bench, run_identity
 from ftcluster.client.bench import write_csv
-from ftcluster.client.identity import check_response
+from ftcluster.client.identity import check_response, format_identity
 from ftcluster.client.modelio import build_request, parse_config
 from ftcluster.errors import UserError
 from tests.triton_server import (
@@ -113,6 +113,38 @@ def test_check_fails_on_a_wrong_response(gpt_server: TritonServer) -> None:
     assert "output_ids start with the prompt" in failed
     out["output_ids"] = out["output_ids"].astype(np.float32)
     assert "output_ids dtype" in {c.name for c in check_response(io, req, out) if not c.ok}
+
+
+def test_the_test_model_returns_what_the_real_ft_returns(gpt_server: TritonServer) -> None:
+    """FT returns sequence_length as INT32 under GPT configs that declare it UINT32 (T5's configs
+    declare INT32, as it returns); the test model does the same, a check that compared types
+    exactly fails on it (as it failed every launch on the real backend), and identity passes with
+    a note where the types differ."""
+    import asyncio
+
+    from ftcluster.client.endpoint import AsyncTriton
+
+    async def fetch(model: str) -> tuple[dict, dict]:
+        async with AsyncTriton(_ep(gpt_server, "http")) as client:
+            cfg = await client.model_config(model)
+            req = build_request(parse_config(cfg), 2, 4, 3)
+            return cfg, await client.infer_arrays(model, req.arrays, [o["name"] for o in cfg["output"]])
+
+    returned = {"fastertransformer": {"output_ids": "uint32", "sequence_length": "int32",
+                                      "response_input_lengths": "int32"},
+                "t5": {"output_ids": "int32", "sequence_length": "int32"}}
+    for model, want in returned.items():
+        cfg, out = asyncio.run(fetch(model))
+        assert {k: out[k].dtype.name for k in want} == want
+        declared = {o["name"]: o["data_type"].removeprefix("TYPE_").lower() for o in cfg["output"]}
+        differ = [k for k in ("output_ids", "sequence_length") if declared[k] != want[k]]
+        assert differ == (["sequence_length"] if model == "fastertransformer" else [])
+        result = run_identity(_ep(gpt_server, "http"), model, repeats=1)
+        assert result.ok, format_identity(result)
+        assert [n.split(":")[0] for n in result.notes] == differ
+    # The check before compared types exactly: it failed the real backend's GPT answer.
+    assert "note: sequence_length: the server returned INT32 where config.pbtxt declares UINT32" in \
+        format_identity(run_identity(_ep(gpt_server, "grpc"), "fastertransformer", repeats=1))
 
 
 def test_unknown_model_is_a_clear_user_error(gpt_server: TritonServer) -> None:

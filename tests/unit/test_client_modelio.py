@@ -115,7 +115,16 @@ def test_checks_pass_and_fail() -> None:
     assert failed(wrong_prompt) == {"output_ids start with the prompt"}
     too_long = dict(good, sequence_length=np.full((2, 1), 99, np.uint32))
     assert "sequence_length in [input_len, input_len+output_len]" in failed(too_long)
-    assert "sequence_length dtype" in failed(_gpt_response(req.prompt_ids, 3, np.int32))
+    # The real FT backend returns sequence_length as INT32 under a config.pbtxt that says UINT32:
+    # values are compared, the difference is a note (the check before failed it).
+    notes: list[str] = []
+    assert all(c.ok for c in check_response(io, req, _gpt_response(req.prompt_ids, 3, np.int32), notes))
+    assert notes == ["sequence_length: the server returned INT32 where config.pbtxt declares UINT32 (as the "
+                     "FasterTransformer backend does); its values fit UINT32"]
+    negative = dict(good, sequence_length=np.full((2, 1), -1, np.int32))
+    assert "sequence_length dtype" in failed(negative)
+    assert "sequence_length dtype" in failed(_gpt_response(req.prompt_ids, 3, np.float32))
+    assert "output_ids dtype" in failed(dict(good, output_ids=good["output_ids"].astype(np.float32)))
     flat = dict(good, output_ids=good["output_ids"][:, 0, :])
     assert "output_ids shape" in failed(flat)
     assert "output_ids returned" in failed({"sequence_length": good["sequence_length"]})

@@ -267,8 +267,12 @@ class TritonPythonModel:
                 raise RuntimeError("test model: bf16 hidden states cannot leave numpy; use fp16 or fp32")
             self.hidden_dtype = pb_utils.triton_string_to_numpy(declared["output_hidden_state"])
         else:
-            self.ids_dtype = pb_utils.triton_string_to_numpy(declared["output_ids"])
-            self.len_dtype = pb_utils.triton_string_to_numpy(declared["sequence_length"])
+            # FT returns its own types, whatever config.pbtxt declares (and Triton passes them
+            # through): output_ids UINT32 (T5: INT32), sequence_length and response_input_lengths
+            # INT32 (ParallelGptTritonModelInstance.cc, T5TritonModelInstance.cc) -- under the
+            # shipped configs, which declare all of them UINT32.
+            self.ids_dtype = np.int32 if self.model_type == "T5" else np.uint32
+            self.len_dtype = np.int32
         if self.cuda is not None and not self.encoder:  # the CUDA decoder generates tokens only
             self.engine = self.cuda.Engine(self.world, self.cuda.Dims(ini, section), tp,
                                            int(_param(cfg, "pipeline_para_size", "1")),
@@ -436,7 +440,7 @@ class TritonPythonModel:
         arrays = [
             ("output_ids", out.astype(self.ids_dtype)),
             ("sequence_length", seq.astype(self.len_dtype)),
-            ("response_input_lengths", in_lens.reshape(batch, 1).astype(np.int32)),
+            ("response_input_lengths", np.repeat(in_lens.reshape(batch, 1), beam_width, axis=1).astype(np.int32)),
             ("cum_log_probs", np.zeros((batch, beam_width), np.float32)),
             ("output_log_probs", np.zeros((batch, beam_width, width), np.float32)),
         ]
