@@ -2,12 +2,17 @@
 serves again, what clients lose meanwhile, and what the probe costs.
 
     python bench/serving_restart.py [--repeats 3] [--interval 1] [--deadline 1] [--failures 2]
+                                    [--fault freeze|stop] [--rank R] [--style slurm|local]
 
-On the real Slurm test cluster (bare Slurm style, 2 nodes, FT-shaped test model), per repeat:
-`ftcluster launch --keep-serving --no-client` with rank 1 set to freeze (alive, silent) at its
-FREEZE_AT-th request, while a client sends the probe's own request every 0.2 s (2 s timeout).
-- detection: the job's `servers_stopped` after `restarting` minus the moment rank 1 froze (its
-  log line); goal <= (failures - 1) x interval + deadline + 1 s;
+On the real Slurm test cluster (bare Slurm style, 2 nodes, FT-shaped test model; or the local
+style on this machine), per repeat: `ftcluster launch --keep-serving --no-client` with a rank set
+to fail at its FREEZE_AT-th request, while a client sends the probe's own request every 0.2 s
+(2 s timeout). The fault: `freeze` (rank 1's stub alive and silent, its server's frontend up) or
+`stop` (rank 0's whole server process SIGSTOPped, as a real FT rank: frontend and metrics too).
+- found: the job's `restarting` minus the moment the rank failed (its log line), and minus the
+  first missed probe's start (its `unanswered` event: when the fault meets a client request, the
+  next probe comes up to an interval later); goal for the latter <= (failures - 1) x interval +
+  deadline + 1 s; torn down: its `servers_stopped` after that, minus the fault;
 - restart to serving: the restart's `ready` minus `restarting` (stopping every rank, starting
   them, readiness), less the back-off, against the first start's `mpicheck_ok` (the servers
   start next) -> `ready` on the same nodes (goal <= 1.1x);
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -45,7 +51,8 @@ from ftcluster.triton_local import find_tritonserver  # noqa: E402
 
 FREEZE_AT = 25          # with the client's 5 requests a second and a probe a second: ~4 s in
 PROBE_FREEZE_AT = 4     # probes alone: the 4th probe freezes
-FROZE = re.compile(r"FTCLUSTER_TEST_FREEZE_NODE: rank \d+ froze at ([\d.]+)")
+FROZE = re.compile(r"FTCLUSTER_TEST_(?:FREEZE|STOP)_NODE: rank \d+ (?:froze|stopped) at ([\d.]+)")
+FAULT_VAR = {"freeze": "FTCLUSTER_TEST_FREEZE_NODE", "stop": "FTCLUSTER_TEST_STOP_NODE"}
 
 
 class Client(threading.Thread):
@@ -121,13 +128,13 @@ def restart_once(tmp: Path, cluster: Path, args: argparse.Namespace, by: str) ->
     freeze (the next probe comes up to one interval later); by "probe": no traffic before, the
     freeze meets a probe (the case the goal's formula counts from), the client starts then."""
     freeze_at = FREEZE_AT if by == "client" else PROBE_FREEZE_AT
-    out = launch(tmp, cluster, {"FTCLUSTER_TEST_FREEZE_NODE": f"rank1@{freeze_at}"})
+    out = launch(tmp, cluster, {FAULT_VAR[args.fault]: f"rank{args.rank}@{freeze_at}"})
     run_dir = Path(out["run_dir"])
     client = Client(out["endpoint"], run_dir / "scripts" / "job.json")
+    log = run_dir / "logs" / f"server-rank{args.rank}.log"
     if by == "probe":
-        log = run_dir / "logs" / "server-rank1.log"
         deadline = time.time() + 60
-        while time.time() < deadline and "froze at" not in (log.read_text() if log.exists() else ""):
+        while time.time() < deadline and not FROZE.search(log.read_text() if log.exists() else ""):
             time.sleep(0.05)
     client.start()
     try:
@@ -143,17 +150,18 @@ def restart_once(tmp: Path, cluster: Path, args: argparse.Namespace, by: str) ->
         client.join()
         stop(out["run_id"])
     ev = events(run_dir)
-    found = FROZE.search((run_dir / "logs" / "incarnation-0" / "server-rank1.log").read_text())
-    assert found, "rank 1 did not freeze"
+    found = FROZE.search((run_dir / "logs" / "incarnation-0" / f"server-rank{args.rank}.log").read_text())
+    assert found, f"rank {args.rank} did not {args.fault}"
     froze = float(found.group(1))
     restarting = next(e.time for e in ev if e.kind == "restarting")
     torn_down = next(e.time for e in ev if e.kind == "servers_stopped" and e.time >= restarting)
-    # The servers start right after the MPI check.
-    first_start = next(e.time for e in ev if e.kind == "mpicheck_ok")
+    # The servers start right after the MPI check (the local style has none: they start then).
+    first_start = next(e.time for e in ev if e.kind in ("mpicheck_ok", "servers_starting"))
     first_ready = next(e.time for e in ev if e.kind == "ready")
     again = next(e.time for e in ev if e.kind == "ready" and e.time > restarting)
     lost = sum(1 for t, ok in client.sent if froze - 2 <= t <= again and not ok)
-    return {"detect_s": torn_down - froze, "goal_s": (args.failures - 1) * args.interval + args.deadline + 1,
+    missed = float(next(e.args[0] for e in ev if e.kind == "unanswered"))
+    return {"found_s": restarting - froze, "found_after_probe_s": restarting - missed, "detect_s": torn_down - froze, "goal_s": (args.failures - 1) * args.interval + args.deadline + 1,
             "first_ready_s": first_ready - first_start, "restart_ready_s": again - restarting - args.backoff,
             "lost_requests": float(lost), "sent": float(len(client.sent))}
 
@@ -181,16 +189,23 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=1.0)
     ap.add_argument("--failures", type=int, default=2)
     ap.add_argument("--backoff", type=float, default=1.0)
-    ap.add_argument("--cpu-seconds", type=float, default=30.0)
+    ap.add_argument("--cpu-seconds", type=float, default=30.0, help="0: no probe CPU measurement")
+    ap.add_argument("--fault", choices=sorted(FAULT_VAR), default="freeze")
+    ap.add_argument("--rank", type=int, help="the rank that fails (freeze: 1, stop: 0)")
+    ap.add_argument("--style", choices=("slurm", "local"), default="slurm")
     args = ap.parse_args()
+    if args.rank is None:
+        args.rank = 0 if args.fault == "stop" else 1
     from tests.cluster.testbed import running_testbed
 
     tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-restart-"))
     os.environ["FTCLUSTER_STATE_DIR"] = str(tmp / "state")
 
     def cluster_of(interval: float) -> Path:
-        spec = {"name": "bench", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,
-                "request_gpus": False, "exclusive": False, "workspace": str(tmp / "ws"),
+        where: dict[str, Any] = ({"scheduler": "slurm", "partition": "debug", "request_gpus": False,
+                                  "exclusive": False} if args.style == "slurm" else
+                                 {"scheduler": "local", "ports": {"http": 18300, "grpc": 18301, "metrics": 18302}})
+        spec = {"name": "bench", **where, "gpus_per_node": 1, "workspace": str(tmp / "ws"),
                 "server": {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
                            "liveness": {"interval": interval, "deadline": args.deadline, "failures": args.failures},
                            "restarts": 1, "restart_backoff": args.backoff}}
@@ -198,29 +213,37 @@ def main() -> None:
         path.write_text(yaml.safe_dump(spec))
         return path
 
-    runs: dict[str, list[dict[str, float]]] = {"freeze meets a probe": [], "freeze meets a client request": [],
+    cases = {by: f"{args.fault} meets a {'probe' if by == 'probe' else 'client request'}" for by in ("probe", "client")}
+    runs: dict[str, list[dict[str, float]]] = {cases["probe"]: [], cases["client"]: [],
                                                "cpu": []}
-    with running_testbed():
+    with running_testbed() if args.style == "slurm" else contextlib.nullcontext():
         for i in range(args.repeats):
             for by in ("probe", "client"):
-                key = f"freeze meets a {'probe' if by == 'probe' else 'client request'}"
+                key = cases[by]
                 runs[key].append(restart_once(tmp, cluster_of(args.interval), args, by))
                 print(f"repeat {i + 1}/{args.repeats} {key}: {runs[key][-1]}", file=sys.stderr)
-        runs["cpu"].append(probe_cpu(tmp, cluster_of, args.cpu_seconds))
-    med = report.medians(runs)
-    c = med["cpu"]
-    per_probe = (c["cpu_probes_s"] - c["cpu_none_s"]) / max(c["window_probes_s"] / args.interval, 1)
-    print(f"2 nodes, bare Slurm; liveness every {args.interval:g} s, deadline {args.deadline:g} s, "
+        if args.cpu_seconds:
+            runs["cpu"].append(probe_cpu(tmp, cluster_of, args.cpu_seconds))
+    med = report.medians({k: v for k, v in runs.items() if v})
+    print(f"2 nodes, {'bare Slurm' if args.style == 'slurm' else 'local style'}; fault: {args.fault} of rank "
+          f"{args.rank}; liveness every {args.interval:g} s, deadline {args.deadline:g} s, "
           f"{args.failures} misses; median of {args.repeats}")
-    for key in ("freeze meets a probe", "freeze meets a client request"):
+    for key in cases.values():
         r = med[key]
         print(f"{key}:")
-        print(f"  detection (freeze -> world torn down): {r['detect_s']:.2f} s (goal <= {r['goal_s']:.1f} s)")
+        print(f"  found: {r['found_after_probe_s']:.2f} s after the first missed probe (goal <= {r['goal_s']:.1f} s), "
+              f"{r['found_s']:.2f} s after the {args.fault}; torn down {r['detect_s']:.2f} s after it")
         print(f"  restart to ready (less the {args.backoff:g} s back-off): {r['restart_ready_s']:.2f} s; first start "
               f"to ready: {r['first_ready_s']:.2f} s; ratio {r['restart_ready_s'] / r['first_ready_s']:.2f} "
               "(goal <= 1.1)")
         print(f"  requests lost from the freeze to serving again: {r['lost_requests']:.0f} of {r['sent']:.0f} "
               "sent (one every 0.2 s, 2 s timeout)")
+    if "cpu" not in med:
+        report.print_json(med, repeats=args.repeats, interval=args.interval, deadline=args.deadline,
+                          failures=args.failures, fault=args.fault, style=args.style)
+        return
+    c = med["cpu"]
+    per_probe = (c["cpu_probes_s"] - c["cpu_none_s"]) / max(c["window_probes_s"] / args.interval, 1)
     print(f"probe CPU (supervisor): {c['cpu_probes_s']:.2f} s with probes every {args.interval:g} s vs "
           f"{c['cpu_none_s']:.2f} s without, over {c['window_probes_s']:.0f} s: {per_probe * 1000:.1f} ms a probe, "
           f"{per_probe * 6 * 1000:.0f} ms a minute at the default interval (10 s)")

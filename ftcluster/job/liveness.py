@@ -6,6 +6,13 @@ that has to cross the world finds it. A probe that misses its deadline counts on
 made no progress since the misses began (nv_inference_request_success of the served model did not
 grow), so a long batch ahead of the probe, or a slow probe, is not taken for a hang; `failures`
 misses in a row are. Standard library only: this runs in the job (Python 3.8).
+
+With FT the rank IS the tritonserver process: when it stops whole (SIGSTOP, a GPU driver hang),
+its metrics endpoint waits too. So every request a probe makes of rank 0 -- the metrics before,
+the inference, the metrics after a miss -- has its own deadline inside the probe's, a metrics
+read that cannot answer counts as no progress, and a probe is sent every `interval` whether or
+not the last one has come back: a frozen world is called hung within (failures - 1) x interval +
+deadline of its first missed probe (plus the loop's tick).
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from .text import Room, write_json
 _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
 
+# The most a metrics read may take of a probe's deadline (a quarter of it, when that is less).
+METRICS_S = 0.5
+
+
 def request_successes(host: str, port: int, model: str, timeout: float = 2.0, via: Via = DIRECT) -> float | None:
     """Rank 0's completed requests of `model` (every version), from its metrics; None when they
     could not be read."""
@@ -38,13 +49,15 @@ def request_successes(host: str, port: int, model: str, timeout: float = 2.0, vi
 
 
 class Probe:
-    """One probe in a thread of its own: the job's loop keeps watching the ranks meanwhile."""
+    """One probe in a thread of its own: the job's loop keeps watching the ranks meanwhile. It is
+    over within the deadline, whatever rank 0 does."""
 
     def __init__(self, cfg: LivenessConfig, host: str, port: int, via: Via = DIRECT):
         self.cfg, self.host, self.port, self.via = cfg, host, port, via
         self.body = base64.b64decode(cfg.body)
         self.started = time.time()
         self.successes_before: float | None = None
+        self.successes_after: float | None = None   # read when it missed, before it is done
         self.answered: bool | None = None   # None while it runs
         self.latency = 0.0
         self.detail = ""
@@ -56,10 +69,13 @@ class Probe:
         # One request per probe, over a fresh connection: nothing of a hung one is reused.
         import http.client   # here, not on the way to the servers' start (ranks.Via.connection)
 
-        self.successes_before = request_successes(self.host, self.cfg.metrics_port, self.cfg.model, via=self.via)
         t0 = time.monotonic()
+        metrics_s = min(METRICS_S, self.cfg.deadline / 4)
+        self.successes_before = self._successes(metrics_s)
+        infer_s = max(self.cfg.deadline - (time.monotonic() - t0) - metrics_s, metrics_s)
+        t1 = time.monotonic()
         try:
-            conn = self.via.connection(self.host, self.port, self.cfg.deadline)
+            conn = self.via.connection(self.host, self.port, infer_s)
             try:
                 conn.request("POST", f"/v2/models/{self.cfg.model}/infer", body=self.body,
                              headers={"Content-Type": "application/octet-stream",
@@ -70,17 +86,21 @@ class Probe:
             finally:
                 conn.close()
         except (OSError, http.client.HTTPException) as exc:
-            self.latency = time.monotonic() - t0
+            self.latency = time.monotonic() - t1
             self.detail = "no answer within the deadline" if "timed out" in str(exc) else str(exc)
+            self.successes_after = self._successes(metrics_s)
             self.answered = False
             return
-        self.latency = time.monotonic() - t0
+        self.latency = time.monotonic() - t1
         # An error reply proves nothing about the world: Triton's frontend refuses a request it
         # finds wrong before any rank sees it. It neither counts nor clears a miss.
         if reply.status != 200:
             self.refused = f"HTTP {reply.status}: {_error_text(data)}"
             self.detail = self.refused
         self.answered = True
+
+    def _successes(self, timeout: float) -> float | None:
+        return request_successes(self.host, self.cfg.metrics_port, self.cfg.model, timeout, self.via)
 
     @property
     def done(self) -> bool:
@@ -101,7 +121,7 @@ class Liveness:
                  room: Room | None = None):
         self.cfg, self.host, self.port, self.health_path, self.via = cfg, host, port, health_path, via
         self.room = room or Room()
-        self.probe: Probe | None = None
+        self.in_flight: list[Probe] = []   # oldest first; several while deadline > interval
         self.next_at = time.monotonic() + cfg.interval
         self.misses = 0
         self.probes = 0
@@ -114,16 +134,17 @@ class Liveness:
 
     def check(self) -> str | None:
         """None while the world answers (or may yet); the fault in words once `failures` probes in
-        a row missed their deadline with no request completed meanwhile."""
-        probe = self.probe
-        if probe is None:
-            if time.monotonic() >= self.next_at:
-                self.next_at = time.monotonic() + self.cfg.interval
-                self.probe = Probe(self.cfg, self.host, self.port, self.via)
-            return None
-        if not probe.done:
-            return None
-        self.probe = None
+        a row missed their deadline with no request completed meanwhile. Probes are judged in the
+        order they were sent, each the moment it is over."""
+        if time.monotonic() >= self.next_at:
+            self.next_at = time.monotonic() + self.cfg.interval
+            self.in_flight.append(Probe(self.cfg, self.host, self.port, self.via))
+        fault = None
+        while self.in_flight and self.in_flight[0].done and fault is None:
+            fault = self._judge(self.in_flight.pop(0))
+        return fault
+
+    def _judge(self, probe: Probe) -> str | None:
         self.probes += 1
         progressed = False
         if probe.refused:
@@ -134,10 +155,11 @@ class Liveness:
         else:
             # Progress is counted from the start of the first probe of the run of misses: a slow
             # probe that missed its deadline is still in flight when it is judged, and shows as
-            # progress only once it completes, which the next probe's judgement sees.
+            # progress only once it completes, which the next probe's judgement sees. A metrics
+            # read that got no answer is no progress.
             if self.misses == 0 or self.streak_from is None:
                 self.streak_from = probe.successes_before
-            after = request_successes(self.host, self.cfg.metrics_port, self.cfg.model, via=self.via)
+            after = probe.successes_after
             progressed = after is not None and self.streak_from is not None and after > self.streak_from
             self.misses = 0 if progressed else self.misses + 1
             if self.misses == 1:

@@ -178,6 +178,28 @@ def test_a_hung_world_is_restarted_and_serves_again_locally(tmp_path: Path) -> N
     assert outages[0]["cause"].startswith("the MPI world is hung")
 
 
+def _a_stopped_server_is_found(cluster: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Rank 0's whole server process SIGSTOPped at its 2nd request (a real FT rank: its frontend
+    and metrics stop too): found as a hang, every request of the check bounded by the probe's
+    deadline (before, the metrics reads waited 2 s each, one probe after another: 10 s here), the
+    stopped processes killed, the world restarted and serving."""
+    st = _restarted_and_serving(cluster, {"FTCLUSTER_TEST_STOP_NODE": "rank0@2", **(env or {})},
+                                "the MPI world is hung")
+    events = parse_events((Path(st["run_dir"]) / "state" / "events").read_text())
+    missed = float(next(e.args[0] for e in events if e.kind == EV.unanswered))
+    restarting = next(e.time for e in events if e.kind == EV.restarting)
+    formula = (LIVENESS["failures"] - 1) * LIVENESS["interval"] + LIVENESS["deadline"]
+    assert formula - 0.1 < restarting - missed < 7.0, restarting - missed
+    log = (Path(st["run_dir"]) / "logs" / "incarnation-0" / "server-rank0.log").read_text()
+    assert "FTCLUSTER_TEST_STOP_NODE: rank 0 stopped at" in log
+    return st
+
+
+@pytest.mark.triton
+def test_a_whole_server_stopped_is_found_and_restarted_locally(tmp_path: Path) -> None:
+    _a_stopped_server_is_found(write_cluster(tmp_path, server=RESTARTS))
+
+
 @pytest.mark.triton
 def test_a_rank_that_dies_while_serving_is_restarted_locally(tmp_path: Path) -> None:
     _restarted_and_serving(write_cluster(tmp_path, server=RESTARTS), {"FTCLUSTER_TEST_DIE_NODE": "rank1@2"},
@@ -318,6 +340,14 @@ def test_a_hung_world_is_restarted_and_serves_again_on_slurm(slurm_cluster: Any,
     cluster = _write_spec(folder, server={"binary": _write_spec_binary(), "ready_timeout": 60, "exit_grace": 5,
                                           **RESTARTS})
     st = _restarted_and_serving(cluster, {"FTCLUSTER_TEST_FREEZE_NODE": "rank1@2"}, "the MPI world is hung")
+    assert wait_for(lambda: _job_gone(st["job_id"]), 30)
+
+
+@pytest.mark.cluster
+def test_a_whole_server_stopped_is_found_and_restarted_on_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
+    cluster = _write_spec(shared_tmp, server={"binary": _write_spec_binary(), "ready_timeout": 60, "exit_grace": 5,
+                                              **RESTARTS})
+    st = _a_stopped_server_is_found(cluster)
     assert wait_for(lambda: _job_gone(st["job_id"]), 30)
 
 

@@ -23,6 +23,7 @@ class _Rank0:
     def __init__(self) -> None:
         self.delay = 0.0
         self.frozen = False
+        self.whole = False      # the whole process stopped (SIGSTOP of FT's rank): metrics too
         self.successes = 0
         self.lock = threading.Lock()
         rank0 = self
@@ -32,6 +33,9 @@ class _Rank0:
                 pass
 
             def do_GET(self) -> None:
+                if rank0.whole:
+                    time.sleep(30)
+                    return
                 body = f'nv_inference_request_success{{model="m",version="1"}} {rank0.successes}\n'.encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -104,3 +108,28 @@ def test_a_world_that_freezes_after_answering_is_a_hang(rank0: _Rank0, tmp_path:
     assert live.last_ok < live.missed_since and frozen_at - 0.1 < live.missed_since < frozen_at + 1.2
     assert time.time() - live.missed_since > 1.0
     assert live.health()["unanswered_since"] == live.missed_since
+
+
+def test_a_whole_process_freeze_is_found_within_the_formula(rank0: _Rank0, tmp_path: Path) -> None:
+    # FT's rank is the tritonserver process: stopped whole, its metrics endpoint waits too. Each
+    # read of it has its own deadline inside the probe's, and probes go out every interval while
+    # others are in flight, so the verdict comes (failures - 1) x interval + deadline after the
+    # first missed probe was sent. Before, each probe's metrics reads waited 2 s each and the
+    # probes went one after another: (2 + deadline + 2) x failures = 16.5 s here.
+    cfg = LivenessConfig(interval=0.5, deadline=1.5, failures=3, model="m", body="AA==", json_size=1,
+                         what="1 token", metrics_port=rank0.port)
+    live = Liveness(cfg, "127.0.0.1", rank0.port, str(tmp_path / "health.json"))
+    while live.probes < 1:
+        assert live.check() is None
+        time.sleep(0.02)
+    rank0.frozen = rank0.whole = True
+    fault = None
+    while fault is None:
+        fault = live.check()
+        time.sleep(0.02)
+    found = time.time()
+    assert live.missed_since is not None and fault.startswith("the MPI world is hung")
+    formula = (cfg.failures - 1) * cfg.interval + cfg.deadline
+    assert formula - 0.1 < found - live.missed_since < formula + 1.0
+    # Each probe was over within its deadline, the metrics reads included.
+    assert live.last["latency_ms"] < cfg.deadline * 1000

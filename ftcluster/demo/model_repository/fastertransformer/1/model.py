@@ -55,8 +55,12 @@ several separated by commas:
 - FTCLUSTER_TEST_FREEZE_NODE: the rank freezes while serving, alive and silent (it stops adding
   its share, so rank 0 and every request wait forever: the hang FT users report), at its first
   request, or `@N` at its N-th;
+- FTCLUSTER_TEST_STOP_NODE: the rank's whole server process stops (SIGSTOP of its tritonserver
+  and of this stub), at its first request or `@N` at its N-th: what a SIGSTOP of a real FT rank
+  does, whose backend lives in the tritonserver process -- its HTTP frontend and metrics stop
+  answering too, where FREEZE leaves them up;
 - FTCLUSTER_TEST_SLOW_NODE=<target>@<seconds>: each request takes that much longer on the rank.
-DIE and FREEZE fire in the server's first incarnation only (FTC_INCARNATION unset or 0, as the
+DIE, FREEZE and STOP fire in the server's first incarnation only (FTC_INCARNATION unset or 0, as the
 job sets it for each restart of the world), or in every one with FTCLUSTER_TEST_FAULTS_ALWAYS=1.
 """
 
@@ -112,6 +116,29 @@ def _die():
     """Like a crashing FT rank: the whole tritonserver goes, not just this stub."""
     os.kill(os.getppid(), signal.SIGKILL)
     os._exit(137)
+
+
+def _server_pid():
+    """The tritonserver this stub serves: its nearest ancestor of that name (the stub is started
+    through a shell that execs it, so normally its parent), else its parent."""
+    pid = os.getpid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip().startswith("tritonserver"):
+                    return pid
+        except (OSError, ValueError, IndexError):
+            break
+    return os.getppid()
+
+
+def _stop_whole_server(rank):
+    """Like a SIGSTOPped FT rank: the whole server stops, frontend and backend, then this stub."""
+    print(f"FTCLUSTER_TEST_STOP_NODE: rank {rank} stopped at {time.time():.6f}", file=sys.stderr, flush=True)
+    os.kill(_server_pid(), signal.SIGSTOP)
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _visible_gpus():
@@ -283,6 +310,7 @@ class TritonPythonModel:
         self.die_at_request = False
         self.served = 0
         self.freeze_at = _fault("FTCLUSTER_TEST_FREEZE_NODE", rank) if _first_incarnation() else None
+        self.stop_at = _fault("FTCLUSTER_TEST_STOP_NODE", rank) if _first_incarnation() else None
         self.slow = _fault("FTCLUSTER_TEST_SLOW_NODE", rank) or 0.0
         die = _fault("FTCLUSTER_TEST_DIE_NODE", rank) if _first_incarnation() else None
         if die:
@@ -341,6 +369,8 @@ class TritonPythonModel:
                   file=sys.stderr, flush=True)
             while True:          # alive, silent: rank 0 waits in the gather below for good
                 time.sleep(3600)
+        if self.stop_at is not None and self.served >= max(1, self.stop_at):
+            _stop_whole_server(self.world.rank)
         if self.slow:
             time.sleep(self.slow)
         if self.encoder:
