@@ -70,6 +70,8 @@ def _report(outcome: LaunchOutcome) -> None:
     if isinstance(latency, dict):
         t.add_row("client latency", " / ".join(f"{k} {v:.2f} ms" for k, v in latency.items()
                                                if isinstance(v, (int, float))))
+    for note in client.get("notes") or []:   # said, never a failure (identity.py's notes)
+        t.add_row("client note", cell(note))
     mpi = outcome.mpicheck or {}
     if mpi:
         t.add_row("MPI check", cell(f"{'passed' if mpi.get('ok') else 'FAILED'} in {mpi.get('seconds')}s "

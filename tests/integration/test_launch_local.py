@@ -57,6 +57,8 @@ def test_launch_two_local_ranks_runs_client_and_cleans_up(tmp_path: Path) -> Non
     for phase in ("submitted", "servers_starting", "ready", "client_started", "client_done", "done"):
         assert phase in out["phases"], out["phases"]
     assert out["client"]["ok"] is True
+    # The test model returns sequence_length as the real FT does (INT32 under UINT32): a note.
+    assert [n.split(":")[0] for n in out["client"]["notes"]] == ["sequence_length"]
     run_dir = Path(out["run_dir"])
     for rank in (0, 1):
         assert (run_dir / "state" / f"rank{rank}.host").read_text().strip() == "127.0.0.1"

@@ -93,6 +93,8 @@ def test_launch_end_to_end(spec_dir: Path, nodes: int) -> None:
     rc, out, err = launch_json(cluster, "--nodes", str(nodes))
     assert rc == 0, err
     assert out["ok"] and out["client"]["ok"]
+    # The test model returns sequence_length as the real FT does (INT32 under UINT32): a note.
+    assert [n.split(":")[0] for n in out["client"]["notes"]] == ["sequence_length"]
     run_dir = Path(out["run_dir"])
     hosts = [(run_dir / "state" / f"rank{r}.host").read_text().strip() for r in range(nodes)]
     assert len(set(hosts)) == nodes, hosts               # one server per node
