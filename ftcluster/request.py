@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftcluster.bytecode import ship_bytecode
-from ftcluster.launchers import launcher_class
 from ftcluster.layout import FILES, LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan import Plan, RankSlot, node_names
 from ftcluster.proxy import access_of, new_token
 from ftcluster.render import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.resources import package_path
+from ftcluster.slurm import Slurm
 from ftcluster.spec import ClusterSpec, ModelSpec
 from ftcluster.styles import STYLES, style_name
 
@@ -120,6 +120,13 @@ def job_shape(cluster: ClusterSpec, nodes: int, gpus_per_node: int) -> Plan:
                 ft_model="", checkpoint_dir="", model_type="")
 
 
+def submit_argv(scheduler: str, script: str) -> tuple[str, ...]:
+    """The argv that starts a job script from the run folder: sbatch for Slurm's styles (submitted
+    from the run folder, the request's cwd: #SBATCH --output paths are relative), bash where the
+    job runs as a process of the launching command (local, ssh + Docker)."""
+    return Slurm.submit_command(script) if scheduler == "slurm" else ("bash", script)
+
+
 def request_kind(opts: RenderOptions) -> str:
     if opts.step is not None:
         return opts.step.what
@@ -140,7 +147,7 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
         kind=kind, launcher=style.launcher, scheduler=cluster.scheduler, style=style.name, paths=paths,
         files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""),
                             scripts.shown.get(name)) for name, text in scripts.files.items()),
-        argv=launcher_class(style.launcher).command(str(script)), cwd=paths.run_dir,
+        argv=submit_argv(cluster.scheduler, str(script)), cwd=paths.run_dir,
         private=(access_of(cluster) == "private" and opts.servers and opts.step is None)
         or bool(opts.step and opts.step.token),
     )

@@ -12,7 +12,7 @@ from ftcluster.events import EV, parse_events
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.layout import RunPaths
-from ftcluster.launchers.local import job_id_of
+from ftcluster.procs import job_id_of
 from ftcluster.store import RunRecord
 from ftcluster.styles import STYLES, style_name
 

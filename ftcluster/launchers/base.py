@@ -39,11 +39,6 @@ class Launcher(ABC):
     def __init__(self, runner: Runner):
         self.runner = runner
 
-    @staticmethod
-    @abstractmethod
-    def command(script: str) -> tuple[str, ...]:
-        """The argv that starts a job script from the run folder; pure: the job request holds it."""
-
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         """Refuse what the cluster cannot run, before anything is written or submitted
         (servers=False: a job step, no server ports)."""

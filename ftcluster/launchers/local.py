@@ -16,7 +16,7 @@ from ftcluster.errors import UserError
 from ftcluster.events import EV, last, parse_events
 from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.layout import FILES
-from ftcluster.procs import ProcessId, read_pidfile
+from ftcluster.procs import ProcessId, job_id_of, read_pidfile
 from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
@@ -33,15 +33,6 @@ def _job_process(job_id: str) -> ProcessId | None:
         raise UserError(f"job id {job_id!r} is not a local job id (local:<pid>@<start>)",
                         field="job_id", hint="the run store entry is damaged; remove the run")
     return ProcessId.parse(rest)
-
-
-def job_id_of(pid: int) -> str:
-    """The job id of the job script with this pid, `local:PID@START`, its start time read now.
-    One already gone gets start 0, which no live process has: the id reports (from the run's
-    events) and never names a process to signal. The job is also known by its command line
-    (_job_mark), so a pid reused since is never taken for it either."""
-    ident = ProcessId.of(pid)
-    return f"local:{ident or f'{pid}@0'}"
 
 
 def _job_mark(paths: RunPaths) -> str:
@@ -66,10 +57,6 @@ class LocalLauncher(Launcher):
     kill_stray_ranks = True
     # Seconds beyond the server's exit grace that a stopped job script gets for its teardown.
     teardown_grace = 5.0
-
-    @staticmethod
-    def command(script: str) -> tuple[str, ...]:
-        return ("bash", script)
 
     def submit(self, request: Submission) -> str:
         paths = request.paths

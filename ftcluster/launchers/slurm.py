@@ -39,11 +39,6 @@ class SlurmLauncher(Launcher):
             raise UserError(f"{plan.nodes} nodes requested but partition {cluster.partition!r} has {total}",
                             field="--nodes", hint="lower --nodes or choose a bigger partition")
 
-    @staticmethod
-    def command(script: str) -> tuple[str, ...]:
-        # Submitted from the run folder (the request's cwd): #SBATCH --output paths are relative.
-        return Slurm.submit_command(script)
-
     def submit(self, request: Submission) -> str:
         return self.slurm.submit(request.argv, cwd=str(request.cwd), clock=self.clock)
 

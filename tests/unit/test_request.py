@@ -100,10 +100,6 @@ class Recording(Launcher):
 
     submitted: list[Submission] = []
 
-    @staticmethod
-    def command(script: str) -> tuple[str, ...]:
-        return SlurmLauncher.command(script)
-
     def submit(self, request: Submission) -> str:
         self.submitted.append(request)
         return "42"
