@@ -11,6 +11,7 @@ from ftcluster.errors import LaunchError
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.slurm import PyxisSlurmLauncher, SlurmLauncher
 from ftcluster.layout import RunPaths
+from ftcluster.request import submit_argv
 from ftcluster.runner import CommandResult
 from ftcluster.slurm import JobInfo, JobState, Slurm
 from tests.fake_clock import FakeClock
@@ -80,7 +81,7 @@ def test_cancel_runs_slurms_scancel(tmp_path: Path, launcher: type[SlurmLauncher
     runner = Cancellable(squeue=(0, "RUNNING|None|n1\n", ""))
     launcher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
     assert [c for c in runner.calls if c[0] == "scancel"] == [scancel]
-    assert launcher.command("s.sbatch") == Slurm.submit_command("s.sbatch") == ("sbatch", "--parsable", "s.sbatch")
+    assert submit_argv("slurm", "s.sbatch") == Slurm.submit_command("s.sbatch") == ("sbatch", "--parsable", "s.sbatch")
 
 
 def test_cancel_of_a_pending_job_is_a_plain_scancel(tmp_path: Path) -> None:
