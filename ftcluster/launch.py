@@ -208,6 +208,8 @@ class Launch:
 
     def prepare(self) -> tuple[JobRequest, RunRecord]:
         servers = self.opts.step is None
+        if servers and self.opts.member_of is None:   # a replica set's members take the set's ports
+            self.cluster = self.launcher.with_ports(self.cluster, self.plan)
         self.launcher.check(self.cluster, self.plan, servers=servers)
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         self._claim_run()
