@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster.errors import Interrupted, LaunchError, PlanError, UserError, os_error_words
+from ftcluster.errors import Interrupted, PlanError, UserError, os_error_words
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
