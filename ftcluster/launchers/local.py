@@ -119,7 +119,7 @@ class LocalLauncher(Launcher):
         run (each rank's, the proxy's) is free."""
         if cluster.ports_given:
             return cluster
-        from ftcluster.spec import Ports
+        from ftcluster.spec import Ports   # pydantic: imported by a launch that picks, not at start-up
 
         for _ in range(PORT_PICKS):
             with socket.socket() as s:
