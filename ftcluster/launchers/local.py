@@ -6,6 +6,7 @@ stop from another ftcluster process can signal the whole group, once it is ident
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -55,6 +56,9 @@ def port_free(port: int) -> bool:
 # Blocks of ports tried before a launch without fixed ports gives up (each try's ports are all
 # free but for a busy machine's bad luck).
 PORT_PICKS = 20
+# Where a picked block starts: above the well-known and usual service ports, below Linux's
+# default ephemeral range (32768-60999), which outgoing connections draw from.
+PICKED_PORTS = (20000, 32000)
 
 
 def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str]]:
@@ -115,16 +119,15 @@ class LocalLauncher(Launcher):
     def with_ports(self, cluster: ClusterSpec, plan: Plan) -> ClusterSpec:
         """A spec that leaves `ports` out serves on a block of ports free now, not on fixed
         defaults another process of a shared machine may hold (or take before the ranks bind):
-        the block starts at a port the kernel hands out as free, tried until every port of the
+        a block at random below the kernel's ephemeral range (where no outgoing connection
+        takes a port between this check and the servers' bind), tried until every port of the
         run (each rank's, the proxy's) is free."""
         if cluster.ports_given:
             return cluster
         from ftcluster.spec import Ports   # pydantic: imported by a launch that picks, not at start-up
 
         for _ in range(PORT_PICKS):
-            with socket.socket() as s:
-                s.bind(("0.0.0.0", 0))
-                base = s.getsockname()[1]
+            base = random.randrange(*PICKED_PORTS)
             gpus = None if cluster.ports.gpus is None else base + 3
             try:
                 picked = cluster.model_copy(update={"ports": Ports(http=base, grpc=base + 1, metrics=base + 2,
