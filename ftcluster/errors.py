@@ -48,6 +48,13 @@ class LaunchError(UserError):
     exit_code = EXIT_FAILED
 
 
+class Interrupted(LaunchError):
+    """Ctrl-C (or SIGTERM) ended an attached launch, which cleaned up after itself: the
+    documented exit code of an interruption, with what was cancelled."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
 # A one-line error lists this many problems; past them, how many more (a thousand missing
 # shards would make a line nobody reads; `check-checkpoint` lists them all).
 PROBLEMS_SHOWN = 8

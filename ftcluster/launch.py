@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster.errors import LaunchError, PlanError, UserError, os_error_words
+from ftcluster.errors import Interrupted, PlanError, UserError, os_error_words
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
@@ -208,6 +208,8 @@ class Launch:
 
     def prepare(self) -> tuple[JobRequest, RunRecord]:
         servers = self.opts.step is None
+        if servers and self.opts.member_of is None:   # a replica set's members take the set's ports
+            self.cluster = self.launcher.with_ports(self.cluster, self.plan)
         self.launcher.check(self.cluster, self.plan, servers=servers)
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         self._claim_run()
@@ -279,7 +281,7 @@ class Launch:
             self.launcher.cancel(job_id, self.paths, self.cluster.server.exit_grace)
             self.launcher.release_resources(self.paths)
             self.store.update(record, status="CANCELLED")
-            raise LaunchError(f"interrupted; job {job_id} of run {record.run_id} was cancelled") from None
+            raise Interrupted(f"interrupted; job {job_id} of run {record.run_id} was cancelled") from None
         status = "SERVING" if outcome.ok and self.opts.keep_serving else ("COMPLETED" if outcome.ok else "FAILED")
         outcome.record = self.store.update(outcome.record, status=status, endpoint=outcome.endpoint)
         return outcome

@@ -34,6 +34,7 @@ class ModelFacts:
     served: str = ""                                  # the model the client queries
     served_max_batch_size: int | None = None          # None: the client queries the FT model
     source_params: tuple[tuple[str, str], ...] = ()   # the FT model's parameters as the source says
+    backends: tuple[str, ...] = ()                    # every model's `backend` in the repository
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Plan:
     model_type: str
     weight_data_type: str | None = None   # from the checkpoint's config.ini
     input_hidden_size: int | None = None  # bert: the client's input_hidden_state width
+    # The backend libraries the servers load (each model's `backend`: fastertransformer, python),
+    # which the MPI check looks for in the image.
+    backends: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,7 +69,7 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
         ranks = tuple(RankSlot(**r) for r in data["ranks"])
-        return cls(**{**data, "ranks": ranks})
+        return cls(**{**data, "ranks": ranks, "backends": tuple(data.get("backends", ()))})
 
 
 def option_problems(cluster: ClusterSpec | None, nodes: int, gpus_per_node: int | None = None,
@@ -148,6 +152,7 @@ def plan_for(
         world_size=tp * pp, mpi_ranks=nodes, ranks=ranks, ft_model=facts.ft_model,
         checkpoint_dir=str(ckpt.gpu_dir), model_type=model.model_type,
         weight_data_type=ckpt.weight_data_type, input_hidden_size=ckpt.input_hidden_size,
+        backends=facts.backends,
     )
 
 
@@ -320,6 +325,8 @@ def read_model_facts(model: ModelSpec) -> ModelFacts:
         served=served.name if served is not None else ft.name,
         served_max_batch_size=served_mbs,
         source_params=tuple((k, v.string_value) for k, v in sorted(cfg.parameters.items())),
+        # A platform (ensemble) is built into the server: only a `backend` is a library to find.
+        backends=tuple(sorted({str(m.config.backend) for m in models.values() if m.config.backend})),
     )
 
 

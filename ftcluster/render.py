@@ -75,6 +75,18 @@ SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "exporter.py", 
 LOCAL_PORT_STRIDE = 10
 
 
+def backend_directory(server_args: tuple[str, ...]) -> str:
+    """The --backend-directory that server.extra_args give tritonserver (the last one wins, as
+    in its own parsing); "": none, the server's default."""
+    found = ""
+    for i, arg in enumerate(server_args):
+        if arg.startswith("--backend-directory="):
+            found = arg.split("=", 1)[1]
+        elif arg == "--backend-directory" and i + 1 < len(server_args):
+            found = server_args[i + 1]
+    return found
+
+
 def templates_dir() -> Path:
     # The source tree's job_templates/, which a wheel carries inside the package.
     return tree_path("job_templates")
@@ -318,6 +330,10 @@ class RenderContext:
     sbatch_dir: str                # the run folder as #SBATCH --chdir takes it; "": it cannot
     mpi_check: bool
     mpi_check_timeout: float
+    # The backend libraries the servers load, which the MPI check looks for in the image, and
+    # the server's --backend-directory where server.extra_args sets one ("": beside its bin/).
+    backends: list[str]
+    backend_directory: str
     servers: bool
     step: JobStep | None           # a preflight or convert run: _step.sh.j2 instead of the servers
     # the run folder
@@ -424,6 +440,8 @@ def context(
         # A world on this machine alone is its own mpirun's; there is nothing to check.
         mpi_check=opts.mpi_check and not style.one_host,
         mpi_check_timeout=opts.mpi_check_timeout,
+        backends=list(plan.backends) if opts.servers else [],
+        backend_directory=backend_directory(cluster.server.extra_args),
         servers=opts.servers,
         step=opts.step,
         repo=str(paths.repo),
@@ -490,6 +508,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         exit_grace=int(ctx.server.exit_grace), keep_serving=ctx.keep_serving, run_client=ctx.run_client,
         client_args=client_args, servers=ctx.servers, mpi_check=ctx.mpi_check,
         mpi_check_timeout=int(ctx.mpi_check_timeout), env=dict(ctx.env),
+        backends=ctx.backends, backend_directory=ctx.backend_directory,
         step=None if step is None else StepConfig(what=step.what, label=step.label, argv=list(step.argv),
                                                   per_node=step.per_node,
                                                   timeout=None if step.timeout is None else int(step.timeout)),

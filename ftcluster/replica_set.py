@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster.errors import LaunchError, UserError
+from ftcluster.errors import Interrupted, LaunchError, UserError
 from ftcluster.events import EV, parse_events
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch import Launch, LaunchOptions, Progress, run_paths, workspace_dir
@@ -214,7 +214,7 @@ class ReplicaSet:
             self._follow(outcome, launched, t0)
         except KeyboardInterrupt:
             stop_records(launched, self.store)
-            raise LaunchError(f"interrupted; replica set {self.set_id} was stopped") from None
+            raise Interrupted(f"interrupted; replica set {self.set_id} was stopped") from None
         if not outcome.ok:
             stop_records(launched, self.store)
             return outcome

@@ -64,6 +64,23 @@ def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeou
     return Endpoint.parse(url, protocol, timeout, token, tls=ca is not None, ca=ca, option=url_option)
 
 
+def model_to_query(model: str | None, run_ref: str | None, default: str | None = None) -> str:
+    """The model a client asks for: --model, else the recorded run's own (a run of a model not
+    named `fastertransformer` serves it under its spec's name), else `default`."""
+    if model:
+        return model
+    if run_ref is not None:
+        from ftcluster.store import RunStore
+
+        name = RunStore().get(run_ref).model
+        if name:
+            return name
+    if default is None:
+        raise UserError("which model? none is recorded for this run" if run_ref else "which model?",
+                        field="--model", hint="give --model NAME, or --run RUN of a recorded run")
+    return default
+
+
 def tls_cert_of(run_dir: Path) -> str | None:
     """The certificate a run's endpoint serves TLS with (proxy.tls_cert): a run's proxy, or a
     replica set's front; None for plain HTTP."""

@@ -425,6 +425,11 @@ class Container(_Strict):
         return problems
 
 
+# The local style's ports where its spec leaves them out (Triton's own 8000-8002 are often taken
+# on a development machine).
+LOCAL_PORTS = {"http": 18000, "grpc": 18001, "metrics": 18002}
+
+
 class Ports(_Strict):
     http: int = Field(8000, ge=1, le=65535)
     grpc: int = Field(8001, ge=1, le=65535)
@@ -670,6 +675,9 @@ class ClusterSpec(_Strict):
     python: str | None = None
     # Where the spec came from; set by the loader, not by users.
     source: str | None = Field(None, exclude=True)
+    # False: the spec file left `ports` out, and the local style serves on a block free at
+    # launch (launchers.local); set by the loader, not by users.
+    ports_given: bool = Field(True, exclude=True)
 
     @field_validator("name")
     @classmethod
@@ -951,8 +959,13 @@ def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
     data = _read_yaml(p)
     # The default name comes from the file name, made a valid name (it names jobs and folders).
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
+    given = "ports" in {**data, **(overrides or {})}
+    if not given and {**data, **(overrides or {})}.get("scheduler") == "local":
+        # What a render or dry run shows, and a run folder started by hand takes; a launch
+        # picks a free block (launchers.local).
+        data = {**data, "ports": LOCAL_PORTS}
     spec = _with_values(p, data, overrides or {}, options)
-    return spec.model_copy(update={"source": str(p.resolve())})
+    return spec.model_copy(update={"source": str(p.resolve()), "ports_given": given})
 
 
 def _with_values(path: Path, data: dict[str, Any], values: dict[str, Any],
@@ -968,7 +981,8 @@ def with_values(cluster: ClusterSpec, values: dict[str, Any], options: dict[str,
     spec's own would be; an error names the field, or the option that gave it (options:
     dotted field -> option)."""
     path = Path(cluster.source or "cluster.yaml")
-    return _with_values(path, cluster.model_dump(), values, options).model_copy(update={"source": cluster.source})
+    return _with_values(path, cluster.model_dump(), values, options).model_copy(
+        update={"source": cluster.source, "ports_given": cluster.ports_given or "ports" in values})
 
 
 def with_image(cluster: ClusterSpec, image: str, option: str | None = None) -> ClusterSpec:

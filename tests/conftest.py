@@ -95,6 +95,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         LEFT.append((item.nodeid, made))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """How many tests this pass selected, for tests/run.sh (tests/selected.py): a run of the
+    whole suite that selected almost none fails. $FTC_SELECTED: FD:DEVICE:INODE of its file."""
+    fd, _, ident = os.environ.get("FTC_SELECTED", "").partition(":")
+    try:
+        # Only to run.sh's own file: a process that inherited the variable but not the
+        # descriptor may hold another file at that number.
+        st = os.fstat(int(fd))
+        if f"{st.st_dev}:{st.st_ino}" == ident:
+            os.write(int(fd), f"{session.testscollected}\n".encode())
+    except (ValueError, OSError):
+        pass
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Name every test-bed daemon the supervisor had to restart (a crash the tests survived is
     still a finding), and what tests left in /dev/shm and /tmp that is still there."""

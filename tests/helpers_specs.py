@@ -41,7 +41,7 @@ def facts(
     groups: tuple[tuple[int, str], ...] = ((1, "KIND_CPU"),), dynamic: bool = True,
     sequence: bool = False, mbs: int = 8,
 ) -> ModelFacts:
-    return ModelFacts("fastertransformer", groups, dynamic, sequence, mbs)
+    return ModelFacts("fastertransformer", groups, dynamic, sequence, mbs, backends=("fastertransformer",))
 
 
 def ckpt(

@@ -21,16 +21,23 @@ from ftcluster.cli.numbers import DAY, count, fraction, seconds
 from ftcluster.cli.options_access import token_options
 from ftcluster.client.endpoint import PROTOCOLS, Endpoint
 from ftcluster.errors import UserError, os_error_words
-from ftcluster.run_access import resolve_endpoint
+from ftcluster.run_access import model_to_query, resolve_endpoint
+
+# The model a client asks for when neither --model nor --run names one: the FT backend's
+# usual model name (the demo's).
+DEFAULT_MODEL = "fastertransformer"
+MODEL_HELP = f"Model name on the server [default: the run's model with --run, else {DEFAULT_MODEL}]."
 
 
 def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Where the client sends its requests, as one `endpoint` argument: --url, or --run for a
-    recorded run's endpoint, with a private run's token (token_options)."""
+    recorded run's endpoint, with a private run's token (token_options); and which `model` it
+    asks for (model_to_query)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, url: str | None, run_ref: str | None, protocol: str, timeout: float,
                 token: str | None, token_file: str | None, ca: str | None, **kwargs: Any) -> Any:
-        return fn(*args, endpoint=resolve_endpoint(url, run_ref, protocol, timeout, token, token_file, ca=ca), **kwargs)
+        endpoint = resolve_endpoint(url, run_ref, protocol, timeout, token, token_file, ca=ca)
+        return fn(*args, endpoint=endpoint, **{**kwargs, "model": model_to_query(kwargs["model"], run_ref, DEFAULT_MODEL)})
 
     opts = [
         click.option("--url", default=None, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
@@ -44,7 +51,7 @@ def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server."),
+        click.option("--model", default=None, help=MODEL_HELP),
         click.option("--batch-size", type=count(), default=None,
                      help="Sequences per request (default: identity 2, bench 1)."),
         click.option("--input-len", type=count(), default=8, show_default=True,
@@ -196,7 +203,7 @@ def bench_cmd(endpoint: Endpoint, model: str, batch_size: int | None, input_len:
 
 @client_group.command("text")
 @_with_endpoint
-@click.option("--model", default="fastertransformer", show_default=True, help="Model name on the server.")
+@click.option("--model", default=None, help=MODEL_HELP)
 @click.option("--prompts", "prompts_path", required=True, metavar="FILE", help="Text file, one prompt per line.")
 @click.option("--tokenizer", default=None, metavar="bytes|NAME",
               help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; needed "

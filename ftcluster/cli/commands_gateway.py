@@ -15,7 +15,8 @@ from ftcluster.errors import UserError
 @cli.command("gateway")
 @click.option("--triton", "triton_url", default=None, help="Triton's HTTP endpoint, HOST:PORT.")
 @token_options("--triton")
-@click.option("--model", required=True, help="The model to query (an FT model or FT-style ensemble).")
+@click.option("--model", default=None,
+              help="The model to query (an FT model or FT-style ensemble) [default: the run's model with --run].")
 @click.option("--tokenizer", default=None,
               help="'bytes' (the demo's byte-level TEST tokenizer) or a transformers name/path; "
                    "enables 'prompt' for token-id models and text in responses.")
@@ -30,7 +31,7 @@ from ftcluster.errors import UserError
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | None, token: str | None,
-                ca: str | None, model: str,
+                ca: str | None, model: str | None,
                 tokenizer: str | None, host: str, port: int, timeout: float,
                 max_input_tokens: int, max_tokens: int, max_batch: int, log_level: str) -> None:
     """Serve a JSON generation API (OpenAPI docs at /docs) in front of Triton.
@@ -48,10 +49,11 @@ def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | N
         from ftcluster.gateway.request import Limits
     except ImportError as exc:
         raise UserError(f"the gateway needs {exc.name}", hint="pip install 'ftcluster[gateway]'") from None
-    from ftcluster.run_access import resolve_endpoint
+    from ftcluster.run_access import model_to_query, resolve_endpoint
 
     # A bad --triton, run or token file fails here, naming its option.
     endpoint = resolve_endpoint(triton_url, run_ref, "http", timeout, token, token_file, url_option="--triton", ca=ca)
+    model = model_to_query(model, run_ref)
     triton_url = endpoint.url
     cfg = GatewayConfig(triton_url, model, tokenizer, timeout,
                         Limits(max_input_tokens=max_input_tokens, max_tokens=max_tokens, max_batch=max_batch),

@@ -76,7 +76,7 @@ def compose_cmd(out: str, **kw: Any) -> None:
 
     \b
     Example:
-      ftcluster compose --cluster configs/clusters/docker.yaml --model configs/models/gpt.yaml \\
+      ftcluster compose --cluster configs/clusters/slurm-docker.yaml --model configs/models/gpt.yaml \\
           --gpus 0,1 --http-port 2000 --grpc-port 2001 --metrics-port 2002 --out svc/
       cd svc && docker compose up -d
     """
@@ -102,7 +102,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
 
     \b
     Example:
-      ftcluster serve --cluster configs/clusters/docker.yaml --model configs/models/gpt.yaml --gpus 0,1
+      ftcluster serve --cluster configs/clusters/slurm-docker.yaml --model configs/models/gpt.yaml --gpus 0,1
       ftcluster serve --model configs/models/gpt.yaml --stop
     """
     from ftcluster import serve

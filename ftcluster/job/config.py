@@ -85,6 +85,10 @@ class JobConfig(NamedTuple):
     env: Dict[str, str]             # the spec's env: for the job's children only
     step: Optional[StepConfig] = None
     mpi: str = "pmix"               # srun --mpi (Slurm styles)
+    # The backend libraries the servers load (the MPI check looks for them in the image) and
+    # the servers' --backend-directory ("": beside tritonserver's bin/, else Triton's default).
+    backends: List[str] = []
+    backend_directory: str = ""
     srun_args: List[str] = []       # the spec's srun_args, one argv word each
     container_flags: List[str] = []  # srun's Pyxis flags
     container_name: str = ""

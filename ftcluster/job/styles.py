@@ -314,10 +314,13 @@ class JobStyle:
 
     def _run_mpi_check(self, log: str) -> int:
         job, cfg = self.job, self.cfg
+        backends = ["--backends", ",".join(cfg.backends)] if cfg.backends else []
+        if cfg.backends and cfg.backend_directory:
+            backends += ["--backend-directory", cfg.backend_directory]
         rc = job.run(self.mpi_world("python3", self.script("mpicheck.py"), "--nodes", str(cfg.nodes),
                                     "--tritonserver", cfg.tritonserver, "--rank0-host", self.rank0_host(),
                                     "--out", os.path.join(cfg.results, FILES.mpicheck_json),
-                                    "--shm-prefix", self.shm_glob()),
+                                    "--shm-prefix", self.shm_glob(), *backends),
                      out=log, limit=cfg.mpi_check_timeout)
         self.first_step_seen(rc != 0, [log])
         return rc

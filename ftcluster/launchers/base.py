@@ -39,6 +39,11 @@ class Launcher(ABC):
     def __init__(self, runner: Runner):
         self.runner = runner
 
+    def with_ports(self, cluster: ClusterSpec, plan: Plan) -> ClusterSpec:
+        """The spec with the ports the servers will take, where the launcher picks them (a spec
+        that leaves `ports` out); the spec itself elsewhere."""
+        return cluster
+
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         """Refuse what the cluster cannot run, before anything is written or submitted
         (servers=False: a job step, no server ports)."""

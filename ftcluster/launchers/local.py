@@ -6,6 +6,7 @@ stop from another ftcluster process can signal the whole group, once it is ident
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -52,6 +53,30 @@ def port_free(port: int) -> bool:
     return True
 
 
+# Blocks of ports tried before a launch without fixed ports gives up (each try's ports are all
+# free but for a busy machine's bad luck).
+PORT_PICKS = 20
+# Where a picked block starts: above the well-known and usual service ports, below Linux's
+# default ephemeral range (32768-60999), which outgoing connections draw from.
+PICKED_PORTS = (20000, 32000)
+
+
+def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str]]:
+    """Every port the run's servers take on this machine: (name, port, whose, the field that
+    sets it). access: private -- the proxy takes the spec's HTTP and gRPC ports, Triton the
+    loopback's."""
+    from ftcluster.proxy import access_of, loopback_ports
+    from ftcluster.render import LOCAL_PORT_STRIDE
+
+    private = access_of(cluster) == "private"
+    triton = loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports
+    taken = [(name, getattr(cluster.ports, name), "the proxy", f"ports.{name}") for name in ("http", "grpc") if private]
+    taken += [(name, getattr(triton, name) + rank * LOCAL_PORT_STRIDE, f"rank {rank}",
+               "proxy.loopback_offset" if private else f"ports.{name}")
+              for rank in range(plan.nodes) for name in ("http", "grpc", "metrics")]
+    return taken
+
+
 class LocalLauncher(Launcher):
     _children: dict[int, subprocess.Popen[bytes]] = {}
     kill_stray_ranks = True
@@ -91,27 +116,39 @@ class LocalLauncher(Launcher):
         # ended alike (127.0.0.1, where they listen).
         return ()
 
+    def with_ports(self, cluster: ClusterSpec, plan: Plan) -> ClusterSpec:
+        """A spec that leaves `ports` out serves on a block of ports free now, not on fixed
+        defaults another process of a shared machine may hold (or take before the ranks bind):
+        a block at random below the kernel's ephemeral range (where no outgoing connection
+        takes a port between this check and the servers' bind), tried until every port of the
+        run (each rank's, the proxy's) is free."""
+        if cluster.ports_given:
+            return cluster
+        from ftcluster.spec import Ports   # pydantic: imported by a launch that picks, not at start-up
+
+        for _ in range(PORT_PICKS):
+            base = random.randrange(*PICKED_PORTS)
+            gpus = None if cluster.ports.gpus is None else base + 3
+            try:
+                picked = cluster.model_copy(update={"ports": Ports(http=base, grpc=base + 1, metrics=base + 2,
+                                                                   gpus=gpus)})
+            except ValueError:   # past 65535
+                continue
+            if all(0 < port < 65536 and port_free(port) for _, port, _, _ in _ports_of(picked, plan)):
+                return picked
+        raise UserError(f"no block of free ports found on this machine in {PORT_PICKS} tries", field="ports",
+                        hint="fix the ports in the cluster spec (ports: {http: ..., grpc: ..., metrics: ...})")
+
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         # The ranks serve on this machine: a port in use is refused before anything starts.
-        from ftcluster.proxy import access_of, loopback_ports
-        from ftcluster.render import LOCAL_PORT_STRIDE
-
         if not servers:
             return
-        # access: private -- the proxy takes the spec's HTTP and gRPC ports, Triton the loopback's.
-        private = access_of(cluster) == "private"
-        triton = loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports
-        taken = [(name, getattr(cluster.ports, name), "the proxy") for name in ("http", "grpc") if private]
-        taken += [(name, getattr(triton, name) + rank * LOCAL_PORT_STRIDE, f"rank {rank}")
-                  for rank in range(plan.nodes) for name in ("http", "grpc", "metrics")]
-        for name, port, whose in taken:
-            field = f"ports.{name}" if whose == "the proxy" or not private else "proxy.loopback_offset"
+        for name, port, whose, field in _ports_of(cluster, plan):
             if not port_free(port):
                 raise UserError(f"port {port} ({whose}) is in use on this machine", field=field,
                                 hint="stop what listens there (a serving run of yours: `ftcluster list`, "
                                      "`ftcluster stop RUN`), or choose other ports in the cluster spec "
-                                     "(the embedded default's: `ftcluster examples` copies it to "
-                                     "configs/clusters/local.yaml; edit its ports and pass --cluster)")
+                                     "(or leave `ports` out: a free block is picked at launch)")
 
     def info(self, job_id: str, paths: RunPaths) -> JobInfo:
         if self._script_alive(job_id, paths):

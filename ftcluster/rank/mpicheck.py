@@ -1,10 +1,11 @@
 """MPI world check, run on every rank through the same srun/mpirun path as the servers.
 
     python3 scripts/mpicheck.py --nodes N [--tritonserver PATH] [--rank0-host HOST] [--out JSON]
+        [--backends NAME,...] [--backend-directory DIR]
 
 Each rank reports who and where it is and what it would run; rank 0 gathers the reports,
 checks them (world size, one rank per node, rank 0's node, identical binaries and MPI
-library), then a broadcast and a gather must finish within a timeout. Exit 0 when every check
+library, every backend library the model needs in the image), then a broadcast and a gather must finish within a timeout. Exit 0 when every check
 passed. It runs inside the user's image, which has neither ftcluster nor mpi4py: the launch
 copies this file and ctmpi.py (ctypes on the image's own libmpi) into the run folder, and both
 need only Python >= 3.8's standard library.
@@ -47,6 +48,8 @@ class RankReport:
     ft_backend: str | None
     ft_backend_sha256: str | None
     gpus: int | None
+    # Backends this rank's image lacks: (backend, the paths looked for).
+    missing_backends: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 @dataclass
@@ -85,6 +88,32 @@ def _ft_backend(tritonserver: str | None) -> str | None:
     return lib if os.path.isfile(lib) else None
 
 
+# Triton's own default --backend-directory.
+TRITON_BACKENDS = "/opt/tritonserver/backends"
+
+
+def backend_dirs(tritonserver: str | None, backend_directory: str | None) -> list[str]:
+    """Where the server looks for its backends: the --backend-directory it is given; else the
+    backends/ beside its bin/ (an image's /opt/tritonserver, a wrapper's bundle), then Triton's
+    default."""
+    if backend_directory:
+        return [backend_directory]
+    dirs = [os.path.join(os.path.dirname(os.path.dirname(tritonserver)), "backends")] if tritonserver else []
+    return dirs + [d for d in (TRITON_BACKENDS,) if d not in dirs]
+
+
+def missing_backends(backends: list[str], dirs: list[str]) -> list[tuple[str, list[str]]]:
+    """The backends none of `dirs` holds, each with the paths looked for: Triton loads
+    <dir>/<name>/libtriton_<name>.so (or a Python-based backend's model.py); without it the
+    model fails only at load ("unable to find backend library for backend ...")."""
+    missing = []
+    for name in backends:
+        paths = [os.path.join(d, name, f"libtriton_{name}.so") for d in dirs]
+        if not any(os.path.isfile(p) or os.path.isfile(os.path.join(os.path.dirname(p), "model.py")) for p in paths):
+            missing.append((name, paths))
+    return missing
+
+
 def _gpus() -> int | None:
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
@@ -92,14 +121,15 @@ def _gpus() -> int | None:
     return None
 
 
-def local_report(rank: int, size: int, mpi_library: str, binary: str | None) -> RankReport:
+def local_report(rank: int, size: int, mpi_library: str, binary: str | None, backends: list[str] | None = None,
+                 backend_directory: str | None = None) -> RankReport:
     exe = _resolve(binary)
     ft = _ft_backend(exe)
     return RankReport(
         rank=rank, size=size, host=socket.gethostname(), mpi_library=mpi_library.strip().splitlines()[0],
         env={k: os.environ[k] for k in RANK_VARS if k in os.environ},
         tritonserver=exe, tritonserver_sha256=_sha256(exe), ft_backend=ft, ft_backend_sha256=_sha256(ft),
-        gpus=_gpus(),
+        gpus=_gpus(), missing_backends=missing_backends(backends or [], backend_dirs(exe, backend_directory)),
     )
 
 
@@ -133,6 +163,11 @@ def check_reports(reports: list[RankReport], nodes: int, rank0_host: str | None,
         for r in reports:
             if r.tritonserver is None:
                 problems.append(f"rank {r.rank} on {r.host}: tritonserver {binary!r} not found")
+    for r in reports:
+        for name, paths in r.missing_backends:
+            problems.append(f"rank {r.rank} on {r.host}: no backend library for backend {name!r} (looked for "
+                            f"{' and '.join(paths)}): the model needs it at load; use an image with that backend "
+                            "(or give its folder with --backend-directory in server.extra_args)")
     return problems
 
 
@@ -227,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--out", default=None)
     ap.add_argument("--shm-prefix", default=None, help="the run's /dev/shm prefix, for Open MPI's segments")
+    ap.add_argument("--backends", default="", help="backends the model needs (comma-separated)")
+    ap.add_argument("--backend-directory", default=None, help="the server's --backend-directory")
     args = ap.parse_args(argv)
     shm = _own_shm(args.shm_prefix)
     try:
@@ -256,7 +293,8 @@ def _check(args: argparse.Namespace) -> int:
               f"{launched} tasks were started{how}: the image's MPI does not speak the launcher's PMI; set mpi: "
               "to one it does (pmix for Open MPI 4; `srun --mpi=list`)", file=sys.stderr)
         return 2
-    report = local_report(rank, size, world.library_version(), args.tritonserver)
+    report = local_report(rank, size, world.library_version(), args.tritonserver,
+                          [b for b in args.backends.split(",") if b], args.backend_directory)
     box: dict[str, Any] = {}
     bcast_ms = _with_timeout(world, lambda: box.update(token=world.bcast_bytes(b"ftcluster" if rank == 0 else None)),
                              args.timeout, "the broadcast")

@@ -27,25 +27,35 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
-    base = tmp_path_factory.mktemp("wheel")
-    dist = base / "dist"
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
     p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist),
-              str(REPO)], cwd=base, env=dict(os.environ))
+              str(REPO)], cwd=dist, env=dict(os.environ))
     assert p.returncode == 0, p.stderr
     (whl,) = dist.glob("ftcluster-*.whl")
+    return whl
+
+
+def _venv(base: Path, whl: Path, *venv_args: str, pip_args: tuple[str, ...] = ()) -> tuple[Path, dict[str, str]]:
+    """A fresh venv in `base` with the wheel installed; its work folder and environment (no
+    PYTHONPATH: the checkout's metadata there would pass for an installed ftcluster)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     venv = base / "venv"
-    assert _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], base,
-                dict(os.environ)).returncode == 0
+    p = _run([sys.executable, "-m", "venv", *venv_args, str(venv)], base, env)
+    assert p.returncode == 0, p.stderr
     py = venv / "bin" / "python"
-    p = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", str(whl)],
-             base, dict(os.environ))
+    p = _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pip_args, str(whl)],
+             base, env)
     assert p.returncode == 0, p.stderr
     work = base / "work"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", FTCLUSTER_STATE_DIR=str(base / "state"), HOME=str(base))
-    return whl, work, env
+    return work, env
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    return (wheel, *_venv(tmp_path_factory.mktemp("wheel"), wheel, "--system-site-packages", pip_args=("--no-deps",)))
 
 
 def test_wheel_holds_templates_examples_and_the_demo(wheel_venv: tuple[Path, Path, dict[str, str]]) -> None:
@@ -61,24 +71,75 @@ def test_wheel_holds_templates_examples_and_the_demo(wheel_venv: tuple[Path, Pat
     assert "ftcluster/demo/model_repository/fastertransformer/1/ctmpi.py" in names
 
 
-def test_installed_wheel_renders_and_dry_runs(wheel_venv: tuple[Path, Path, dict[str, str]]) -> None:
-    _, work, env = wheel_venv
-    p = _run(["python", "-c", "import ftcluster, sys; print(ftcluster.__file__)"], work, env)
-    assert p.returncode == 0 and str(REPO) not in p.stdout and "venv" in p.stdout, p.stdout + p.stderr
+def _every_example_plans_and_renders(work: Path, env: dict[str, str], runs_here: bool = True) -> None:
+    """Every example cluster, as shipped, plans, renders and dry-runs the shipped demo model.
+    runs_here False: no tritonserver or Open MPI here, which the local cluster's run folder
+    names: its render says so, naming the extra to install."""
     p = _run(["ftcluster", "examples", "configs"], work, env)
     assert p.returncode == 0, p.stderr
     model = work / "configs" / "models" / "demo.yaml"
     clusters = sorted((work / "configs" / "clusters").glob("*.yaml"))
-    assert model.is_file() and len(clusters) >= 5, clusters
-    # Every example cluster, as shipped, plans and renders the shipped demo model.
+    assert model.is_file() and len(clusters) >= 6, clusters
     for cluster in clusters:
-        p = _run(["ftcluster", "plan", "--cluster", str(cluster), "--model", str(model), "--nodes", "2"], work, env)
+        spec = ["--cluster", str(cluster), "--model", str(model), "--nodes", "2"]
+        p = _run(["ftcluster", "plan", *spec], work, env)
         assert p.returncode == 0, (cluster.name, p.stderr)
         out = work / "r" / cluster.stem
-        p = _run(["ftcluster", "render", "--cluster", str(cluster), "--model", str(model), "--nodes", "2",
-                  "--out", str(out)], work, env)
+        p = _run(["ftcluster", "render", *spec, "--out", str(out)], work, env)
+        if cluster.stem == "local" and not runs_here:
+            assert p.returncode == 3 and p.stderr.count("\n") == 1 and "ftcluster[cpu-triton]" in p.stderr, p.stderr
+            continue
         assert p.returncode == 0, (cluster.name, p.stderr)
         assert (out / "scripts").is_dir() and any((out / "scripts").iterdir()), cluster.name
+        p = _run(["ftcluster", "launch", *spec, "--dry-run"], work, env)
+        assert p.returncode == 0 and "# ===== would run =====" in p.stdout, (cluster.name, p.stderr)
+
+
+@pytest.fixture(scope="module")
+def base_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """`pip install ftcluster` with no extras, into a venv of its own: its dependencies as pip
+    resolves them today (from pip's cache where it has them)."""
+    work, env = _venv(tmp_path_factory.mktemp("base"), wheel)
+    p = _run(["python", "-c", "import importlib.util as u; print([m for m in ('nvidia_pytriton', 'pytriton', "
+              "'fabric', 'docker') if u.find_spec(m)])"], work, env)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr   # no extra came along
+    return work, env
+
+
+def test_the_base_install_plans_and_renders_every_example(base_venv: tuple[Path, dict[str, str]]) -> None:
+    work, env = base_venv
+    _every_example_plans_and_renders(work, env, runs_here=False)
+    # It reads the checkpoint (the demo's has no weight files, which it says), no traceback.
+    p = _run(["ftcluster", "check-checkpoint", "--model", str(work / "configs" / "models" / "demo.yaml"), "--gpus", "1"],
+             work, env)
+    assert p.returncode in (0, 3) and "Traceback" not in p.stderr and "1-gpu" in p.stdout + p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name", ["slurm-docker", "ssh-docker"])
+def test_the_base_install_renders_a_docker_run_with_its_keys(base_venv: tuple[Path, dict[str, str]],
+                                                            name: str) -> None:
+    # The Docker styles' per-run ssh keys are made where the run folder is written (render, as
+    # launch does): the folder submits with plain sbatch. Readable by its owner alone, and never
+    # in a dry run's output.
+    work, env = base_venv
+    _run(["ftcluster", "examples", "configs"], work, env)   # written once; later calls keep them
+    spec = ["--cluster", str(work / "configs" / "clusters" / f"{name}.yaml"),
+            "--model", str(work / "configs" / "models" / "demo.yaml"), "--nodes", "2"]
+    out = work / "keys" / name
+    p = _run(["ftcluster", "render", *spec, "--out", str(out)], work, env)
+    assert p.returncode == 0, p.stderr
+    keys = sorted((out / "state" / "ssh").glob("*_ed25519"))
+    assert [k.name for k in keys] == ["host_ed25519", "id_ed25519"], keys
+    assert all(k.stat().st_mode & 0o077 == 0 and "PRIVATE KEY" in k.read_text() for k in keys)
+    p = _run(["ftcluster", "launch", *spec, "--dry-run"], work, env)
+    assert p.returncode == 0 and "PRIVATE KEY" not in p.stdout + p.stderr, p.stderr
+
+
+def test_installed_wheel_renders_and_dry_runs(wheel_venv: tuple[Path, Path, dict[str, str]]) -> None:
+    _, work, env = wheel_venv
+    p = _run(["python", "-c", "import ftcluster, sys; print(ftcluster.__file__)"], work, env)
+    assert p.returncode == 0 and str(REPO) not in p.stdout and "venv" in p.stdout, p.stdout + p.stderr
+    _every_example_plans_and_renders(work, env)
     cluster = work / "configs" / "clusters" / "slurm-bare.yaml"
     assert (work / "r" / "slurm-bare" / "scripts" / "job.sbatch").is_file()
     p = _run(["ftcluster", "launch", "--cluster", str(cluster), "--nodes", "2", "--dry-run"], work, env)

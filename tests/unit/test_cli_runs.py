@@ -380,3 +380,45 @@ def test_conflicting_or_unknown_choices_are_refused(tmp_path: Path) -> None:
     assert dry.returncode == 3 and dry.stderr.startswith("error: --json: --dry-run prints the job request as text")
     missing = ftc("config", "--cluster", str(tmp_path / "no.yaml"), state=state)
     assert missing.returncode == 3 and "does not exist" in missing.stderr
+
+
+def test_clients_of_a_run_ask_for_the_runs_model(live_run: tuple[Path, RunRecord]) -> None:
+    # `client ... --run RUN` asks for the model the run serves (its record's, here "m"), not
+    # `fastertransformer`. The run's endpoint is a real HTTP server that notes each path asked.
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            if self.path.startswith("/v2/health/"):
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self.send_error(404)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state, rec = live_run
+    with open(Path(rec.run_dir) / "state" / "events", "a") as events:
+        events.write(f"4.0 ready 127.0.0.1:{server.server_address[1]}\n")
+    prompts = Path(rec.run_dir) / "prompts.txt"
+    prompts.write_text("hello\n")
+    try:
+        for command in (["identity"], ["bench", "--concurrency", "1", "--duration", "0.1", "--warmup", "0"],
+                        ["text", "--prompts", str(prompts), "--tokenizer", "bytes"]):
+            asked.clear()
+            p = ftc("client", *command, "--run", rec.run_id, "--timeout", "5", state=state)
+            models = {path.split("/")[3] for path in asked if path.startswith("/v2/models/")}
+            assert models == {"m"}, (command, asked, p.stderr)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -82,6 +82,27 @@ def test_the_check_keeps_open_mpi_segments_under_the_run_prefix(scripts: Path) -
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
+@pytest.mark.skipif(not OMPI5.exists(), reason="no pip Open MPI 5 here")
+def test_the_check_names_a_backend_library_the_image_lacks(scripts: Path) -> None:
+    """A server without the model's backend (the CPU tritonserver: a python backend, no FT one)
+    fails the check, naming the path looked for, instead of failing at model load."""
+    from ftcluster.triton_local import find_tritonserver
+
+    server = find_tritonserver()
+    backends = server.resolve().parent.parent / "backends"
+    assert (backends / "python" / "libtriton_python.so").is_file()
+    prefix = f"/dev/shm/ftc+backend-test-{os.getpid()}+"   # Open MPI's segments go there, and with the check
+    r = subprocess.run([sys.executable, "-S", str(scripts / "mpicheck.py"), "--nodes", "1", "--tritonserver",
+                        str(server), "--backends", "fastertransformer,python", "--shm-prefix", prefix],
+                       capture_output=True, text=True, cwd=scripts, timeout=60,
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI", "OMPI_"))},
+                            "FTC_LIBMPI": str(OMPI5), "SLURM_PROCID": "0"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    problems = [line for line in r.stdout.splitlines() if line.startswith("PROBLEM: ")]
+    assert len(problems) == 1 and "backend 'fastertransformer'" in problems[0], r.stdout
+    assert f"{backends}/fastertransformer/libtriton_fastertransformer.so" in problems[0], problems
+
+
 # srun's report of the check's rank 1 that Open MPI 5 crashed in MPI_Init on the test bed
 # (open-mpi/ompi#12495), as recorded, Open MPI's own trace cut short.
 _SRUN_CRASH_LOG = """\

@@ -140,9 +140,12 @@ def test_make_plan_reads_facts_from_disk() -> None:
     ck = read_checkpoint(m.checkpoint_root, "GPT", 2)
     assert ck.available_gpus == (1, 2, 3, 4, 8)
     assert ck.ini_tensor_para_size == 2 and ck.splits == (Split("gpt", 12, 6),)
+    # The backend libraries the servers load (the ensemble is a platform, built in).
+    assert f.backends == ("fastertransformer", "python")
     p = make_plan(c, m, 2)
     assert p.checkpoint_dir == str(m.checkpoint_root / "1-gpu")
     assert p.pipeline_para_size == 2
+    assert p.backends == f.backends and Plan.from_dict(p.to_dict()) == p
 
 
 def test_make_plan_gpus_auto_needs_an_override() -> None:

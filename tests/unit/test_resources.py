@@ -43,6 +43,29 @@ def test_examples_are_clusters_and_models_only() -> None:
     assert len(example_files()) == len(list((REPO / "configs").glob("*/*.yaml")))
 
 
+def test_every_help_example_names_a_file_examples_writes() -> None:
+    # The `--help` examples use the files `ftcluster examples` writes (configs/...): every
+    # command's, subcommands' included.
+    import re
+
+    import click
+
+    from ftcluster.cli import COMMANDS, cli, load
+
+    for name in COMMANDS:
+        load(name)
+    written = {f"configs/{p}" for p in example_files()}
+
+    def helps(cmd: click.Command, path: str) -> list[tuple[str, str]]:
+        text = cmd.get_help(click.Context(cmd, info_name=path))
+        subs = cmd.commands.values() if isinstance(cmd, click.Group) else []
+        return [(path, text)] + [h for sub in subs for h in helps(sub, f"{path} {sub.name}")]
+
+    named = {(path, f) for path, text in helps(cli, "ftcluster") for f in re.findall(r"configs/[\w./-]+\.yaml", text)}
+    assert len(named) > 10    # the help examples do name files
+    assert {(path, f) for path, f in named if f not in written} == set()
+
+
 def test_wheel_package_list_covers_every_package_folder() -> None:
     """pyproject lists the packages by hand (package-dir maps two): a new subpackage must be
     added there, or the wheel would lack it."""
