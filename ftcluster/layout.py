@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftcluster.job.names import FILES, RunFiles  # noqa: F401  (defined with the supervisor)
+from ftcluster.plaintext import not_text
 from ftcluster.styles import STYLES
 
 SCRIPTS = "scripts"
@@ -36,7 +37,7 @@ class RunPaths:
         # The run id names jobs, containers and server ids; keep it plain.
         if not _RUN_ID_RE.fullmatch(self.run_id):
             raise ValueError(f"run id {self.run_id!r} must match {_RUN_ID_RE.pattern}")
-        if any(ord(c) < 32 for c in str(self.run_dir)):
+        if not_text(str(self.run_dir)):
             raise ValueError("the run folder path may not contain control characters")
 
     @classmethod
