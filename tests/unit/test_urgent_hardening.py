@@ -377,3 +377,31 @@ def test_a_taken_run_id_is_refused_and_the_earlier_run_survives(tmp_path: Path) 
     res = _ftc(state, "launch", "--cluster", str(tmp_path / "c.yaml"), "--nodes", "1", "--run-id", other.run_id)
     assert res.returncode == 3 and "a run record" in res.stderr
     assert not (ws / other.run_id).exists()
+
+
+def test_a_dry_run_refuses_the_run_id_the_launch_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    """launch --dry-run --run-id ID: the launch's own check (a run folder or a record holds ID),
+    read only -- a dry run with no store yet makes none."""
+    state, ws = tmp_path / "state", tmp_path / "ws"
+    spec = yaml.safe_load((REPO_ROOT / "ftcluster" / "demo" / "local-cluster.yaml").read_text())
+    spec["workspace"] = str(ws)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    dry = ("launch", "--cluster", str(tmp_path / "c.yaml"), "--nodes", "1", "--dry-run", "--run-id")
+    fresh = _ftc(state, *dry, "fresh-run")
+    assert fresh.returncode == 0 and "# run fresh-run" in fresh.stdout, fresh.stderr
+    assert not state.exists() and not ws.exists()           # nothing written, not even the store
+    (ws / "folder-only").mkdir(parents=True)                # a folder without a record (render --out, a crash)
+    res = _ftc(state, *dry, "folder-only")
+    assert res.returncode == 3 and res.stderr.startswith("error: --run-id: run folder-only exists already (a run "
+                                                         "folder at"), res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr and not state.exists()
+    RunStore(state / "runs.sqlite").add(RunRecord(
+        run_id="record-only", created=time.time(), cluster_name="local", cluster_source="", scheduler="local",
+        style="local", run_dir=str(tmp_path / "elsewhere"), nodes=1, model="m"))
+    before = (state / "runs.sqlite").read_bytes()
+    res = _ftc(state, *dry, "record-only")
+    assert res.returncode == 3 and "exists already (a run record" in res.stderr and not res.stdout, res.stderr
+    assert not (ws / "record-only").exists() and (state / "runs.sqlite").read_bytes() == before
+    # The same words as the launch itself.
+    real = _ftc(state, *dry[:-2], "--run-id", "record-only")
+    assert real.returncode == 3 and real.stderr == res.stderr
