@@ -37,7 +37,7 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
-from ftcluster.proxy import access_of, caddy_config_text, loopback_ports
+from ftcluster.proxy import access_of, caddy_config_text, loopback_ports, same_host_note
 from ftcluster.resources import package_path, tree_path
 from ftcluster.spec import (
     ClientDefaults,
@@ -278,6 +278,7 @@ class RenderContext:
     ports: Ports                   # the endpoint's: Triton's, or the proxy's when private
     triton_ports: Ports            # what rank 0's tritonserver listens on (the loopback's when private)
     private: bool                  # access: private (Triton on the loopback, the proxy in front)
+    same_host_note: str            # a private run's Triton reachable by others on its node ("": not)
     rotation: bool                 # a replica set's member (state/rotation for the balancer)
     proxied: bool                  # Triton on rank 0's loopback, the proxy beside it (private, or a member)
     front_rotation: str            # a member's front's state/rotation.json ("": no set)
@@ -388,6 +389,7 @@ def context(
         ports=cluster.ports,
         triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private or rotation else cluster.ports,
         private=private,
+        same_host_note=same_host_note(cluster) if private else "",
         rotation=rotation,
         proxied=private or rotation,
         front_rotation=opts.front_rotation if rotation else "",
@@ -513,7 +515,8 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
                           http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc,
-                          tls_cert=ctx.proxy_tls_cert, tls_key=ctx.proxy_tls_key) if ctx.proxied else None,
+                          tls_cert=ctx.proxy_tls_cert, tls_key=ctx.proxy_tls_key,
+                          same_host_note=ctx.same_host_note) if ctx.proxied else None,
     )
 
 

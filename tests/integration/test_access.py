@@ -87,6 +87,9 @@ def test_a_private_local_run_serves_through_its_proxy_with_the_token_only(tmp_pa
     try:
         st = _serving(run_id)
         assert st["access"] == "private" and st["endpoint"] == f"127.0.0.1:{ports['http']}"
+        # This machine's other users share its loopback: status says they reach Triton directly.
+        assert "this machine's other users share" in st["same_host"], st["same_host"]
+        assert f"note: {st['same_host']}" in ftcluster("status", run_id).stdout.splitlines()
         token = ftcluster("token", run_id).stdout.strip()
         assert len(token) >= 40
         # Triton itself on the loopback, 100 above; the proxy on the endpoint's ports.
@@ -159,6 +162,11 @@ def test_on_slurm_another_node_reaches_the_proxy_but_not_triton(slurm_cluster: A
         assert from_other(int(port) + 100, True) == "000"      # Triton: the loopback only
         assert from_other(int(port), False) == "401"
         assert from_other(int(port), True) == "200"
+        # ... but on rank 0's own node, which this job shares (exclusive: false), Triton answers
+        # without the token: status says so.
+        same = f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 http://127.0.0.1:{int(port) + 100}/v2/health/ready"
+        assert str(slurm_cluster.node_exec(host, ["bash", "-c", same]).stdout.strip()) == "200"
+        assert "other jobs on that node (exclusive: false) share" in (st["same_host"] or ""), st["same_host"]
         ok = ftcluster("client", "identity", "--run", run_id)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         _token_held_only_by_its_file(Path(out["run_dir"]), token)
