@@ -60,7 +60,7 @@ from ftcluster.job.config import (
     ProxyConfig,
     StepConfig,
 )
-from ftcluster.job.styles import UNMARK_PYTHON_ENVS
+from ftcluster.job.bash import UNMARK_PYTHON_ENVS
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -68,9 +68,10 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "exporter.py", "front.py", "gpu_sampler.py",
-                      "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py", "nvml.py", "poll.py",
-                      "ranks.py", "restarts.py", "rotation.py", "styles.py", "submit.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "bash.py", "config.py", "exporter.py", "front.py",
+                      "gpu_sampler.py", "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py",
+                      "nvml.py", "poll.py", "ranks.py", "restarts.py", "rotation.py", "styles.py", "submit.py",
+                      "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 

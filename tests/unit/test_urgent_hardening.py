@@ -105,6 +105,22 @@ def test_the_scanner_sees_every_variable_of_the_job_library() -> None:
         assert want in names
 
 
+def test_the_scanner_reads_the_bash_in_jinja_expressions_and_the_jobs_bash_snippets() -> None:
+    """A Jinja expression's string literals become bash in the script (`{{ ' $proxy_pids' if x }}`),
+    and the job runs the snippets of ftcluster/job/bash.py by `bash -c` with the user's env: the
+    names in both are refused like the scripts' own."""
+    from ftcluster.envnames import job_bash_snippets, names_in_script
+
+    found = names_in_script("kill $pids{{ ' $only_in_jinja' if proxied }}\n{% set line = \"SET_IN_JINJA=1 run\" %}")
+    assert {"pids", "only_in_jinja", "SET_IN_JINJA"} <= found and not {"proxied", "line", "set"} & found
+    snippets = job_bash_snippets()
+    assert len(snippets) >= 6 and all("$" in code for code in snippets)
+    in_snippets = set().union(*map(names_in_script, snippets))
+    # The teardown's and the guard's own variables (only there: kill_marked's, the guard's word).
+    assert {"still", "last", "word", "gone", "run", "n"} <= in_snippets
+    assert {n for n in in_snippets if env_name_problem(n) is None} == set()
+
+
 def _hostile_env_cluster(folder: Path, runtime: str, names: list[str]) -> Path:
     spec: dict[str, Any] = yaml.safe_load((REPO_ROOT / "configs" / "clusters" /
                                            {"pyxis": "pyxis.yaml", "docker": "slurm-docker.yaml",
