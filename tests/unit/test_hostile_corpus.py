@@ -3,7 +3,9 @@
 line naming its field (exit 3, no traceback) or accepted; an accepted one is rendered, every
 script passes `bash -n`, and each node-side script's variable block (with the run's env.sh)
 evaluates without running anything: a canary file that any executed payload would create
-never appears."""
+never appears. An env value's text (it may be a secret) is in no error. Beside it, a NUL in
+every path field of both specs, through every command that reads them: one line naming the
+field, never Python's "embedded null byte"."""
 
 from __future__ import annotations
 
