@@ -45,7 +45,7 @@ def read_config() -> dict[str, str]:
         raise UserError(f"{path} holds other than `cluster: PATH` and `model: PATH`", field="config",
                         hint="ftcluster config --unset KEY, or edit the file")
     # A path the OS cannot take (a NUL) would be a ValueError at the first stat.
-    bad = [f"{k}: {v!r} holds {why}, which no path may hold" for k, v in data.items() if (why := not_text(v))]
+    bad = [f"{k}: {v!r} holds {why} (no path may hold one)" for k, v in data.items() if (why := not_text(v))]
     if bad:
         raise UserError(f"{path}: " + "; ".join(bad), field="config", hint="edit the file, or remove it")
     return {k: str(v) for k, v in data.items()}

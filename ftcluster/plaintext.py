@@ -31,8 +31,15 @@ def not_text(text: str, allowed: frozenset[str] = frozenset()) -> str | None:
         bad = next((c for c in text if (ord(c) < 32 or c == "\x7f") and c not in allowed), None)
     else:
         bad = next((c for c in text if unicodedata.category(c) in _NOT_TEXT and c not in allowed), None)
-    if bad is None:
-        return None
-    kind = unicodedata.category(bad)
-    name = _CONTROL_NAMES.get(bad) or (unicodedata.name(bad, "").lower() if kind == "Cf" else "")
-    return f"U+{ord(bad):04X}{f' ({name})' if name else ''}, {_NOT_TEXT[kind]}"
+    return None if bad is None else describe(bad)
+
+
+def describe(char: str) -> str:
+    """A character that is not visible text, in words: its code point, name where it has a known
+    one, and kind. A byte that is no UTF-8 comes from argv or the OS as a surrogate of
+    U+DC80-U+DCFF (Python's surrogateescape): said as that byte."""
+    if 0xDC80 <= ord(char) <= 0xDCFF:
+        return f"the byte 0x{ord(char) - 0xDC00:02X}, which is no UTF-8"
+    kind = unicodedata.category(char)
+    name = _CONTROL_NAMES.get(char) or (unicodedata.name(char, "").lower() if kind == "Cf" else "")
+    return f"U+{ord(char):04X}{f' ({name})' if name else ''}, {_NOT_TEXT.get(kind, 'a character')}"

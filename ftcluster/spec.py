@@ -153,7 +153,7 @@ class _Strict(BaseModel):
             return v
         bad = _control_in(v, text=info.field_name in cls._TEXT_VALUES)
         if bad is not None:
-            raise ValueError(f"{bad}, which no spec string may hold: write it without one")
+            raise ValueError(f"{bad} (no spec string may hold one): write the value without it")
         return v
 
 

@@ -234,3 +234,16 @@ def test_a_nul_in_a_path_field_is_one_line_naming_it(case: tuple[str, str, str],
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
     assert f"{path.removesuffix('.0')}" in lines[0] and "U+0000 (NUL)" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("out", ["run\udcff", "run\x01"], ids=["byte-0xFF", "C0"])
+def test_a_run_folder_path_no_script_can_carry_is_one_line(out: str, tmp_path: Path) -> None:
+    """--out from argv: a byte that is no UTF-8 arrives as a lone surrogate, which no script of
+    the run can be written with; a control character neither. Refused naming --out."""
+    from tests.helpers_specs import BAD_INPUTS, run_cli
+
+    res = run_cli("render", "--cluster", str(BAD_INPUTS / "ok" / "cluster.yaml"), "--model",
+                  str(BAD_INPUTS / "ok" / "model.yaml"), "--nodes", "1", "--out", str(tmp_path / out))
+    assert res.rc == 3 and res.stderr.startswith("error: --out: a run folder's path cannot hold ") \
+        and res.stderr.count("\n") == 1, res.stderr
+    assert list(tmp_path.iterdir()) == []
