@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ftcluster.spec import embedded_model_path
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
 
 pytestmark = pytest.mark.triton
@@ -81,14 +82,18 @@ def _token_held_only_by_its_file(run_dir: Path, token: str) -> None:
 def test_a_private_local_run_serves_through_its_proxy_with_the_token_only(tmp_path: Path) -> None:
     cluster = write_cluster(tmp_path, access="private")
     ports = yaml.safe_load(cluster.read_text())["ports"]
-    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--detach", "--no-client")
-    assert rc == 0, err
-    run_id, run_dir = out["run_id"], Path(out["run_dir"])
+    launched = ftcluster("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "2",
+                         "--keep-serving", "--detach", "--no-client")
+    assert launched.returncode == 0, launched.stderr
+    run_id = launched.stdout.split("submitted run ", 1)[1].split()[0]
+    run_dir = Path(json.loads(ftcluster("status", run_id, "--json").stdout)["run_dir"])
     try:
         st = _serving(run_id)
         assert st["access"] == "private" and st["endpoint"] == f"127.0.0.1:{ports['http']}"
-        # This machine's other users share its loopback: status says they reach Triton directly.
+        # This machine's other users share its loopback: launch and status say they can reach
+        # Triton directly, in one line each.
         assert "this machine's other users share" in st["same_host"], st["same_host"]
+        assert launched.stderr.splitlines().count(f"note: {st['same_host']}") == 1, launched.stderr
         assert f"note: {st['same_host']}" in ftcluster("status", run_id).stdout.splitlines()
         token = ftcluster("token", run_id).stdout.strip()
         assert len(token) >= 40
