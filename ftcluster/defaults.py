@@ -12,6 +12,7 @@ import yaml
 
 from ftcluster import yaml_text
 from ftcluster.errors import UserError
+from ftcluster.plaintext import not_text
 from ftcluster.resources import package_path
 
 KEYS = ("cluster", "model")
@@ -43,6 +44,10 @@ def read_config() -> dict[str, str]:
     if not isinstance(data, dict) or set(data) - set(KEYS) or not all(isinstance(v, str) for v in data.values()):
         raise UserError(f"{path} holds other than `cluster: PATH` and `model: PATH`", field="config",
                         hint="ftcluster config --unset KEY, or edit the file")
+    # A path the OS cannot take (a NUL) would be a ValueError at the first stat.
+    bad = [f"{k}: {v!r} holds {why} (no path may hold one)" for k, v in data.items() if (why := not_text(v))]
+    if bad:
+        raise UserError(f"{path}: " + "; ".join(bad), field="config", hint="edit the file, or remove it")
     return {k: str(v) for k, v in data.items()}
 
 

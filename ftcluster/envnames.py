@@ -9,10 +9,12 @@ non-interactive bash; Enroot is a bash script that Pyxis starts with the job's e
 and the launchers' and runtimes' own variables (Slurm's input variables, Pyxis/Enroot, Docker,
 PMIx) change what starts the ranks. All of these are refused.
 
-The scripts' names are read from the scripts themselves (job_templates/, the shipped rank-side
-shell files, and the FTC_* variables the rank-side Python reads), so a variable added or renamed
-there is refused at once. The job supervisor (ftcluster/job/) never reads the user's env: it
-gives it to its children only.
+The scripts' names are read from the scripts themselves, so a variable added or renamed there is
+refused at once: job_templates/ (their bash, and the string literals inside their Jinja
+expressions, which become bash: `{{ ' $proxy_pids' if ... }}`), the shipped rank-side shell
+files, the bash the job runs by `bash -c` (ftcluster/job/bash.py, which the templates also get
+as values), and the FTC_* variables the rank-side Python reads. The job supervisor's Python
+(ftcluster/job/) never reads the user's env: it gives it to its children only.
 """
 
 from __future__ import annotations
@@ -43,10 +45,21 @@ USER_SETTABLE = frozenset({"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "T
 _FTC_LITERAL = re.compile(r"\b(FTC_[A-Z0-9_]+)\b")
 
 
+# A Jinja string literal, single- or double-quoted, with its backslash escapes.
+_JINJA_STRING = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"", re.DOTALL)
+
+
+def _jinja_strings(m: re.Match[str]) -> str:
+    """A Jinja expression or statement as the bash it may put into the script: its string
+    literals, side by side (a name, a filter or a test of Jinja's own is no bash)."""
+    return " " + " ".join(a or b for a, b in _JINJA_STRING.findall(m.group())) + " "
+
+
 def _shell_code(text: str) -> str:
-    """Template text as bash would see it, for name scanning: Jinja parts and comments dropped."""
+    """Template text as bash would see it, for name scanning: Jinja comments and bash comments
+    dropped, a Jinja expression or statement replaced by the string literals in it."""
     text = re.sub(r"\{#.*?#\}", " ", text, flags=re.DOTALL)
-    text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", text, flags=re.DOTALL)
+    text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", _jinja_strings, text, flags=re.DOTALL)
     lines = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
@@ -89,6 +102,13 @@ def job_library_files() -> list[Path]:
     return sorted(tree_path("job_templates").glob("*.j2")) + sorted(package_path("rank").glob("*.sh"))
 
 
+def job_bash_snippets() -> list[str]:
+    """The bash the job runs by `bash -c` (ftcluster/job/bash.py: constants only, a light import)."""
+    from ftcluster.job import bash
+
+    return [v for k, v in vars(bash).items() if k.isupper() and isinstance(v, str)]
+
+
 def rank_python_files() -> list[Path]:
     return sorted(package_path("rank").glob("*.py"))
 
@@ -98,6 +118,8 @@ def job_library_names() -> frozenset[str]:
     names: set[str] = set()
     for path in job_library_files():
         names |= names_in_script(path.read_text())
+    for code in job_bash_snippets():
+        names |= names_in_script(code)
     for path in rank_python_files():
         names |= set(_FTC_LITERAL.findall(path.read_text()))
     return frozenset(names)

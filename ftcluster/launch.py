@@ -203,7 +203,11 @@ class Launch:
         return self._store
 
     def dry_run(self) -> JobRequest:
-        """The job request, whose str() is the dry run; no scheduler query, port probe or write."""
+        """The job request, whose str() is the dry run; no scheduler query, port probe or write.
+        A run id the launch would refuse (taken) is refused here too."""
+        taken = self._taken(self.store if self._store is not None or RunStore.exists() else None)
+        if taken:
+            raise self._id_taken(taken)
         return job_request(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
 
     def prepare(self) -> tuple[JobRequest, RunRecord]:
@@ -245,20 +249,31 @@ class Launch:
     def _claim_run(self) -> None:
         """Make the run folder, refusing a run id that is taken (folder or record): from here on
         the folder is this launch's, and only then may a failure remove it."""
-        run_id = self.paths.run_id
-        taken = "a run record" if self.store.exact(run_id) is not None else None
+        taken = self._taken(self.store)
         if taken is None:
             try:
                 self.paths.run_dir.parent.mkdir(parents=True, exist_ok=True)
                 self.paths.run_dir.mkdir(mode=0o700)   # yours alone from the start (request.write_files)
                 return
             except FileExistsError:
-                taken = "a run folder"
+                taken = "a run folder"   # made since _taken looked
             except OSError as exc:
                 raise UserError(f"cannot make the run folder {self.paths.run_dir}: {exc.strerror or exc}",
                                 field="workspace", hint="choose a workspace you can write to") from None
-        raise UserError(f"run {run_id} exists already ({taken} at {self.paths.run_dir}); nothing was changed",
-                        field="--run-id", hint="choose a new run id, or leave --run-id out for a fresh one")
+        raise self._id_taken(taken)
+
+    def _taken(self, store: RunStore | None) -> str | None:
+        """What holds this run's id already -- "a run record" or "a run folder" -- else None; reads
+        only (store None: there is none yet). The one check of the launch and its dry run."""
+        if store is not None and store.exact(self.paths.run_id) is not None:
+            return "a run record"
+        if os.path.lexists(self.paths.run_dir):
+            return "a run folder"
+        return None
+
+    def _id_taken(self, taken: str) -> UserError:
+        return UserError(f"run {self.paths.run_id} exists already ({taken} at {self.paths.run_dir}); nothing was "
+                         "changed", field="--run-id", hint="choose a new run id, or leave --run-id out for a fresh one")
 
     def run(self) -> LaunchOutcome:
         request, record = self.prepare()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftcluster.job.names import FILES, RunFiles  # noqa: F401  (defined with the supervisor)
+from ftcluster.plaintext import describe
 from ftcluster.styles import STYLES
 
 SCRIPTS = "scripts"
@@ -36,8 +37,12 @@ class RunPaths:
         # The run id names jobs, containers and server ids; keep it plain.
         if not _RUN_ID_RE.fullmatch(self.run_id):
             raise ValueError(f"run id {self.run_id!r} must match {_RUN_ID_RE.pattern}")
-        if any(ord(c) < 32 for c in str(self.run_dir)):
-            raise ValueError("the run folder path may not contain control characters")
+        # What no script or file of the run can carry: a C0 control, or a byte that is no UTF-8
+        # (argv and the OS give it as a lone surrogate). Wider Unicode that a folder made by an
+        # earlier version may hold stays readable by status, logs and stop.
+        bad = next((c for c in str(self.run_dir) if ord(c) < 32 or 0xD800 <= ord(c) < 0xE000), None)
+        if bad is not None:
+            raise ValueError(f"a run folder's path cannot hold {describe(bad)}")
 
     @classmethod
     def for_folder(cls, run_dir: Path) -> RunPaths:

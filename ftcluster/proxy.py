@@ -111,6 +111,27 @@ def loopback_ports(ports: Ports, proxy: Proxy) -> Ports:
     return ports.shifted(proxy.loopback_offset)
 
 
+def same_host_note(cluster: ClusterSpec) -> str:
+    """For a private run whose rank 0 may not have its node to itself, one line saying who can
+    reach its Triton without the token (it listens on the node's loopback, which every process
+    there shares) and what keeps them off; "" where the job has the node alone (Slurm's
+    `exclusive: true`) or the run is not private."""
+    if access_of(cluster) != "private":
+        return ""
+    style = STYLES[style_name(cluster.scheduler, cluster.container.runtime)]
+    if style.one_host:
+        who, fix = "this machine's other users", "serve from whole nodes of a Slurm cluster (exclusive: true)"
+    elif style.host_list:
+        who, fix = "the hosts' other users", "serve from hosts nobody else uses, or whole Slurm nodes"
+    elif not cluster.exclusive:
+        who, fix = "other jobs on that node (exclusive: false)", "set exclusive: true for whole nodes"
+    else:
+        return ""
+    lo = loopback_ports(cluster.ports, cluster.proxy)
+    return (f"same-host users can reach Triton directly, without the token: it listens on rank 0's loopback "
+            f"(ports {lo.http} and {lo.grpc}), which {who} share; {fix}")
+
+
 def new_token() -> str:
     import secrets   # here, not at the top: with hmac 3 ms of every launch's start, for private runs only
 

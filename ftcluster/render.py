@@ -37,7 +37,7 @@ from ftcluster.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan import Plan
-from ftcluster.proxy import access_of, caddy_config_text, loopback_ports
+from ftcluster.proxy import access_of, caddy_config_text, loopback_ports, same_host_note
 from ftcluster.resources import package_path, tree_path
 from ftcluster.spec import (
     ClientDefaults,
@@ -60,7 +60,7 @@ from ftcluster.job.config import (
     ProxyConfig,
     StepConfig,
 )
-from ftcluster.job.styles import UNMARK_PYTHON_ENVS
+from ftcluster.job.bash import UNMARK_PYTHON_ENVS
 from ftcluster.styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -68,9 +68,10 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "config.py", "exporter.py", "front.py", "gpu_sampler.py",
-                      "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py", "nvml.py", "poll.py",
-                      "ranks.py", "restarts.py", "rotation.py", "styles.py", "submit.py", "supervisor.py", "text.py")
+SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "bash.py", "config.py", "exporter.py", "front.py",
+                      "gpu_sampler.py", "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py",
+                      "nvml.py", "poll.py", "ranks.py", "restarts.py", "rotation.py", "styles.py", "submit.py",
+                      "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
@@ -290,6 +291,7 @@ class RenderContext:
     ports: Ports                   # the endpoint's: Triton's, or the proxy's when private
     triton_ports: Ports            # what rank 0's tritonserver listens on (the loopback's when private)
     private: bool                  # access: private (Triton on the loopback, the proxy in front)
+    same_host_note: str            # a private run's Triton reachable by others on its node ("": not)
     rotation: bool                 # a replica set's member (state/rotation for the balancer)
     proxied: bool                  # Triton on rank 0's loopback, the proxy beside it (private, or a member)
     front_rotation: str            # a member's front's state/rotation.json ("": no set)
@@ -404,6 +406,7 @@ def context(
         ports=cluster.ports,
         triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private or rotation else cluster.ports,
         private=private,
+        same_host_note=same_host_note(cluster) if private else "",
         rotation=rotation,
         proxied=private or rotation,
         front_rotation=opts.front_rotation if rotation else "",
@@ -532,7 +535,8 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
                           http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc,
-                          tls_cert=ctx.proxy_tls_cert, tls_key=ctx.proxy_tls_key) if ctx.proxied else None,
+                          tls_cert=ctx.proxy_tls_cert, tls_key=ctx.proxy_tls_key,
+                          same_host_note=ctx.same_host_note) if ctx.proxied else None,
     )
 
 

@@ -27,6 +27,7 @@ from pydantic import (
 
 from ftcluster import yaml_text
 from ftcluster.errors import SpecError
+from ftcluster.plaintext import MULTI_LINE, not_text
 from ftcluster.resources import package_path
 from ftcluster.spec_errors import Problems, checked, cut, format_errors
 
@@ -131,8 +132,9 @@ os.environ.setdefault(_PLUGINS_VAR, "__all__")
 
 class _Strict(BaseModel):
     """Every spec object: unknown keys refused, numbers finite (no .inf or .nan), a boolean never
-    taken for a number, and no control character in any string (a NUL, an escape sequence for
-    the terminal, a newline that a script or a regex would split on)."""
+    taken for a number, and no string holding what is not visible text (ftcluster.plaintext: a
+    NUL, an escape sequence for the terminal, a newline or U+2028 that a script, a regex or
+    str.splitlines would split on, a lone surrogate no path can hold)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     # Mappings whose values are text that scripts carry as quoted data (the env: a certificate
@@ -151,7 +153,7 @@ class _Strict(BaseModel):
             return v
         bad = _control_in(v, text=info.field_name in cls._TEXT_VALUES)
         if bad is not None:
-            raise ValueError(f"{bad} holds a control character (newline, NUL, escape, ...): write it without one")
+            raise ValueError(f"{bad} (no spec string may hold one): write the value without it")
         return v
 
 
@@ -164,20 +166,24 @@ def _kinds(annotation: Any) -> set[Any]:
 
 
 def _control_in(v: Any, text: bool = False) -> str | None:
-    """The first string in v (itself, or inside lists, tuples and mappings, keys too) that
-    holds a C0 or C1 control character or DEL, in words (a mapping's value by its key), else
-    None. text: a mapping's values may hold newlines, tabs and CRs."""
+    """The first string in v (itself, or inside lists, tuples and mappings, keys too) that holds
+    what is not visible text (ftcluster.plaintext), in words, else None. A mapping's value is
+    named by its key and never shown: an env value may be a secret. text: a mapping's values may
+    span lines (newlines, tabs and CRs)."""
     if isinstance(v, str):
-        allowed = "\n\t\r" if text else ""
-        return repr(v) if any((ord(c) < 32 or 127 <= ord(c) < 160) and c not in allowed for c in v) else None
+        bad = not_text(v)
+        return None if bad is None else f"{cut(repr(v))} holds {bad}"
     if isinstance(v, dict):
         for key, val in v.items():
             found = _control_in(key)
             if found is not None:
                 return f"the key {found}"
-            found = _control_in(val, text)
-            if found is not None:
-                return f"the value of {key} ({found})"
+            if isinstance(val, str):
+                bad = not_text(val, MULTI_LINE if text else frozenset())
+                if bad is not None:
+                    return f"the value of {key} holds {bad}"
+            elif (found := _control_in(val, text)) is not None:
+                return f"the value of {key}: {found}"
     if isinstance(v, (list, tuple)):
         for item in v:
             found = _control_in(item)
@@ -204,7 +210,7 @@ _ENROOT_EVAL = ("$", "`", '"', "\\")
 
 
 def _control(v: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in v)
+    return not_text(v) is not None
 
 
 def pyxis_mount_path_problem(path: str) -> str | None:
@@ -831,13 +837,14 @@ class ClusterSpec(_Strict):
                                 "choose a workspace path without it")
             for key, val in self.env.items():
                 # The container's sshd gets them as SetEnv "KEY=VALUE" (sshd_config: one line, '"'
-                # ends the value, '\\' escapes); mpirun's ranks inherit them from there.
-                if _control(val) or '"' in val or "\\" in val:
-                    problems.append(f"env.{key}: {val!r} holds a newline, control character, '\"' or '\\', "
-                                    "which would split or add lines in the containers' sshd_config (SetEnv); "
-                                    "remove them from the value")
-        problems += [f"env.{key}: a value cannot hold a NUL character" for key, val in self.env.items()
-                     if "\0" in val]
+                # ends the value, '\\' escapes); mpirun's ranks inherit them from there. The value
+                # itself is never shown: it may be a secret.
+                held = [what for what, found in (
+                    ("a newline or another control character", _control(val)), ("'\"'", '"' in val),
+                    ("'\\'", "\\" in val)) if found]
+                if held:
+                    problems.append(f"env.{key}: the value holds {' and '.join(held)}, which would split or add "
+                                    "lines in the containers' sshd_config (SetEnv); remove them from the value")
         return problems
 
 
@@ -916,7 +923,7 @@ SPEC_MAX_BYTES = 1 << 20
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         st = path.stat()
-    except OSError:
+    except (OSError, ValueError):   # ValueError: a NUL in the path (the config file's)
         raise SpecError(f"spec file {path} does not exist",
                         hint="check the path given to --cluster/--model, $FTCLUSTER_CLUSTER/$FTCLUSTER_MODEL "
                              "or `ftcluster config`") from None
@@ -1001,10 +1008,14 @@ def load_model(path: str | Path) -> ModelSpec:
             data[key] = str((base / Path(val).expanduser()))
     spec, errors = checked(ModelSpec, data, {"base": str(base)})
     problems = [format_errors(None, errors)] if errors else []
-    # The folders are checked also when another field is wrong: every problem at once.
+    failed = {err["loc"][0] for err in errors if err["loc"]}
+    # The folders are checked also when another field is wrong: every problem at once (a folder
+    # whose own value was refused, a NUL in it, is said once, by that).
     for key, hint in (("repository", "point it at the Triton model repository holding config.pbtxt"),
                       ("checkpoint_root", "point it at the converter output that holds the N-gpu/ folders")):
         folder = data.get(key)
+        if key in failed:
+            continue
         if folder == "":
             problems.append(f"{key}: an empty path ({hint})")
         elif isinstance(folder, str) and (why := _not_a_folder(Path(folder))):
@@ -1035,6 +1046,8 @@ def _not_a_folder(path: Path) -> str | None:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return "does not exist"
         return f"cannot be used: {exc.strerror or exc}"
+    except ValueError:   # a NUL, or a surrogate the file system's encoding cannot take
+        return "cannot be a path: it holds a character no path can"
     return None if stat.S_ISDIR(st.st_mode) else "is not a folder"
 
 

@@ -31,6 +31,10 @@ WORD_MAX_CHARS = 120
 # "literal['auto']", 'int'), not a field: one error per field is said instead of one per member.
 _UNION_TAG = re.compile(r"[\[\]'-]|^(int|str|float|bool|bytes|none)$")
 
+# A spec's fields whose values may be secrets (an HF token in env): an error names the field and
+# the problem, never the value.
+SECRET_VALUES = frozenset({"env"})
+
 # What a validator's ValueError or assert becomes: the only kinds a model's own check raises.
 _CHECK_TYPES = ("value_error", "assertion_error")
 
@@ -78,7 +82,8 @@ def format_errors(path: Path | None, errors: list[ErrorDetails], names: dict[str
         elif err["type"] == "missing":
             msg = "required field is missing"
         problems.setdefault((loc, i if err["type"] in _CHECK_TYPES else -1), []).append(msg)
-        if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing"):
+        if "input" in err and err["type"] not in ("value_error", "extra_forbidden", "missing") \
+                and _field(err).split(".")[0] not in SECRET_VALUES:
             given.setdefault(loc, f" (got {err['input']!r})")
     said: list[str] = []
     by_option: list[str] = []

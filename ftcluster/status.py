@@ -208,9 +208,22 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         st["phase_label"] = "not known (its events went with the folder)"
     st["replica_of"], st["replica"] = rec.replica_of, rec.replica
     st["replicas"] = None
+    st["same_host"] = same_host_note(paths) if st["access"] == "private" else None
     if rec.style == "front":
         _set_status(rec, st)
     return document("status", st)
+
+
+def same_host_note(paths: RunPaths) -> str | None:
+    """Who besides the run can reach a private run's Triton on rank 0's loopback, without the
+    token, as the run's values record it (ftcluster.proxy.same_host_note); None: nobody."""
+    from ftcluster.job.config import JobConfig
+
+    try:
+        cfg = JobConfig.from_json((paths.scripts / FILES.job_config).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    return (cfg.proxy.same_host_note or None) if cfg.proxy is not None else None
 
 
 def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
@@ -222,6 +235,7 @@ def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
     set_dir = Path(rec.run_dir)
     rotation = {m.get("run_dir"): m for m in rotation_now(set_dir).get("members", [])}
     members = []
+    notes: list[str | None] = []
     nodes = list(st["nodes"])
     for m in read_members(set_dir):
         chain = member_records(rec, store, int(m.get("replica", -1)))
@@ -230,6 +244,7 @@ def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
             continue
         mrec = serving[-1]
         ms = run_status(mrec)
+        notes.append(ms["same_host"])
         r = rotation.get(mrec.run_dir, {})
         members.append({"replica": m.get("replica"), "run_id": mrec.run_id, "job_id": mrec.job_id,
                         "state": ms["state"], "phase": ms["phase"], "endpoint": ms["endpoint"],
@@ -238,6 +253,8 @@ def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
                         "failure": ms["failure"]})
         nodes += [n for n in ms["nodes"] if n not in nodes]
     st["replicas"] = members
+    # The members' Triton behind their own proxies: what one of theirs says, the set says.
+    st["same_host"] = st["same_host"] or next((n for n in notes if n), None)
     st["endpoint"] = front_endpoint(set_dir)
     st["nodes"] = nodes
     st["num_nodes"] = len(nodes) if nodes else rec.nodes + sum(m["num_nodes"] for m in members)

@@ -127,7 +127,7 @@ CREATE TABLE IF NOT EXISTS runs (
 
 class RunStore:
     def __init__(self, path: Path | None = None):
-        self.path = path or state_dir() / "runs.sqlite"
+        self.path = path or self.default_path()
         self.damaged: dict[str, str] = {}   # run id -> what is wrong with its record
         # The store names every run folder and endpoint: yours alone, whatever the umask.
         try:
@@ -137,6 +137,15 @@ class RunStore:
             raise self._unusable(exc.strerror or str(exc)) from None
         with self._db() as db:
             db.execute(_SCHEMA)
+
+    @staticmethod
+    def default_path() -> Path:
+        return state_dir() / "runs.sqlite"
+
+    @classmethod
+    def exists(cls) -> bool:
+        """Whether the store is there already (a dry run reads it then, and never makes it)."""
+        return cls.default_path().is_file()
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:

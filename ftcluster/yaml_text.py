@@ -12,7 +12,6 @@ from typing import Any
 import yaml
 
 MAX_VALUES = 100_000
-_SHOWN_CHARS = 60
 
 
 class _Loader(yaml.SafeLoader):
@@ -33,27 +32,34 @@ class _Loader(yaml.SafeLoader):
                                  "write the values out")
         return node
 
+    # The key whose value is being made, for the words of its error (the value itself is not
+    # shown: it may be a secret, an env value).
+    _naming: Any = None
+
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep=deep)
         except (ValueError, TypeError, AttributeError, KeyError):
-            what = "this value"
-            if isinstance(node, yaml.ScalarNode):
-                text = str(node.value)
-                what = repr(text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "...")
+            what = f"the value of {self._naming}" if self._naming is not None else "this value"
             raise yaml.constructor.ConstructorError(
                 None, None, f"{what} is no !!{node.tag.rpartition(':')[2]} value (drop the !!tag or fix the value)",
                 node.start_mark) from None
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.YAMLError(f"key {key!r} given twice (lines {seen[key]} and {line}): keep one")
             if isinstance(key, (str, int, float, bool)):
                 seen[key] = line
+            if isinstance(value_node, yaml.ScalarNode):   # made (and kept) here, to be named by its key
+                self._naming = key
+                try:
+                    self.construct_object(value_node)
+                finally:
+                    self._naming = None
         return super().construct_mapping(node, deep=deep)
 
 

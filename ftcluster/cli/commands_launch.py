@@ -22,7 +22,7 @@ from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.phases import PHASES
 from ftcluster.remote import forward, needs_forwarding
 from ftcluster.layout import FILES
-from ftcluster.spec import MAX_RESTARTS, default_cluster_path, load_cluster
+from ftcluster.spec import MAX_RESTARTS, ClusterSpec, default_cluster_path, load_cluster
 from ftcluster.store import RunRecord, RunStore, new_run_id
 
 if TYPE_CHECKING:
@@ -179,6 +179,7 @@ def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: 
                     progress=None if as_json else _progress, run_id=run_id)
     if opts.dry_run:
         click.echo(rs.dry_run(), nl=False)
+        _same_host(planned.cluster, opts)
         return
     outcome = rs.run()
     if as_json:
@@ -189,8 +190,20 @@ def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: 
     elif outcome.ok:
         console().print(f"serving {replicas} replicas at http://{outcome.endpoint} (run {outcome.set_id}); "
                         f"stop them with `ftcluster stop {outcome.set_id}`", markup=False)
+    if outcome.ok and not as_json:
+        _same_host(planned.cluster, opts)
     if not outcome.ok:
         raise LaunchError(f"replica set {outcome.set_id} failed: {outcome.failure}")
+
+
+def _same_host(cluster: ClusterSpec, opts: LaunchOptions) -> None:
+    """A private run whose rank 0 may share its node: who can reach its Triton without the token,
+    on stderr after what the launch says (`status` says it again; `--json` has it in `status`)."""
+    from ftcluster.proxy import same_host_note
+
+    note = same_host_note(cluster) if opts.servers and opts.step is None else ""
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
@@ -265,12 +278,15 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
                     progress=None if as_json else _progress, run_id=run_id)
     if opts.dry_run:
         click.echo(str(launch.dry_run()), nl=False)
+        _same_host(planned.cluster, opts)
         return None
     outcome = launch.run()
     if as_json:
         echo_json(launch_json(outcome))
     else:
         _report(outcome)
+        if outcome.ok:
+            _same_host(planned.cluster, opts)
     if not outcome.ok:
         raise LaunchError(f"run {outcome.record.run_id} failed: {outcome.failure}")
     return outcome

@@ -63,6 +63,8 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     for r in st["ranks"]:
         t.add_row(f"rank {r['rank']}", cell(f"{r['node'] or '?'}: {r['state_label']}"))
     console().print(t)
+    if st["same_host"]:
+        console().print(f"note: {st['same_host']}", markup=False, soft_wrap=True)
 
 
 @cli.command("token")

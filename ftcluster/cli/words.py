@@ -9,14 +9,18 @@ import click
 
 
 class Word(click.ParamType):
-    """A non-empty string without control characters: a path or a program that reaches a job."""
+    """A non-empty string of visible text (ftcluster.plaintext): a path or a program that reaches a job."""
 
     name = "text"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ftcluster.plaintext import not_text
+
         text = str(value)
-        if not text.strip() or any(ord(c) < 32 or ord(c) == 127 for c in text):
-            self.fail(f"{value!r} is empty or holds a control character", param, ctx)
+        if not text.strip():
+            self.fail(f"{value!r} is empty", param, ctx)
+        if why := not_text(text):
+            self.fail(f"{value!r} holds {why}", param, ctx)
         return text
 
 

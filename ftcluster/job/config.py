@@ -57,6 +57,9 @@ class ProxyConfig(NamedTuple):
     grpc_port: int
     tls_cert: Optional[str] = None  # the proxy serves TLS with this certificate (clients trust it)
     tls_key: Optional[str] = None   # ... and its key (copied beside a proxy in rank 0's container)
+    # Who else may reach Triton's loopback ports, as `launch` and `status` say it (proxy.same_host_note);
+    # "": nobody (the job has rank 0's node to itself).
+    same_host_note: str = ""
 
 
 class JobConfig(NamedTuple):

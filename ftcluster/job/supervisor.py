@@ -116,7 +116,7 @@ class Job:
         self.loads: Optional[LoadWatch] = None
         self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
         self.exporter: Optional[Exporter] = None   # every node's GPUs for Prometheus (ports.gpus)
-        self.guard: Optional[subprocess.Popen[bytes]] = None   # styles.SESSION_GUARD, and its pipe's end
+        self.guard: Optional[subprocess.Popen[bytes]] = None   # bash.SESSION_GUARD, and its pipe's end
         self.guard_pipe = -1
         self.incarnation_since = 0.0   # when this incarnation's servers started: its GPU events count
         self.style = style_for(self)
@@ -1025,7 +1025,7 @@ class Job:
 
     def start_guard(self) -> None:
         """The guard that ends what is left of the job if this process dies without its teardown
-        (styles.SESSION_GUARD): it waits on a pipe whose one writer is this process (os.pipe's
+        (bash.SESSION_GUARD): it waits on a pipe whose one writer is this process (os.pipe's
         ends are not inherited by the job's other children)."""
         read_end, self.guard_pipe = os.pipe()
         try:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ftcluster.spec import embedded_model_path
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
 
 pytestmark = pytest.mark.triton
@@ -81,12 +82,19 @@ def _token_held_only_by_its_file(run_dir: Path, token: str) -> None:
 def test_a_private_local_run_serves_through_its_proxy_with_the_token_only(tmp_path: Path) -> None:
     cluster = write_cluster(tmp_path, access="private")
     ports = yaml.safe_load(cluster.read_text())["ports"]
-    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--detach", "--no-client")
-    assert rc == 0, err
-    run_id, run_dir = out["run_id"], Path(out["run_dir"])
+    launched = ftcluster("launch", "--cluster", str(cluster), "--model", str(embedded_model_path()), "--nodes", "2",
+                         "--keep-serving", "--detach", "--no-client")
+    assert launched.returncode == 0, launched.stderr
+    run_id = launched.stdout.split("submitted run ", 1)[1].split()[0]
+    run_dir = Path(json.loads(ftcluster("status", run_id, "--json").stdout)["run_dir"])
     try:
         st = _serving(run_id)
         assert st["access"] == "private" and st["endpoint"] == f"127.0.0.1:{ports['http']}"
+        # This machine's other users share its loopback: launch and status say they can reach
+        # Triton directly, in one line each.
+        assert "this machine's other users share" in st["same_host"], st["same_host"]
+        assert launched.stderr.splitlines().count(f"note: {st['same_host']}") == 1, launched.stderr
+        assert f"note: {st['same_host']}" in ftcluster("status", run_id).stdout.splitlines()
         token = ftcluster("token", run_id).stdout.strip()
         assert len(token) >= 40
         # Triton itself on the loopback, 100 above; the proxy on the endpoint's ports.
@@ -159,6 +167,11 @@ def test_on_slurm_another_node_reaches_the_proxy_but_not_triton(slurm_cluster: A
         assert from_other(int(port) + 100, True) == "000"      # Triton: the loopback only
         assert from_other(int(port), False) == "401"
         assert from_other(int(port), True) == "200"
+        # ... but on rank 0's own node, which this job shares (exclusive: false), Triton answers
+        # without the token: status says so.
+        same = f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 http://127.0.0.1:{int(port) + 100}/v2/health/ready"
+        assert str(slurm_cluster.node_exec(host, ["bash", "-c", same]).stdout.strip()) == "200"
+        assert "other jobs on that node (exclusive: false) share" in (st["same_host"] or ""), st["same_host"]
         ok = ftcluster("client", "identity", "--run", run_id)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         _token_held_only_by_its_file(Path(out["run_dir"]), token)

@@ -57,7 +57,7 @@ def test_config_defaults_and_overrides(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content, says", [
-    (b"cluster: !!int x\n", "line 1 column 10: invalid YAML: 'x' is no !!int value"),
+    (b"cluster: !!int x\n", "line 1 column 10: invalid YAML: the value of cluster is no !!int value"),
     (b"cluster: !!set [[1]]\n", "invalid YAML: a value is not of its !!tag's type"),
     (b"\xff\xfe\x00", "not a text file"),
     (b"cluster: [1\n", "line 2 column 1: invalid YAML: expected ',' or ']'"),

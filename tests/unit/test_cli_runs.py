@@ -422,3 +422,47 @@ def test_clients_of_a_run_ask_for_the_runs_model(live_run: tuple[Path, RunRecord
     finally:
         server.shutdown()
         server.server_close()
+
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+DOCKER = {"runtime": "docker", "image": "triton:22.12", "mounts": [f"{MODELS}:{MODELS}:ro"]}
+
+
+@pytest.mark.parametrize("spec,who", [
+    ({"scheduler": "slurm", "partition": "p", "exclusive": False}, "other jobs on that node (exclusive: false)"),
+    ({"scheduler": "slurm", "partition": "p"}, None),                          # exclusive: true, the default
+    ({"scheduler": "slurm", "partition": "p", "exclusive": False, "access": "cluster"}, None),   # no token to skip
+    ({"scheduler": "local", "access": "private"}, "this machine's other users"),
+    ({"scheduler": "local"}, None),                                            # access: cluster there
+    ({"scheduler": "ssh", "hosts": ["n1"], "container": DOCKER}, "the hosts' other users"),
+    ({"scheduler": "slurm", "partition": "p", "container": DOCKER}, None),
+], ids=["slurm-shared", "slurm-exclusive", "slurm-shared-cluster", "local-private", "local-cluster", "ssh", "docker"])
+def test_launch_and_status_say_when_same_host_users_can_reach_a_private_runs_triton(
+        tmp_path: Path, spec: dict[str, Any], who: str | None) -> None:
+    """A private run's Triton listens on rank 0's loopback without the token: where the job does
+    not have that node to itself, `launch` and `status` say so in one line; elsewhere nothing."""
+    import yaml
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"name": "c", "gpus_per_node": 1, "max_nodes": 2,
+                                                     "workspace": str(tmp_path / "ws"), **spec}))
+    model = str(Path(__file__).resolve().parents[1] / "data" / "bad_inputs" / "ok" / "model.yaml")
+    state = tmp_path / "state"
+    args = ("--cluster", str(tmp_path / "c.yaml"), "--model", model, "--nodes", "1")
+    dry = ftc("launch", *args, "--dry-run", state=state)
+    assert dry.returncode == 0, dry.stderr
+    rendered = ftc("render", *args, "--out", str(tmp_path / "run"), state=state)
+    assert rendered.returncode == 0, rendered.stderr
+    status = ftc("status", str(tmp_path / "run"), state=state)
+    st = json.loads(ftc("status", str(tmp_path / "run"), "--json", state=state).stdout)
+    notes = [[ln for ln in text.splitlines() if "same-host" in ln] for text in (dry.stderr, status.stdout)]
+    if who is None:
+        assert notes == [[], []] and st["same_host"] is None and "same-host" not in dry.stdout + status.stderr
+        return
+    # The local style's rendered block (a launch picks a free one) is 18000's, the others 8000's.
+    base = 18000 if spec["scheduler"] == "local" else 8000
+    for lines in notes:
+        assert len(lines) == 1 and lines[0].startswith("note: same-host users can reach Triton directly, without "
+                                                       f"the token: it listens on rank 0's loopback (ports {base + 100} "
+                                                       f"and {base + 101}), which {who} share"), lines
+    assert st["access"] == "private" and notes[1][0] == f"note: {st['same_host']}"
+    assert dry.stderr.strip().splitlines()[-1] == notes[0][0]     # after the request, on stderr

@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from ftcluster.job.styles import KILL_MARKED
+from ftcluster.job.bash import KILL_MARKED
 
 
 def _sleeper(entry: str) -> subprocess.Popen[bytes]:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ftcluster.job.styles import SESSION_GUARD
+from ftcluster.job.bash import SESSION_GUARD
 
 # A stand-in job: leads a session of its own (as the local launcher starts it), starts a child
 # in its session and a guard on a pipe only it holds, says both pids, then waits to be killed.

@@ -155,7 +155,7 @@ def test_workspace_user_falls_back_to_the_account(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("text,fragment", [
     ("scheduler: local\nworkspace: $FTC_SURELY_UNSET_VAR/runs\n", "workspace: $FTC_SURELY_UNSET_VAR is not set"),
-    ("scheduler: local\nworkspace: \"/runs\\nx\"\n", "workspace: '/runs\\nx' holds a control character"),
+    ("scheduler: local\nworkspace: \"/runs\\nx\"\n", "workspace: '/runs\\nx' holds U+000A (newline), a control character"),
     ("scheduler: local\nworkspace: ~nosuchuser_ftc/runs\n", "workspace: '~nosuchuser_ftc' is not a known user"),
     ("scheduler: slurm\ncontainer: {runtime: pyxis, image: /i.sqsh}\nworkspace: '/r/$(touch PWNED)'\n",
      "workspace: '/r/$(touch PWNED)' holds $"),
@@ -193,6 +193,52 @@ def test_other_runtimes_keep_any_env_value() -> None:
     assert cluster(env={"X": 'a"b\\c\nd'}).env["X"] == 'a"b\\c\nd'
     with pytest.raises(ValueError, match="NUL"):
         cluster(env={"X": "a\0b"})
+
+
+# --------------------------------------------------------------------------- what no spec string holds
+
+NOT_TEXT = {"\0": "U+0000 (NUL)", "\x1b": "U+001B (escape)", "\x7f": "U+007F (DEL)", "\x85": "U+0085 (NEL)",
+            "\x9b": "U+009B,", "\u2028": "U+2028, a line separator", "\u2029": "U+2029, a paragraph separator",
+            "\u202e": "U+202E (right-to-left override)", "\u200b": "U+200B (zero width space)",
+            "\ufeff": "U+FEFF", "\ud800": "U+D800, a lone surrogate"}
+
+
+@pytest.mark.parametrize("char", NOT_TEXT, ids=[f"U+{ord(c):04X}" for c in NOT_TEXT])
+def test_no_spec_string_holds_what_is_not_text_and_an_env_value_is_never_shown(char: str, tmp_path: Path) -> None:
+    """The README's rule (Specs: "no spec string holds ..."), for a path, a name and an env value:
+    refused naming the field and the character; the env value's text is in no error."""
+    import yaml
+
+    for field, spec in (("workspace", {"workspace": f"/runs/a{char}b"}), ("python", {"python": f"/usr/bin/py{char}"}),
+                        ("name", {"name": f"c{char}"}), ("env", {"env": {"HF_TOKEN": f"hf_SeCrEt{char}x"}})):
+        msg = _spec_error(tmp_path, yaml.safe_dump({"scheduler": "local", **spec}))
+        assert f"c.yaml: {field}: " in msg and NOT_TEXT[char] in msg, msg
+        assert "hf_SeCrEt" not in msg
+
+
+@pytest.mark.parametrize("text", ["caf\u00e9", "\u65e5\u672c", "a\u00a0b", "\U0001F642", "a b"])
+def test_visible_text_beyond_ascii_is_kept(text: str) -> None:
+    assert cluster(workspace=f"/runs/{text}", env={"X": text}).env["X"] == text
+
+
+def test_an_env_value_may_span_lines_and_hold_tabs_but_no_other_control() -> None:
+    assert cluster(env={"PEM": "-----BEGIN-----\r\nab\tc\n-----END-----\n"}).env["PEM"].count("\n") == 3
+    with pytest.raises(ValueError, match="U\\+2028"):
+        cluster(env={"PEM": "a\nb\u2028c"})
+
+
+def test_a_nul_in_the_config_files_spec_path_is_one_line_naming_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from ftcluster.defaults import default_path
+    from ftcluster.errors import UserError
+
+    (tmp_path / "ftcluster").mkdir()
+    (tmp_path / "ftcluster" / "config.yaml").write_text('model: "/specs/m\\0.yaml"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("FTCLUSTER_MODEL", raising=False)
+    with pytest.raises(UserError) as ei:
+        default_path("model")
+    assert str(ei.value).startswith("config: ") and "model: " in str(ei.value) and "U+0000 (NUL)" in str(ei.value)
 
 
 def _sshd_setenv(tmp_path: Path, env: dict[str, str]) -> list[str]:

@@ -77,7 +77,7 @@ def _step_command(req: JobRequest) -> list[str]:
 
 def _proven_first(req: JobRequest) -> list[str]:
     """Pyxis's first step in the image: each task records its / before the step's command."""
-    from ftcluster.job.styles import PROVE_IN_IMAGE
+    from ftcluster.job.bash import PROVE_IN_IMAGE
 
     return ["bash", "-c", PROVE_IN_IMAGE, "_", os.path.join(_job(req).cfg.state, "pyxis")]
 

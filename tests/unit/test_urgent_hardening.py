@@ -105,6 +105,22 @@ def test_the_scanner_sees_every_variable_of_the_job_library() -> None:
         assert want in names
 
 
+def test_the_scanner_reads_the_bash_in_jinja_expressions_and_the_jobs_bash_snippets() -> None:
+    """A Jinja expression's string literals become bash in the script (`{{ ' $proxy_pids' if x }}`),
+    and the job runs the snippets of ftcluster/job/bash.py by `bash -c` with the user's env: the
+    names in both are refused like the scripts' own."""
+    from ftcluster.envnames import job_bash_snippets, names_in_script
+
+    found = names_in_script("kill $pids{{ ' $only_in_jinja' if proxied }}\n{% set line = \"SET_IN_JINJA=1 run\" %}")
+    assert {"pids", "only_in_jinja", "SET_IN_JINJA"} <= found and not {"proxied", "line", "set"} & found
+    snippets = job_bash_snippets()
+    assert len(snippets) >= 6 and all("$" in code for code in snippets)
+    in_snippets = set().union(*map(names_in_script, snippets))
+    # The teardown's and the guard's own variables (only there: kill_marked's, the guard's word).
+    assert {"still", "last", "word", "gone", "run", "n"} <= in_snippets
+    assert {n for n in in_snippets if env_name_problem(n) is None} == set()
+
+
 def _hostile_env_cluster(folder: Path, runtime: str, names: list[str]) -> Path:
     spec: dict[str, Any] = yaml.safe_load((REPO_ROOT / "configs" / "clusters" /
                                            {"pyxis": "pyxis.yaml", "docker": "slurm-docker.yaml",
@@ -377,3 +393,31 @@ def test_a_taken_run_id_is_refused_and_the_earlier_run_survives(tmp_path: Path) 
     res = _ftc(state, "launch", "--cluster", str(tmp_path / "c.yaml"), "--nodes", "1", "--run-id", other.run_id)
     assert res.returncode == 3 and "a run record" in res.stderr
     assert not (ws / other.run_id).exists()
+
+
+def test_a_dry_run_refuses_the_run_id_the_launch_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    """launch --dry-run --run-id ID: the launch's own check (a run folder or a record holds ID),
+    read only -- a dry run with no store yet makes none."""
+    state, ws = tmp_path / "state", tmp_path / "ws"
+    spec = yaml.safe_load((REPO_ROOT / "ftcluster" / "demo" / "local-cluster.yaml").read_text())
+    spec["workspace"] = str(ws)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    dry = ("launch", "--cluster", str(tmp_path / "c.yaml"), "--nodes", "1", "--dry-run", "--run-id")
+    fresh = _ftc(state, *dry, "fresh-run")
+    assert fresh.returncode == 0 and "# run fresh-run" in fresh.stdout, fresh.stderr
+    assert not state.exists() and not ws.exists()           # nothing written, not even the store
+    (ws / "folder-only").mkdir(parents=True)                # a folder without a record (render --out, a crash)
+    res = _ftc(state, *dry, "folder-only")
+    assert res.returncode == 3 and res.stderr.startswith("error: --run-id: run folder-only exists already (a run "
+                                                         "folder at"), res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr and not state.exists()
+    RunStore(state / "runs.sqlite").add(RunRecord(
+        run_id="record-only", created=time.time(), cluster_name="local", cluster_source="", scheduler="local",
+        style="local", run_dir=str(tmp_path / "elsewhere"), nodes=1, model="m"))
+    before = (state / "runs.sqlite").read_bytes()
+    res = _ftc(state, *dry, "record-only")
+    assert res.returncode == 3 and "exists already (a run record" in res.stderr and not res.stdout, res.stderr
+    assert not (ws / "record-only").exists() and (state / "runs.sqlite").read_bytes() == before
+    # The same words as the launch itself.
+    real = _ftc(state, *dry[:-2], "--run-id", "record-only")
+    assert real.returncode == 3 and real.stderr == res.stderr
