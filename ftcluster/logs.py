@@ -219,49 +219,47 @@ def follow(follower: Follower, job_ended: Callable[[], bool], emit: Callable[[Lo
 
 def follow_job(follower: Follower, watch: JobWatch, emit: Callable[[LogSource, str], None],
                relabel: Callable[[], list[LogSource]] | None = None,
-               notice: Callable[[str], None] | None = None) -> JobState | None:
+               notice: Callable[[str], None] | None = None, recorded: str | None = None) -> JobState | None:
     """`logs -f`: follow until the job's `done` or until the scheduler says it is gone; the
-    job's final state (None when neither told). `relabel` gives the sources again with what is
-    known now (a rank's node, once it started): asked every second while a label lacks it.
+    run's final state as ftcluster.run_state defines it (None when neither told). `relabel`
+    gives the sources again with what is known now (a rank's node, once it started): asked
+    every second while a label lacks it. `recorded`: the run's status in the store.
 
-    A job told to stop (its `interrupted`) may be one Slurm requeues (preemption, `scontrol
-    requeue`): after its `done` the scheduler is asked, and a job back in the queue is followed
-    into its next attempt (`notice` says so once per requeue)."""
+    A job told to stop (its `interrupted`) other than by `ftcluster stop` may be one Slurm
+    requeues (preemption, `scontrol requeue`): after its `done` the scheduler is asked, and a
+    job back in the queue is followed into its next attempt (`notice` says so once per requeue)."""
     from ftcluster.events import EV
+    from ftcluster.run_state import ended, run_state, this_attempt
     from ftcluster.slurm import JobState
 
     final: list[JobState] = []
     relabel_at = 0.0
-    # This attempt of the job: told to stop, its `done`, seen back in the queue.
-    interrupted, requeued = False, False
-    done: JobState | None = None
+    requeued = False   # this attempt of the job was seen back in the queue
 
-    def ended() -> bool:
-        nonlocal relabel_at, interrupted, done, requeued
+    def ended_now() -> bool:
+        nonlocal relabel_at, requeued
         now = watch.clock.monotonic()
         if relabel is not None and now >= relabel_at and any(s.label.endswith(" ?") for s in follower.srcs):
             relabel_at = now + LOG_LOOKUP.fast
             follower.relabel(relabel())
         # One attempt of the job at a time: a later `job_started` (Slurm requeued it) begins another.
-        for e in watch.new_events():
-            if e.kind == EV.job_started:
-                interrupted, done, requeued = False, None, False
-            elif e.kind == EV.interrupted:
-                interrupted = True
-            elif e.kind == EV.done:
-                done = JobState.COMPLETED if e.args[:1] == ("0",) else JobState.FAILED
-        if done is not None and not interrupted:
-            final.append(done)
+        if any(e.kind == EV.job_started for e in watch.new_events()):
+            requeued = False
+        events = watch.events.events
+        end = ended(events)
+        if end is not None and (end[0] is JobState.STOPPED
+                                or not any(e.kind == EV.interrupted for e in this_attempt(events))):
+            final.append(end[0])
             return True
         info = watch.ask()
         if info is not None and info.gone:
-            final.append(done or info.state)   # the exit code the job wrote, where it wrote one
+            final.append(run_state(info, events, recorded).state)
             return True
-        if done is not None and info is not None and info.state is JobState.PENDING and not requeued:
+        if end is not None and info is not None and info.state is JobState.PENDING and not requeued:
             requeued = True
             if notice is not None:
                 notice("the job was requeued by Slurm: following its next start")
         return False
 
-    follow(follower, ended, emit, watch.clock)
+    follow(follower, ended_now, emit, watch.clock)
     return final[-1] if final else None

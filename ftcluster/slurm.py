@@ -28,11 +28,14 @@ class JobState(str, Enum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     TIMEOUT = "TIMEOUT"
+    # A run ended by `ftcluster stop`, as its own events say (ftcluster.run_state): never from
+    # Slurm, whose STOPPED (a job held by SIGSTOP) is PENDING here.
+    STOPPED = "STOPPED"
     UNKNOWN = "UNKNOWN"
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
+        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.STOPPED)
 
 
 # Slurm's job states (squeue %T / sacct State / scontrol JobState) -> ours.

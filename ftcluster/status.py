@@ -19,6 +19,7 @@ from ftcluster.events import EV, parse_events
 from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
+from ftcluster.run_state import run_state
 from ftcluster.store import RunRecord, RunStore
 from ftcluster.styles import STEP_STYLES
 
@@ -153,7 +154,7 @@ def health_label(health: dict[str, Any]) -> str:
 def run_status(rec: RunRecord) -> dict[str, Any]:
     """The `status` object of a run (schema in the README)."""
     paths = paths_of(rec)
-    events = parse_events(paths.events.read_text(errors="replace")) if paths.events.is_file() else []
+    events = _events(paths)
     phase_events = [e for e in events if e.kind in PHASES]
     phase = phase_events[-1].kind if phase_events else ("submitted" if rec.job_id else "created")
     ready = [e for e in events if e.kind == EV.ready]
@@ -169,7 +170,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     }
     scheduler_nodes: list[str] = []
     if rec.job_id:
-        info = launcher_for_record(rec).info(rec.job_id, paths)
+        info = run_state(launcher_for_record(rec).info(rec.job_id, paths), events, rec.status)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
                   source=info.source, exit_code=exit_number(info.exit_code))
         scheduler_nodes = list(dict.fromkeys(info.nodes))
@@ -360,8 +361,8 @@ def still_needed(records: Sequence[RunRecord], may_live: set[str]) -> set[str]:
 
 
 def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
-    """The job state now of each run that may still have a live job, by run id: each launcher
-    is asked once for all its runs (one squeue for every Slurm run)."""
+    """The state now (ftcluster.run_state) of each run that may still have a live job, by run
+    id: each launcher is asked once for all its runs (one squeue for every Slurm run)."""
     groups: dict[str, list[RunRecord]] = {}
     for rec in records:
         if rec.job_id and rec.scheduler != "remote" and rec.status in LIVE_STATUSES:
@@ -369,14 +370,33 @@ def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
     states: dict[str, JobInfo] = {}
     for name, recs in groups.items():
         found = launcher_named(name).infos([(r.job_id or "", paths_of(r)) for r in recs])
-        states.update({r.run_id: found[r.job_id or ""] for r in recs})
+        states.update({r.run_id: run_state(found[r.job_id or ""], _events(paths_of(r)), r.status) for r in recs})
     return states
+
+
+def _events(paths: RunPaths) -> list[Any]:
+    try:
+        return parse_events(paths.events.read_text(errors="replace"))
+    except OSError:
+        return []
 
 
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
     if not rec.job_id:
         raise UserError(f"run {rec.run_id} was never submitted")
     launcher = launcher_for_record(rec)
-    launcher.cancel(rec.job_id, paths_of(rec))
-    launcher.release_resources(paths_of(rec))
+    paths = paths_of(rec)
+    # The job's teardown reads this to tell this stop from Slurm's own TERM (its `stopped`, a
+    # clean end); it lasts as long as the stop, so a folder submitted again never finds it.
+    request = paths.state / FILES.stop_request
+    try:
+        request.write_text(f"{rec.job_id}\n")
+    except OSError:
+        pass   # a folder gone or read-only: the job ends as interrupted, the record still says STOPPED
+    launcher.cancel(rec.job_id, paths)
+    launcher.release_resources(paths)
+    try:
+        request.unlink(missing_ok=True)
+    except OSError:
+        pass
     return (store or RunStore()).update(rec, status="STOPPED")

@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("commands_report", "A service's history from its samples: throughput, latency, GPUs, restarts, outages (default: the newest run)."),
     "token": ("commands_runs", "Print a private run's token, which its clients send (default: the newest run)."),
     "tunnel": ("commands_tunnel", "Forward a local port through the login node to a run's endpoint (default: the newest run)."),
-    "list": ("commands_runs", "Runs recorded in the local store, newest last, with the job state of those still live."),
+    "list": ("commands_runs", "Runs recorded in the local store, newest last, with the state now of those whose job may live."),
     "prune": ("commands_runs", "Remove ended runs older than N days: their run folders and records."),
     "logs": ("commands_logs", "Server logs (per rank) and the client log of a run (default: the newest run)."),
     "check": ("commands_check",

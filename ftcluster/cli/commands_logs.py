@@ -14,6 +14,7 @@ from ftcluster.cli.numbers import count
 from ftcluster.errors import EXIT_FAILED, UserError, all_problems
 from ftcluster.launchers import launcher_for_record
 from ftcluster.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
+from ftcluster.run_state import STOPPED_REASON
 from ftcluster.slurm import JobState
 from ftcluster.status import paths_of
 from ftcluster.store import RunRecord, RunStore
@@ -39,7 +40,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
              as_json: bool) -> None:
     """Server logs (per rank) and the client log of a run (default: the newest run).
 
-    With -f, follows until the job ends; the exit code is 0 when the job completed.
+    With -f, follows until the job ends; the exit code is 0 when the job completed or was stopped
+    (`ftcluster stop`).
 
     \b
     Examples:
@@ -114,7 +116,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         try:
             final = follow_job(follower, watch, emit,
                                relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step),
-                               notice=lambda words: click.echo(f"(run {rec.run_id}: {words})", err=True))
+                               notice=lambda words: click.echo(f"(run {rec.run_id}: {words})", err=True),
+                               recorded=rec.status)
         finally:
             watch.close()
         later = successors(rec, store)
@@ -125,9 +128,12 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         srcs = sources(paths, rec.nodes, rank, server=not client_only, client=with_client, step=step)
         labelled = len(srcs) > 1
         follower = Follower(srcs, from_start=True)
-    if final is not JobState.COMPLETED:
+    if final is JobState.STOPPED:
+        click.echo(f"(run {rec.run_id}: {STOPPED_REASON})", err=True)
+    elif final is not JobState.COMPLETED:
         click.echo(f"(run {rec.run_id}: its job ended {final.value if final else 'with no state the scheduler or the run told'})", err=True)
-    sys.exit(0 if final is JobState.COMPLETED else EXIT_FAILED)
+    # A run stopped as asked ended well: only a job that failed (or was never told) is an error.
+    sys.exit(0 if final in (JobState.COMPLETED, JobState.STOPPED) else EXIT_FAILED)
 
 
 def _member(rec: RunRecord, store: RunStore, replica: int) -> RunRecord:

@@ -171,9 +171,11 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
 @click.option("--model", "model_name", default=None, help="Only runs of this model.")
 def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name: str | None,
              model_name: str | None) -> None:
-    """Runs recorded in the local store, newest last, with the job state of those still live.
+    """Runs recorded in the local store, newest last, with the state now of those whose job may live.
 
-    The job states cost one scheduler query for all the runs listed.
+    Their state is as `status` tells it; the others' is their recorded status.
+
+    The states cost one scheduler query for all the runs listed.
 
     \b
     Examples:
@@ -193,9 +195,10 @@ def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name:
     if not runs:
         click.echo("no run matches" if wanted or cluster_name or model_name else "no runs yet", err=True)
         return
-    t = table(columns=("run", "cluster", "nodes", "job", "status", "job state", "folder"))
+    # One word per run: its state now where its job may live (as `status` says it), else as recorded.
+    t = table(columns=("run", "cluster", "nodes", "job", "state", "folder"))
     for r in runs:
-        t.add_row(*(cell(v) for v in (r.run_id, r.cluster_name, r.nodes, r.job_id, r.status, live.get(r.run_id),
+        t.add_row(*(cell(v) for v in (r.run_id, r.cluster_name, r.nodes, r.job_id, live.get(r.run_id) or r.status,
                                       r.run_dir)))
     console().print(t)
 

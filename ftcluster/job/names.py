@@ -19,6 +19,7 @@ class Kinds:
 
     job_started: str = "job_started"            # HOST JOB_ID
     interrupted: str = "interrupted"            # INT/TERM acted on
+    stopped: str = "stopped"                    # that INT/TERM was `ftcluster stop`'s (state/stop): a clean end
     mpicheck_started: str = "mpicheck_started"
     mpicheck_ok: str = "mpicheck_ok"
     mpicheck_again: str = "mpicheck_again"      # WHERE: a rank of the check crashed; it runs once more
@@ -61,6 +62,9 @@ class RunFiles:
     __slots__ = ()
 
     events: str = "events"                 # state/: one line per milestone
+    # state/: written by `ftcluster stop` before it signals the job, so that the job can tell a
+    # stop asked for from Slurm's own TERM (time limit, preemption); removed at each job start.
+    stop_request: str = "stop"
     rank_exits: str = "exits"              # state/: "RANK CODE EPOCH died|stopped INCARNATION" per rank exit
     rank_loads: str = "loads"              # state/: "RANK EPOCH INCARNATION" per rank in model load
     health: str = "health.json"            # state/: the liveness probes while serving

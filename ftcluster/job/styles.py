@@ -122,6 +122,13 @@ class JobStyle:
         return ["bash", "-c", SESSION_GUARD, "_", str(session) if session == os.getpid() else "", mpi_folder,
                 self.cfg.run_id, self.shm_glob()]
 
+    def end_stopped_job(self) -> None:
+        """After a stop asked for (`ftcluster stop`), torn down: the job cancels itself, so that
+        Slurm's books (squeue, sacct, scontrol) say CANCELLED as its user asked, not FAILED or
+        COMPLETED by the batch script's exit code. A job beside its launcher has no scheduler."""
+        if not self.guarded and self.job_id():
+            self.job.capture(["scancel", self.job_id()], limit=10)
+
     # --- containers ---------------------------------------------------------------------------
 
     def up(self) -> None:

@@ -1057,10 +1057,16 @@ class Job:
         if self.handover is not None and self.cfg.handover_lead:
             signal.signal(signal.SIGUSR1, self._on_time_limit_notice)
         rc = 1
+        stopped = False
         try:
             rc = self.body()
         except Interrupted:
-            rc = 130
+            # `ftcluster stop` says so before it signals: a stop asked for is a clean end;
+            # Slurm's own TERM (time limit, preemption) or a Ctrl-C is an interruption.
+            stopped = os.path.exists(os.path.join(self.cfg.state, FILES.stop_request))
+            if stopped:
+                self.event(EV.stopped)
+            rc = 0 if stopped else 130
         except Failed as f:
             rc = f.rc
         except Exception as e:  # a bug of ours: still tear down, and say what it was
@@ -1074,6 +1080,8 @@ class Job:
             rc = 1
         rc = self.teardown(rc)
         self.end_guard()
+        if stopped:
+            self.style.end_stopped_job()
         return rc
 
 

@@ -14,10 +14,11 @@ import time
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
-from ftcluster.events import EV, last, parse_events
+from ftcluster.events import parse_events
 from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.layout import FILES
 from ftcluster.procs import ProcessId, job_id_of, read_pidfile
+from ftcluster.run_state import ended
 from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
@@ -157,18 +158,17 @@ class LocalLauncher(Launcher):
             events = parse_events(paths.events.read_text(errors="replace"))
         except FileNotFoundError:
             events = []
-        done = last(events, EV.done)
-        gone = paths.gone() if done is None else None
+        end = ended(events)
+        gone = paths.gone() if end is None else None
         if gone:
             # Its process is not there: the job is over (as a scheduler that knows no such job
             # any more says), but no events are left to tell a killed job from one that ended well.
             return JobInfo(job_id, JobState.UNKNOWN, "UNKNOWN", reason=f"{gone}: how its job ended is not known",
                            source=NO_SUCH_JOB)
-        if done is None:
+        if end is None:
             return JobInfo(job_id, JobState.FAILED, "KILLED", reason="the job script was killed", source="local")
-        rc = done.args[0] if done.args else "?"
-        state = JobState.COMPLETED if rc == "0" else (
-            JobState.CANCELLED if last(events, EV.interrupted) else JobState.FAILED)
+        # Its process is the job: how it ended is its own word (the one definition of it).
+        state, rc = end
         return JobInfo(job_id, state, state.value, exit_code=rc, source="local")
 
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:

@@ -345,7 +345,22 @@ def test_killed_launcher_leaves_job_that_status_logs_and_stop_reattach(spec_dir:
     assert [r["state"] for r in status["ranks"]] == ["ready", "loaded"]
     logs = ftcluster("logs", run_dir.name, "--server", "--tail", "5")
     assert "[rank0 node1]" in logs.stdout and "[rank1 node2]" in logs.stdout
+    follow = subprocess.Popen([sys.executable, "-m", "ftcluster", "logs", run_dir.name, "-f", "--tail", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert ftcluster("stop", run_dir.name).returncode == 0
+    # Stopped everywhere alike: Slurm's books, `status`, `list` and the `logs -f` that followed it.
+    _, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0 and "stopped by `ftcluster stop`" in err, err
+    assert wait_for(lambda: _job_gone(status["job_id"]), 30)
+    job = subprocess.run(["scontrol", "show", "job", "-o", status["job_id"]], capture_output=True, text=True).stdout
+    assert "JobState=CANCELLED" in job, (job, [p.read_text() for p in (run_dir / "logs").glob("slurm-*.out")])
+    stopped = json.loads(ftcluster("status", run_dir.name, "--json").stdout)
+    assert (stopped["state"], stopped["reason"]) == ("STOPPED", "stopped by `ftcluster stop`"), stopped
+    assert [r["status"] for r in json.loads(ftcluster("list", "--json").stdout) if r["run_id"] == run_dir.name] == \
+        ["STOPPED"]
+    said = [line.split()[1:] for line in _events(run_dir).splitlines()]
+    assert ["stopped"] in said and said[-1] == ["done", "0"], said
+    assert not (run_dir / "state" / "stop").exists()
     assert wait_for(lambda: _job_gone(status["job_id"]), 30)
     assert wait_for(lambda: not processes_matching(run_dir.name), 20), processes_matching(run_dir.name)
 

@@ -346,3 +346,21 @@ def test_the_proxys_log_is_appended_to_and_cut_while_it_writes(tmp_path: Path) -
         child.kill()
     assert log.read_bytes() == b"new line\n"             # no hole where the old text was
     assert Path(f"{log}.1").read_bytes().startswith(b"the proxy before ended\nold line\n")
+
+
+def test_a_stop_asked_for_ends_the_job_well_and_says_so(tmp_path: Path) -> None:
+    """`ftcluster stop` leaves state/stop before its SIGTERM: the job says `stopped` and ends 0
+    (a stop asked for is no failure); the same SIGTERM without it is an interruption (130)."""
+    _, run_dir = _local_job(tmp_path)
+    job = subprocess.Popen(["bash", str(run_dir / "scripts" / "job.sh")], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for("servers_starting", lambda: ["servers_starting", "127.0.0.1"] in _events(run_dir))
+        (run_dir / "state" / "stop").write_text("local:1@1\n")
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) == 0
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    kinds = [e[0] for e in _events(run_dir)]
+    assert kinds[kinds.index("interrupted") + 1] == "stopped" and _events(run_dir)[-1] == ["done", "0"], kinds
