@@ -193,9 +193,11 @@ class Slurm:
     def _squeue_info(job_id: str, fields: list[str]) -> JobInfo:
         """A job from squeue's `%T|%R|%N` fields."""
         raw, reason, nodes = (fields + ["", ""])[:3]
-        # squeue says "None" (or "(None)") when there is no reason to show.
-        reason = "" if reason.strip("()") == "None" else reason
-        return JobInfo(job_id, map_state(raw), raw, expand_nodelist(nodes), reason, source="squeue")
+        state = map_state(raw)
+        # squeue says "None" (or "(None)") when there is no reason to show, and %R is a running
+        # job's node list (JobInfo.nodes), not a reason.
+        reason = "" if reason.strip("()") == "None" or state is JobState.RUNNING else reason
+        return JobInfo(job_id, state, raw, expand_nodelist(nodes), reason, source="squeue")
 
     def _sacct(self, job_id: str) -> JobInfo | str:
         rows = (self._accounting([job_id], "State,ExitCode,NodeList") or "").strip()

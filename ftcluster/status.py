@@ -238,6 +238,7 @@ def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
     members = []
     notes: list[str | None] = []
     nodes = list(st["nodes"])
+    st["balancer_nodes"] = list(nodes)   # the front's own job's; `nodes` becomes the whole set's
     for m in read_members(set_dir):
         chain = member_records(rec, store, int(m.get("replica", -1)))
         serving = [r for r in chain if r.status != "STOPPED"] or chain

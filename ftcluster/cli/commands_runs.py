@@ -6,7 +6,9 @@ Light imports only (store, layout, the launcher of the run's kind): these start 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +17,9 @@ from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import cell, complete_run, console, echo_json, table
 from ftcluster.documents import run_json
 from ftcluster.store import RUN_STATUSES, RunRecord, RunStore
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def forward_record(rec: RunRecord, args: list[str]) -> bool:
@@ -40,7 +45,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
-    from ftcluster.status import health_label, run_status, successor_label
+    from ftcluster.status import run_status
 
     rec = RunStore().get(run)
     if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
@@ -49,22 +54,42 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(st)
         return
+    console().print(status_table(st))
+    if st["same_host"]:
+        console().print(f"note: {st['same_host']}", markup=False, soft_wrap=True)
+
+
+def status_table(st: dict[str, Any]) -> Table:
+    """`status`'s table of a status object: one row a fact, whole values (a long one wraps at
+    word boundaries on a terminal); a replica set's balancer and a row per member."""
+    from ftcluster.status import health_label, successor_label
+
     t = table(f"run {st['run_id']}", show_header=False)
+    is_set = st.get("replicas") is not None
     rows = {"job_id": st["job_id"], "state": st.get("state"), "phase": st["phase_label"],
             "failure": st["failure"], "endpoint": st["endpoint"],
             "access": "private (`ftcluster token`)" if st["access"] == "private" else None, "source": st.get("source"),
-            "reason": st["reason"], "nodes": ", ".join(st["nodes"]), "run_dir": st["run_dir"],
+            "reason": st["reason"],
+            # A set's own job is its balancer's: its members' nodes are in their rows.
+            "balancer nodes" if is_set else "nodes": ", ".join(st["balancer_nodes"] if is_set else st["nodes"]),
+            "run_dir": st["run_dir"],
             "health": health_label(st["health"]) if st["health"] else None, "room": st["room"],
-            "restarts": "; ".join(f"{r['cause'][:160]}" for r in st["restarts"]) or None,
+            "restarts": "\n".join(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['time']))} {r['cause']}"
+                                  for r in st["restarts"]) or None,
             "predecessor": st["predecessor"], "successor": successor_label(st["successor"])}
     for key, value in rows.items():
         if value:
             t.add_row(key, cell(value))
+    for m in st.get("replicas") or []:
+        rotation = "in rotation" if m["in_rotation"] else f"out of rotation{': ' + m['rotation_why'] if m['rotation_why'] else ''}"
+        words = [f"run {m['run_id']} (job {m['job_id']}): {m['state']}, {m['phase']}, {rotation}",
+                 f"nodes {', '.join(m['nodes']) or '?'}", f"endpoint {m['endpoint'] or 'none yet'}"]
+        words += [f"{m['restarts']} restart(s)"] if m["restarts"] else []
+        words += [f"failed: {m['failure']}"] if m["failure"] else []
+        t.add_row(f"replica {m['replica']}", cell("; ".join(words)))
     for r in st["ranks"]:
         t.add_row(f"rank {r['rank']}", cell(f"{r['node'] or '?'}: {r['state_label']}"))
-    console().print(t)
-    if st["same_host"]:
-        console().print(f"note: {st['same_host']}", markup=False, soft_wrap=True)
+    return t
 
 
 @cli.command("token")
