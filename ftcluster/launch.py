@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ftcluster.errors import Interrupted, PlanError, UserError, os_error_words
+from ftcluster.errors import Interrupted, PlanError, UserError, every, os_error_words
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
@@ -155,6 +155,33 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
                          if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
 
 
+def workspace_error(run_dir: Path, why: str) -> UserError:
+    return UserError(f"cannot make the run folder {run_dir}: {why}", field="workspace",
+                     hint="choose a workspace you can write to")
+
+
+def check_workspace(run_dir: Path) -> None:
+    """Refuse a run folder that cannot be made, without making it: its nearest existing folder
+    must be a folder this user may write and enter (a read-only filesystem says no here too)."""
+    folder = run_dir.parent
+    while not folder.exists() and folder != folder.parent:
+        if folder.is_symlink():   # dangling: mkdir would fail on it
+            raise workspace_error(run_dir, f"{folder} is a link to nothing")
+        folder = folder.parent
+    if not folder.is_dir():
+        raise workspace_error(run_dir, f"{folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise workspace_error(run_dir, f"{folder} is not writable by this user"
+                                       + (" (a read-only filesystem)" if _read_only(folder) else ""))
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _check_local_gpus(cluster: ClusterSpec, plan: Plan) -> None:
     from ftcluster.host_gpus import host_gpus, local_gpu_problem
 
@@ -203,18 +230,36 @@ class Launch:
         return self._store
 
     def dry_run(self) -> JobRequest:
-        """The job request, whose str() is the dry run; no scheduler query, port probe or write.
-        A run id the launch would refuse (taken) is refused here too."""
-        taken = self._taken(self.store if self._store is not None or RunStore.exists() else None)
-        if taken:
-            raise self._id_taken(taken)
+        """The job request, whose str() is the dry run, once `check` passed: the scheduler is
+        only asked (its partitions), nothing is written or submitted."""
+        self.check(dry=True)
+        return self.request()
+
+    def request(self) -> JobRequest:
+        """The job request as a dry run shows it: nothing asked, built or written."""
         return job_request(self.cluster, self.model, self.plan, self.paths, self.opts, build=False)
+
+    def check(self, dry: bool = False) -> None:
+        """What a launch refuses before it writes or submits anything, every problem at once
+        (a dry run refuses the same): what the launcher's cluster cannot run (an unknown
+        partition, one smaller than --nodes, a port in use here), a workspace it cannot write, a
+        run id that is taken. A dry run picks no ports: those of a spec that leaves them out
+        (a free block picked at launch) are not probed."""
+        servers = self.opts.step is None and (not dry or self.cluster.ports_given)
+
+        def run_id_free() -> None:
+            taken = self._taken(self.store if self._store is not None or RunStore.exists() else None)
+            if taken:
+                raise self._id_taken(taken)
+
+        every(lambda: self.launcher.check(self.cluster, self.plan, servers=servers),
+              lambda: check_workspace(self.paths.run_dir), run_id_free)
 
     def prepare(self) -> tuple[JobRequest, RunRecord]:
         servers = self.opts.step is None
         if servers and self.opts.member_of is None:   # a replica set's members take the set's ports
             self.cluster = self.launcher.with_ports(self.cluster, self.plan)
-        self.launcher.check(self.cluster, self.plan, servers=servers)
+        self.check()
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         self._claim_run()
         try:
@@ -258,8 +303,7 @@ class Launch:
             except FileExistsError:
                 taken = "a run folder"   # made since _taken looked
             except OSError as exc:
-                raise UserError(f"cannot make the run folder {self.paths.run_dir}: {exc.strerror or exc}",
-                                field="workspace", hint="choose a workspace you can write to") from None
+                raise workspace_error(self.paths.run_dir, exc.strerror or str(exc)) from None
         raise self._id_taken(taken)
 
     def _taken(self, store: RunStore | None) -> str | None:

@@ -169,7 +169,9 @@ class ReplicaSet:
                       run_id=member_id(self.set_id, k, generation), clock=self.clock)
 
     def dry_run(self) -> str:
-        """The front's request, then each member's: what would run, nothing written."""
+        """The front's request, then each member's: what would run, nothing written, once
+        what a launch of the set refuses was checked."""
+        self.problems_for(self.replicas)
         parts = [str(self.front(build=False).dry_run())]
         parts += [str(self.member(k).dry_run()) for k in range(self.replicas)]
         return "\n".join(parts)

@@ -110,7 +110,7 @@ def launch_json(outcome: LaunchOutcome) -> dict[str, Any]:
 @plan_options
 @click.option("--keep-serving", is_flag=True, help="Leave the servers up after the client (prints the endpoint).")
 @click.option("--detach", is_flag=True, help="Submit and return; follow with status/logs.")
-@click.option("--dry-run", is_flag=True, help="Print the scripts and the submit command; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the scripts and the submit command; change nothing. Refuses what a launch refuses first.")
 @click.option("--no-client", is_flag=True, help="Run no client step (with --keep-serving: just serve).")
 @click.option("--no-mpi-check", is_flag=True, help="Skip the MPI world check before the servers start.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")

@@ -371,6 +371,9 @@ def test_more_nodes_than_the_partition_has_is_refused_before_submit(spec_dir: Pa
     assert proc.returncode == 3
     assert "partition 'small' has 1" in proc.stderr and "Traceback" not in proc.stderr
     assert not (spec_dir / "ws").exists()
+    # A dry run checks what a launch checks.
+    dry = ftcluster("launch", "--cluster", str(cluster), "--nodes", "2", "--dry-run")
+    assert (dry.returncode, dry.stderr, dry.stdout) == (3, proc.stderr, "")
 
 
 def test_unknown_partition_is_refused_before_submit(spec_dir: Path) -> None:
@@ -380,6 +383,8 @@ def test_unknown_partition_is_refused_before_submit(spec_dir: Path) -> None:
     assert "unknown partition 'nosuchpart'" in proc.stderr and "debug" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (spec_dir / "ws").exists()
+    dry = ftcluster("launch", "--cluster", str(cluster), "--nodes", "1", "--dry-run")
+    assert (dry.returncode, dry.stderr, dry.stdout) == (3, proc.stderr, "")
 
 
 @pytest.mark.parametrize("nodes", [2, 3])

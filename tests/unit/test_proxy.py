@@ -122,7 +122,7 @@ def test_a_proxy_in_rank0s_container_serves_the_metrics_to_the_job_and_its_tls_c
 
 def test_the_dry_run_names_the_token_file_and_shows_no_token(tmp_path: Path) -> None:
     spec = tmp_path / "c.yaml"
-    spec.write_text(f"name: c\nscheduler: slurm\npartition: p\nrequest_gpus: false\nworkspace: {tmp_path}/ws\n"
+    spec.write_text(f"name: c\nscheduler: slurm\nrequest_gpus: false\nworkspace: {tmp_path}/ws\n"
                     "server: {binary: /bin/true}\n")
     res = run_cli("launch", "--cluster", str(spec), "--dry-run", cwd=tmp_path)
     assert res.rc == 0, res.stderr

@@ -51,7 +51,7 @@ def _spec(tmp_path: Path, **kw: Any) -> Any:
 
 def _preflight(tmp_path: Path, nodes: int = 2, **kw: Any) -> JobRequest:
     c = _spec(tmp_path, **kw)
-    return preflight_launch(c, nodes, PreflightOptions(sizes="1M,64M"), probe=False, run_id="r1").dry_run()
+    return preflight_launch(c, nodes, PreflightOptions(sizes="1M,64M"), probe=False, run_id="r1").request()
 
 
 def _script(req: JobRequest) -> str:
@@ -174,7 +174,7 @@ def _convert_req(tmp_path: Path, input_dir: str, **kw: Any) -> ConvertRequest:
 
 
 def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None:
-    req = convert_launch(_convert_req(tmp_path, "/hf/gpt2", container=PYXIS)).dry_run()
+    req = convert_launch(_convert_req(tmp_path, "/hf/gpt2", container=PYXIS)).request()
     assert (req.kind, req.launcher) == ("convert", "pyxis_slurm")
     script = _script(req)
     mounts = _job(req).cfg.container_flags[1].split("=", 1)[1].split(",")
@@ -191,7 +191,7 @@ def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None
     # anything is written.
     for bad, why in (("/hf/a,b", ","), ("/hf/$(touch PWNED)", "$")):
         with pytest.raises(UserError, match=f"^convert: '/hf/.*' holds {re.escape(why)}"):
-            convert_launch(_convert_req(tmp_path, bad, container=PYXIS)).dry_run()
+            convert_launch(_convert_req(tmp_path, bad, container=PYXIS)).request()
     assert not (tmp_path / "ws").exists() and not list(tmp_path.rglob("PWNED"))
 
 
@@ -201,7 +201,7 @@ def test_convert_refuses_the_docker_styles(tmp_path: Path) -> None:
         convert_launch(_convert_req(tmp_path, "/hf", container=DOCKER))
 
 
-# ---------------------------------------------------------------- dry runs execute nothing
+# ---------------------------------------------------------------- dry runs submit nothing
 
 
 def _shims(tmp_path: Path) -> tuple[dict[str, str], Path]:
@@ -219,9 +219,10 @@ def _shims(tmp_path: Path) -> tuple[dict[str, str], Path]:
 @pytest.mark.parametrize("command", ["preflight", "convert"])
 def test_dry_run_prints_the_request_and_runs_nothing(tmp_path: Path, command: str) -> None:
     env, calls = _shims(tmp_path)
+    (tmp_path / "ft.sqsh").write_bytes(b"")   # a launch checks that the image is there, and so does its dry run
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({
         "scheduler": "slurm", "partition": "gpu", "gpus_per_node": 2, "workspace": str(tmp_path / "ws"),
-        "container": PYXIS}))
+        "container": {**PYXIS, "image": str(tmp_path / "ft.sqsh")}}))
     (tmp_path / "model.yaml").write_text(yaml.safe_dump({
         "name": "tinygpt", "model_type": "GPT", "repository": str(REPO / "tests/data/models/tiny/repo"),
         "checkpoint_root": str(tmp_path / "ckpt")}))
@@ -233,7 +234,8 @@ def test_dry_run_prints_the_request_and_runs_nothing(tmp_path: Path, command: st
                         *args, "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path,
                        timeout=120, check=False)
     assert p.returncode == 0, p.stderr
-    assert not calls.exists(), calls.read_text()
+    # Slurm is asked what a launch checks first (the partition: this one did not say), nothing more.
+    assert calls.read_text() == "scontrol show partition -o gpu\n"
     for nothing in ("state", "ws", "ckpt/2-gpu"):
         assert not (tmp_path / nothing).exists(), nothing
     assert p.stdout.startswith(f"# run {command}-") and f"({command}): style pyxis, launcher pyxis_slurm" in p.stdout
