@@ -1,8 +1,9 @@
 """`ftcluster convert`: the FT converter for the model type, as a run like any other.
 
 The converter is the run's one job step (render.JobStep): one task on one node, through the
-cluster's own launch path -- sbatch + srun, inside the Pyxis container where there is one, or
-a process group here for a local cluster -- recorded with its launcher, so `status`, `logs`
+cluster's own launch path -- sbatch + srun, inside the Pyxis, Charliecloud or Docker container
+where there is one (Docker: the run's container on its node), or a process group here for a
+local cluster -- recorded with its launcher, so `status`, `logs`
 and `stop` work for it as for a launch. It writes `<checkpoint_root>/<tp>-gpu/` with tp =
 tensor_para_size of the plan for the requested node count; its output is the run's
 logs/step.log. After the job the checkpoint check runs on the result.
@@ -82,9 +83,10 @@ def check_request(req: ConvertRequest) -> None:
 
 def check_scheduler(cluster: ClusterSpec) -> None:
     if not style_of(cluster).converts:
-        raise UserError(f"convert runs through Slurm (bare, Pyxis or Charliecloud) or locally, not scheduler "
+        raise UserError(f"convert runs through Slurm (bare, Pyxis, Charliecloud or Docker) or locally, not scheduler "
                         f"{cluster.scheduler!r} with container runtime {cluster.container.runtime!r}",
-                        field="scheduler", hint="use a slurm (runtime none, pyxis or charliecloud) or local cluster spec")
+                        field="scheduler", hint="use a slurm (runtime none, pyxis, charliecloud or docker) or local "
+                                                "cluster spec")
 
 
 def record_plan(req: ConvertRequest) -> dict[str, object]:

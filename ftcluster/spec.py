@@ -998,7 +998,9 @@ def with_image(cluster: ClusterSpec, image: str, option: str | None = None) -> C
                        {"container.image": option} if option else None)
 
 
-def load_model(path: str | Path) -> ModelSpec:
+def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
+    """The model spec; its folders must exist, but for those in `to_make`, which the caller
+    makes (`convert` writes checkpoint_root): those only must not be something else."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
     base = p.resolve().parent
@@ -1018,7 +1020,8 @@ def load_model(path: str | Path) -> ModelSpec:
             continue
         if folder == "":
             problems.append(f"{key}: an empty path ({hint})")
-        elif isinstance(folder, str) and (why := _not_a_folder(Path(folder))):
+        elif isinstance(folder, str) and (why := _not_a_folder(Path(folder))) and not (
+                key in to_make and why == "does not exist"):
             problems.append(f"{key}: folder {cut(folder)} {why} ({hint})")
     if problems:
         raise SpecError(f"{p}: " + "; ".join(problems))
@@ -1028,12 +1031,13 @@ def load_model(path: str | Path) -> ModelSpec:
 
 def load_specs(cluster_path: str | Path, model_path: str | Path,
                overrides: dict[str, Any] | None = None,
-               options: dict[str, str] | None = None) -> tuple[ClusterSpec, ModelSpec]:
+               options: dict[str, str] | None = None, to_make: tuple[str, ...] = ()) -> tuple[ClusterSpec, ModelSpec]:
     """Both specs (the cluster's with command-line overrides), or one error saying every
-    problem of both."""
+    problem of both (`to_make`: as load_model's)."""
     from ftcluster.errors import every
 
-    found, model = every(lambda: load_cluster(cluster_path, overrides, options), lambda: load_model(model_path))
+    found, model = every(lambda: load_cluster(cluster_path, overrides, options),
+                         lambda: load_model(model_path, to_make))
     return found, model
 
 

@@ -50,7 +50,7 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           srun_mounts=True, converts=True),
     Style("docker", "a Docker container per node (srun runs scripts/docker_node.sh), mpirun over ssh from rank 0's",
           "slurm_job.sh.j2", "docker_slurm", runs_here=False, in_image=True, node_script="docker_node.sh.j2",
-          run_keys=True, docker_run=True),
+          run_keys=True, docker_run=True, converts=True),
     Style("ssh_docker", "a Docker container per host over ssh (python -m ftcluster.fanout), mpirun over ssh from "
           "rank 0's", "here_job.sh.j2", "ssh_docker", runs_here=True, in_image=True, node_script="docker_node.sh.j2",
           run_keys=True, docker_run=True, host_list=True, proxy_in_container=True),

@@ -52,7 +52,9 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
       ftcluster convert --cluster configs/clusters/pyxis.yaml --model configs/models/gpt.yaml \\
           --nodes 2 --converter-root /lustre/FasterTransformer --input /lustre/hf/gpt2
     """
-    cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path())
+    # Its output, checkpoint_root/<tp>-gpu, is what it makes: checkpoint_root need not exist yet.
+    cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path(),
+                                to_make=("checkpoint_root",))
     size = conv.plan_tp(cluster, nodes, gpus_per_node, tp, pp)
     # The job runs elsewhere: relative paths are made absolute here.
     inp = str(Path(input_dir).expanduser().resolve()) if not input_dir.startswith("/") else input_dir

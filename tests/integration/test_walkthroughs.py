@@ -7,9 +7,12 @@ python test model, and `c-models/<tp>-gpu/` a converted checkpoint of the real l
 (sparse). Run verbatim: `plan`, `render`, `check-checkpoint`, `compose`. `launch` runs where the
 bed has the walkthrough's style, on a copy of its cluster spec with the bed's values in place of
 the ones its README says to edit (partition, image, workspace, account, setup), and without
-`--keep-serving` so that the client check ends the run. Not run: `convert` (FT's converters and
-real weights), `cp` from a backend checkout (done above), docker compose, the gateway and client
-lines (tested on their own in test_gateway.py and test_client.py).
+`--keep-serving` so that the client check ends the run. `convert` runs as its README writes it
+before that launch (no c-models/ yet: it makes it), on the same copy of the cluster spec, with
+the test converters (tests/data/ft_converter: FT's command lines, a real layout) and their
+input in place of the README's FasterTransformer checkout and weights. Not run: `cp` from a
+backend checkout (done above), docker compose, the gateway and client lines (tested on their own
+in test_gateway.py and test_client.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.unit.test_zoo import make_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
+TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"
 # Walkthrough -> (the backend's repository for its type, model_type, GPUs its weights are for).
 WALKTHROUGHS = {
     "t5-pyxis": ("t5", "T5", 1),
@@ -61,14 +65,38 @@ def readme_commands(folder: Path) -> list[list[str]]:
     return commands
 
 
-def materialise(name: str, dst: Path) -> Path:
-    """A copy of the walkthrough with what its user has before the ftcluster lines."""
+def materialise(name: str, dst: Path, converted: bool = True) -> Path:
+    """A copy of the walkthrough with what its user has before the ftcluster lines: the
+    converted weights, or (converted=False) what its `convert` line converts (dst/weights)."""
     source, model_type, tp = WALKTHROUGHS[name]
     folder = dst / name
     shutil.copytree(EXAMPLES / name, folder)
     _repository(FT_FIXTURES / source, folder / "model_repository")
-    make_checkpoint(folder / "c-models", FT_FIXTURES / source, model_type, tp=tp)
+    if converted:
+        make_checkpoint(folder / "c-models", FT_FIXTURES / source, model_type, tp=tp)
+        return folder
+    # The test converters' input: the real checkpoint's config.ini, file names and sizes.
+    made = make_checkpoint(dst / "layout", FT_FIXTURES / source, model_type, tp=tp)
+    (dst / "weights").mkdir()
+    (dst / "weights" / "layout.json").write_text(json.dumps({
+        "tensor_para_size": tp, "config_ini": (made / "config.ini").read_text(),
+        "files": {p.name: p.stat().st_size for p in made.iterdir() if p.name != "config.ini"}}))
+    shutil.rmtree(dst / "layout")
     return folder
+
+
+def convert_as_written(folder: Path) -> None:
+    """The README's `convert` line with the test converters and dst/weights in place of its
+    FasterTransformer checkout and weights; then its `check-checkpoint` line."""
+    (argv,) = [c for c in readme_commands(folder) if c[0] == "convert"]
+    argv[argv.index("--converter-root") + 1] = str(TEST_CONVERTER)
+    argv[argv.index("--input") + 1] = str(folder.parent / "weights")
+    assert not (folder / "c-models").exists()
+    p = ftcluster(*argv, cwd=folder, timeout=300)
+    assert p.returncode == 0, (argv, p.stdout[-2000:], p.stderr[-2000:])
+    (check,) = [c for c in readme_commands(folder) if c[0] == "check-checkpoint"]
+    p = ftcluster(*check, cwd=folder)
+    assert p.returncode == 0, (check, p.stdout, p.stderr)
 
 
 def test_every_walkthrough_is_listed_and_has_its_files() -> None:
@@ -143,10 +171,11 @@ def _launch_and_check(folder: Path, nodes: int) -> None:
 def test_megatron_two_nodes_launches_on_bare_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
     from ftcluster.triton_local import find_tritonserver
 
-    folder = materialise("megatron-gpt-two-nodes", shared_tmp)
+    folder = materialise("megatron-gpt-two-nodes", shared_tmp, converted=False)
     _bed_cluster(folder, {"partition": "debug", "request_gpus": False, "exclusive": False,
                           "time_limit": "00:10:00", "workspace": str(shared_tmp / "ws"),
                           "server": {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5}})
+    convert_as_written(folder)
     _launch_and_check(folder, nodes=2)
 
 
@@ -154,7 +183,7 @@ def test_megatron_two_nodes_launches_on_bare_slurm(slurm_cluster: Any, shared_tm
 @pytest.mark.cluster
 @pytest.mark.triton
 def test_t5_launches_on_pyxis(pyxis_bed: Any, shared_tmp: Path) -> None:
-    folder = materialise("t5-pyxis", shared_tmp)
+    folder = materialise("t5-pyxis", shared_tmp, converted=False)
     pyxis_bed.assert_clean(timeout=5)
     spec = yaml.safe_load((folder / "cluster.yaml").read_text())
     _bed_cluster(folder, {"partition": pyxis_bed.tb.partition, "request_gpus": False, "exclusive": False,
@@ -162,5 +191,26 @@ def test_t5_launches_on_pyxis(pyxis_bed: Any, shared_tmp: Path) -> None:
                           "container": {**spec["container"], "image": str(pyxis_bed.sqsh)},
                           # The image's tritonserver, on its PATH (as test_pyxis_launch.py has it).
                           "server": {"binary": "tritonserver", "ready_timeout": 90, "exit_grace": 5}})
+    convert_as_written(folder)
     _launch_and_check(folder, nodes=1)
     pyxis_bed.assert_clean()
+
+
+@needs_fixtures
+@pytest.mark.cluster
+@pytest.mark.docker
+def test_gptj_converts_in_the_runs_container_on_slurm_docker(docker_nodes: Any, tmp_path: Path) -> None:
+    from tests.docker import image
+    from tests.docker.launching import SSH_PORT, assert_nothing_left
+
+    dn = docker_nodes
+    folder = materialise("gptj-slurm-docker", tmp_path, converted=False)
+    spec = yaml.safe_load((folder / "cluster.yaml").read_text())
+    _bed_cluster(folder, {"partition": dn.tb.partition, "request_gpus": False, "exclusive": False,
+                          "time_limit": "10", "workspace": str(tmp_path / "runs"), "ssh_port": SSH_PORT,
+                          "container": {**spec["container"], "image": image.IMAGE, "shm_size": "256m",
+                                        "docker_host": dn.docker_host_template, "gpus": "nvidia-runtime"}})
+    convert_as_written(folder)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "TEST CONVERTER: wrote" in (run_dir / "logs" / "step.log").read_text()
+    assert_nothing_left(dn, run_dir)

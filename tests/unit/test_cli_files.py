@@ -171,3 +171,18 @@ def test_stop_a_running_local_convert(convert_specs: tuple[list[str], dict[str, 
     st = json.loads(ftc("status", run_id, "--json", env=env).stdout)
     assert st["state"] != "RUNNING"
     assert not Path(f"/proc/{task}").exists() or "Z" in Path(f"/proc/{task}/stat").read_text().split()[2]
+
+
+def test_convert_makes_its_output_folder(convert_specs: tuple[list[str], dict[str, str]], tmp_path: Path) -> None:
+    # The walkthroughs' first step: checkpoint_root (c-models) does not exist before the conversion.
+    model = yaml.safe_load((tmp_path / "model.yaml").read_text())
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump({**model, "checkpoint_root": "c-models"}))
+    args, env = convert_specs
+    p = ftc(*args, "--python", sys.executable, env=env)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "c-models" / "2-gpu" / "config.ini").is_file()
+    # Something else in its place is still refused, before anything runs.
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump({**model, "checkpoint_root": "not-a-folder"}))
+    (tmp_path / "not-a-folder").write_text("")
+    p = ftc(*args, "--python", sys.executable, env=env)
+    assert p.returncode == 3 and "checkpoint_root: folder" in p.stderr and "is not a folder" in p.stderr, p.stderr

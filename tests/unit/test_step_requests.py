@@ -195,10 +195,26 @@ def test_pyxis_convert_mounts_what_the_converter_touches(tmp_path: Path) -> None
     assert not (tmp_path / "ws").exists() and not list(tmp_path.rglob("PWNED"))
 
 
-def test_convert_refuses_the_docker_styles(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="scheduler: convert runs through Slurm .* not scheduler 'slurm' "
+def test_convert_on_slurm_docker_runs_in_the_runs_container_on_its_node(tmp_path: Path) -> None:
+    # The gptj-slurm-docker walkthrough converts this way (it was refused outright).
+    req = convert_launch(_convert_req(tmp_path, "/hf/gptj", container=DOCKER)).request()
+    assert (req.kind, req.launcher, req.style) == ("convert", "docker_slurm", "docker")
+    job = _job(req)
+    job.style.hosts, job.style.rank0_node = ["n1"], "n1"   # type: ignore[attr-defined]  # up() finds them
+    node = f"{req.paths.scripts}/docker_node.sh"
+    assert job.style.step_command(job.cfg.step)[0] == ["bash", node, "exec", *_step_argv(req)]  # type: ignore[arg-type]
+    # What the converter reads and writes is mounted at its own path in the container.
+    run_args = next(f.text for f in req.files if f.path == "scripts/docker_node.sh").split("RUN_ARGS=(", 1)[1]
+    for p in ("/hf/gptj", str(TEST_CONVERTER), str(tmp_path / "ckpt")):
+        assert f"-v {p}:{p}" in run_args.split(")", 1)[0], p
+    _check_shell(req, tmp_path)
+
+
+def test_convert_refuses_ssh_docker(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="scheduler: convert runs through Slurm .* not scheduler 'ssh' "
                                         "with container runtime 'docker'"):
-        convert_launch(_convert_req(tmp_path, "/hf", container=DOCKER))
+        convert_launch(_convert_req(tmp_path, "/hf", container=DOCKER, scheduler="ssh", partition=None,
+                                    hosts=["h1"]))
 
 
 # ---------------------------------------------------------------- dry runs submit nothing
