@@ -233,25 +233,38 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="ftcluster", standalone_mode=False)
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(f"error: {exc}", exc.exit_code, exc.message, exc.field, exc.hint)
     except click.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `ftcluster`: the help, as click does
             click.echo(exc.format_message(), err=True)
             sys.exit(EXIT_USAGE)
         # One line, like every other user error.
         cmd = exc.ctx.command_path if exc.ctx else "ftcluster"
-        click.echo(f"error: {exc.format_message()} (see `{cmd} --help`)", err=True)
-        sys.exit(EXIT_USAGE)
+        fail(f"error: {exc.format_message()} (see `{cmd} --help`)", EXIT_USAGE, exc.format_message())
     except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        fail("interrupted", EXIT_INTERRUPTED, "interrupted")
     except click.ClickException as exc:
         # click's own non-usage errors (an unreadable file given to an option) are user errors.
-        click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(EXIT_USER)
+        fail(f"error: {exc.format_message()}", EXIT_USER, exc.format_message())
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        fail("interrupted", EXIT_INTERRUPTED, "interrupted")
     if isinstance(rv, int) and rv:
         sys.exit(rv)
+
+
+def json_asked() -> bool:
+    """Whether this invocation asked for JSON (--json before any `--`)."""
+    return "--json" in (ARGV[:ARGV.index("--")] if "--" in ARGV else ARGV)
+
+
+def fail(line: str, code: int, message: str, field: str | None = None, hint: str | None = None) -> NoReturn:
+    """End with an error: its line on stderr; under --json also an `error` object on stdout,
+    where a program reading the JSON looks (README, "JSON output")."""
+    click.echo(line, err=True)
+    if json_asked():
+        from ftcluster.cli.output import echo_json
+        from ftcluster.documents import document
+
+        echo_json(document("error", {"error": line.removeprefix("error: "), "message": message, "field": field,
+                                     "hint": hint, "exit_code": code}))
+    sys.exit(code)

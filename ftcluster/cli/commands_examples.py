@@ -78,7 +78,8 @@ def write_examples(dest: Path, force: bool = False) -> list[Path]:
 @cli.command("examples")
 @click.argument("dest", metavar="[DIR]", default="configs", type=click.Path(file_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite example files that already exist in DIR.")
-def examples_cmd(dest: str, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {files: [paths written]} as JSON.")
+def examples_cmd(dest: str, force: bool, as_json: bool) -> None:
     """Write the example cluster and model specs into a folder (default: ./configs).
 
     The `--help` examples of every command use these files (configs/clusters/*.yaml,
@@ -92,5 +93,12 @@ def examples_cmd(dest: str, force: bool) -> None:
     if not dest.strip():
         raise UserError("an empty path", field="DIR", hint="name a folder, or leave DIR out for ./configs")
     refuse_dangling_link(Path(dest), "DIR")
-    for path in write_examples(Path(dest), force):
+    written = write_examples(Path(dest), force)
+    if as_json:
+        from ftcluster.cli.output import echo_json
+        from ftcluster.documents import document
+
+        echo_json(document("examples", {"files": [str(p) for p in written]}))
+        return
+    for path in written:
         click.echo(str(path))

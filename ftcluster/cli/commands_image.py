@@ -98,7 +98,9 @@ def build_cmd(cluster_path: str | None, ft_backend: str, triton_version: str | N
 @click.option("--tag", default=None, type=DockerRef(), help="Image to import (default: the spec's image tag).")
 @click.option("--dry-run", is_flag=True, help="Write the import script and print the command; run nothing.")
 @click.option("--force", is_flag=True, help="Replace an existing .sqsh file.")
-def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {image, sqsh, script, command, imported} as JSON (imported: false for --dry-run).")
+def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: bool, as_json: bool) -> None:
     """Import the built image from the local Docker daemon as an Enroot .sqsh for Pyxis.
 
     Writes <workspace>/images/import-<tag>.sh (enroot import -o <sqsh> dockerd://<tag>) and runs it.
@@ -112,9 +114,23 @@ def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: 
     name = img.image_tag(cluster, tag)
     sqsh = img.sqsh_path(cluster, name)
     script = img.write_import_script(cluster, name, sqsh)
+
+    def said(imported: bool) -> None:
+        from ftcluster.cli.output import echo_json
+        from ftcluster.documents import document
+
+        echo_json(document("image_import", {"image": name, "sqsh": str(sqsh), "script": str(script),
+                                            "command": img.enroot_argv(name, sqsh), "imported": imported}))
+
     if dry_run:
+        if as_json:
+            said(False)
+            return
         click.echo(f"# {script}")
         click.echo(shlex.join(img.enroot_argv(name, sqsh)))
         return
     img.run_import(cluster, name, sqsh, script, force)
-    click.echo(f"imported {name} -> {sqsh} (use container.image: {sqsh})")
+    if as_json:
+        said(True)
+    else:
+        click.echo(f"imported {name} -> {sqsh} (use container.image: {sqsh})")

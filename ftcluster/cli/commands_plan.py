@@ -53,7 +53,8 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
 @cli.command("prepare")
 @plan_options
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="New folder for the model repository.")
-def prepare_cmd(out: str, **kw: Any) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {path, ft_model, parameters} as JSON.")
+def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
     """Write the per-run model repository (config.pbtxt set for the plan) to --out.
 
     \b
@@ -63,6 +64,12 @@ def prepare_cmd(out: str, **kw: Any) -> None:
     planned = load_and_plan(**kw)
     with new_folder(out_folder(out)) as folder:
         prepared = prepare_repository(planned.model, planned.plan, folder)
+    if as_json:
+        from ftcluster.documents import document
+
+        echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.ft_model,
+                                       "parameters": dict(prepared.parameters)}))
+        return
     click.echo(f"prepared {prepared.path} (FT model {prepared.ft_model!r}: "
                + ", ".join(f"{k}={v}" for k, v in prepared.parameters.items()) + ")")
 

@@ -24,7 +24,8 @@ def _set(run: str | None) -> RunRecord:
 @cli.command("scale")
 @click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--replicas", type=count(1, 256), required=True, help="The number of members from now on.")
-def scale_cmd(run: str | None, replicas: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {run_id, replicas, changes: [lines]} as JSON.")
+def scale_cmd(run: str | None, replicas: int, as_json: bool) -> None:
     """Change a replica set's number of members while it serves.
 
     New members start one at a time and join the balancer's rotation once ready; members taken
@@ -38,10 +39,21 @@ def scale_cmd(run: str | None, replicas: int) -> None:
     from ftcluster.replica_set import scale
 
     rec = _set(run)
-    if forward_record(rec, ["scale", rec.run_id, "--replicas", str(replicas)]):
+    if forward_record(rec, ["scale", rec.run_id, "--replicas", str(replicas)] + (["--json"] if as_json else [])):
         return
-    for line in scale(rec, replicas, _progress) or [f"replica set {rec.run_id} has {replicas} members already"]:
+    changes = scale(rec, replicas, _progress)
+    if as_json:
+        _said("scale", rec, changes, replicas=replicas)
+        return
+    for line in changes or [f"replica set {rec.run_id} has {replicas} members already"]:
         click.echo(line)
+
+
+def _said(kind: str, rec: RunRecord, changes: list[str], **more: object) -> None:
+    from ftcluster.cli.output import echo_json
+    from ftcluster.documents import document
+
+    echo_json(document(kind, {"run_id": rec.run_id, **more, "changes": list(changes)}))
 
 
 @cli.command("restart")
@@ -52,7 +64,9 @@ def scale_cmd(run: str | None, replicas: int) -> None:
 @click.option("--surge/--no-surge", default=None,
               help="Start each member's replacement before the member stops (the nodes of one more member "
                    "meanwhile; default: only for a set of one).")
-def restart_cmd(run: str | None, model_path: str | None, image: str | None, surge: bool | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {run_id, changes: [lines]} as JSON.")
+def restart_cmd(run: str | None, model_path: str | None, image: str | None, surge: bool | None,
+                as_json: bool) -> None:
     """Restart a replica set one member at a time, optionally with a new model or image.
 
     Each member leaves the balancer's rotation, finishes its requests in flight, stops, starts
@@ -69,11 +83,15 @@ def restart_cmd(run: str | None, model_path: str | None, image: str | None, surg
 
     rec = _set(run)
     args = ["restart", rec.run_id] + (["--image", image] if image else []) + \
-        ([] if surge is None else ["--surge" if surge else "--no-surge"])
+        ([] if surge is None else ["--surge" if surge else "--no-surge"]) + (["--json"] if as_json else [])
     if model_path and rec.scheduler == "remote":
         raise UserError("a new model spec cannot be passed on to a login node yet", field="--model",
                         hint="run `ftcluster restart` on the login node")
     if forward_record(rec, args):
         return
-    for line in rolling_restart(rec, model_path, image, _progress, surge):
+    changes = list(rolling_restart(rec, model_path, image, _progress, surge))
+    if as_json:
+        _said("restart", rec, changes)
+        return
+    for line in changes:
         click.echo(line)

@@ -94,7 +94,8 @@ def status_table(st: dict[str, Any]) -> Table:
 
 @cli.command("token")
 @click.argument("run", required=False, shell_complete=complete_run)
-def token_cmd(run: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {run_id, token} as JSON.")
+def token_cmd(run: str | None, as_json: bool) -> None:
     """Print a private run's token, which its clients send (default: the newest run).
 
     A private run (access: private) serves through a proxy that passes a request on only with
@@ -109,12 +110,17 @@ def token_cmd(run: str | None) -> None:
     from ftcluster.run_access import token_of
 
     rec = RunStore().get(run)
-    if forward_record(rec, ["token", rec.run_id]):
+    if forward_record(rec, ["token", rec.run_id] + (["--json"] if as_json else [])):
         return
     token = token_of(rec)
     if token is None:
         raise UserError(f"run {rec.run_id} has no token: its endpoint is open to the cluster (access: cluster)",
                         field="RUN", hint="launch with access: private for a token")
+    if as_json:
+        from ftcluster.documents import document
+
+        echo_json(document("token", {"run_id": rec.run_id, "token": token}))
+        return
     click.echo(token)
 
 
@@ -233,7 +239,9 @@ def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name:
               help="Days since the run was created.")
 @click.option("--yes", "-y", is_flag=True, help="Remove without asking.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
-def prune_cmd(days: float, yes: bool, dry_run: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {runs: [run objects], removed} as JSON (removed: false for --dry-run).")
+def prune_cmd(days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Remove ended runs older than N days: their run folders and records.
 
     A run whose job may still live (recorded SUBMITTED or SERVING, and the scheduler does not
@@ -259,13 +267,22 @@ def prune_cmd(days: float, yes: bool, dry_run: bool) -> None:
     needed = still_needed(every, {r.run_id for r in every if r.run_id not in gone and
                                   (r.status in LIVE_STATUSES or r.scheduler == "remote")})
     ended = [r for r in ended if r.run_id not in needed]
+
+    def say(removed: bool, words: str) -> None:
+        if as_json:
+            echo_json({"schema_version": 2, "kind": "prune", "runs": [run_json(r) for r in ended],
+                       "removed": removed})
+        else:
+            click.echo(words)
+
     if not ended:
-        click.echo(f"no ended run older than {days:g} days")
+        say(False, f"no ended run older than {days:g} days")
         return
-    for r in ended:
-        click.echo(f"{r.run_id}  {r.status}  {r.run_dir}")
+    if not as_json:
+        for r in ended:
+            click.echo(f"{r.run_id}  {r.status}  {r.run_dir}")
     if dry_run:
-        click.echo(f"{len(ended)} run(s) would be removed (--dry-run: nothing was)")
+        say(False, f"{len(ended)} run(s) would be removed (--dry-run: nothing was)")
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -277,7 +294,7 @@ def prune_cmd(days: float, yes: bool, dry_run: bool) -> None:
         if r.run_dir and _names_run(Path(r.run_dir), r.run_id):
             shutil.rmtree(r.run_dir, ignore_errors=True)
         store.remove(r.run_id)
-    click.echo(f"removed {len(ended)} run(s)")
+    say(True, f"removed {len(ended)} run(s)")
 
 
 def _names_run(folder: Path, run_id: str) -> bool:

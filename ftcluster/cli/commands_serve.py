@@ -71,7 +71,9 @@ def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: st
 @service_options
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Folder for docker-compose.yml, .env and model_repository/.")
-def compose_cmd(out: str, **kw: Any) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {files, tensor_para_size, gpus, ports} as JSON.")
+def compose_cmd(out: str, as_json: bool, **kw: Any) -> None:
     """Write docker-compose.yml + .env serving one node (pp = 1) as a restartable service.
 
     \b
@@ -81,9 +83,16 @@ def compose_cmd(out: str, **kw: Any) -> None:
       cd svc && docker compose up -d
     """
     _, _, svc, files = _build(Path(out), **kw)
+    tp = len(svc.device_ids) if svc.device_ids else 1
+    if as_json:
+        from ftcluster.documents import document
+
+        echo_json(document("compose", {"files": [str(p) for p in files], "tensor_para_size": tp,
+                                       "pipeline_para_size": 1, "gpus": list(svc.device_ids or []),
+                                       "ports": dict(svc.ports)}))
+        return
     for path in files:
         click.echo(str(path))
-    tp = len(svc.device_ids) if svc.device_ids else 1
     click.echo(f"tensor_para_size={tp} pipeline_para_size=1, GPUs {list(svc.device_ids or []) or 'none'}, "
                f"HTTP on host port {svc.ports['http']}")
 
@@ -108,7 +117,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
     from ftcluster import serve
 
     if stop:
-        _down(kw.get("name"), kw.get("model_path"), kw.get("cluster_path"), docker_host)
+        _down(kw.get("name"), kw.get("model_path"), kw.get("cluster_path"), docker_host, as_json)
         return
     cluster, model = load_specs(kw["cluster_path"] or default_cluster_path(), kw["model_path"] or default_model_path())
     name = kw["name"] or f"ftcluster-{model.name}"
@@ -134,14 +143,20 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
                    f"`ftcluster down --name {svc.name}`")
 
 
-def _down(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None) -> None:
+def _down(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None,
+          as_json: bool = False) -> None:
     from ftcluster import serve
 
     template = load_cluster(cluster_path).container.docker_host if cluster_path else None
     if name is None:
         name = f"ftcluster-{load_model(model_path or default_model_path()).name}"
     client = serve.docker_client(serve.resolve_docker_host(docker_host, template))
-    if serve.remove(client, name):
+    removed = serve.remove(client, name)
+    if as_json:
+        from ftcluster.documents import document
+
+        echo_json(document("down", {"name": name, "removed": bool(removed)}))
+    elif removed:
         click.echo(f"removed {name}")
     else:
         click.echo(f"no container {name!r}")
@@ -152,11 +167,13 @@ def _down(name: str | None, model_path: str | None, cluster_path: str | None, do
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Model spec (for the default name).")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec (its docker_host).")
 @click.option("--docker-host", default=None, help="Docker daemon (default: DOCKER_HOST).")
-def down_cmd(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print {name, removed} as JSON.")
+def down_cmd(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None,
+             as_json: bool) -> None:
     """Stop and remove a service started by `ftcluster serve`.
 
     \b
     Example:
       ftcluster down --name ftcluster-ensemble
     """
-    _down(name, model_path, cluster_path, docker_host)
+    _down(name, model_path, cluster_path, docker_host, as_json)
