@@ -964,6 +964,7 @@ def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
     together: an error names the file's fields, and the options' (options: field -> option)."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
+    _refuse_the_other_kind(p, data, ClusterSpec, ModelSpec)
     # The default name comes from the file name, made a valid name (it names jobs and folders).
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
     given = "ports" in {**data, **(overrides or {})}
@@ -1003,6 +1004,7 @@ def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
     makes (`convert` writes checkpoint_root): those only must not be something else."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
+    _refuse_the_other_kind(p, data, ModelSpec, ClusterSpec)
     base = p.resolve().parent
     for key in ("repository", "checkpoint_root"):
         val = data.get(key)
@@ -1027,6 +1029,22 @@ def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
         raise SpecError(f"{p}: " + "; ".join(problems))
     assert spec is not None
     return spec.model_copy(update={"source": str(p.resolve())})
+
+
+# The words for each kind of spec: what it is, the option that takes it.
+_KINDS = {"ClusterSpec": ("a cluster spec", "--cluster"), "ModelSpec": ("a model spec", "--model")}
+
+
+def _refuse_the_other_kind(path: Path, data: dict[str, Any], wanted: type[BaseModel], other: type[BaseModel]) -> None:
+    """One line for a model spec given where a cluster spec goes (or the other way round, the
+    options swapped), instead of a line per key it does not know."""
+    keys = {str(k) for k in data} - {"name"}
+    if not keys or keys & set(wanted.model_fields) or not keys <= set(other.model_fields):
+        return
+    (is_, its_option), (want, option) = _KINDS[other.__name__], _KINDS[wanted.__name__]
+    named = ", ".join(sorted(keys)[:4]) + (", ..." if len(keys) > 4 else "")
+    raise SpecError(f"{path}: this is {is_} ({named}), not {want}",
+                    hint=f"give it as {its_option}, and {want} as {option}")
 
 
 def load_specs(cluster_path: str | Path, model_path: str | Path,

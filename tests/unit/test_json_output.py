@@ -92,3 +92,13 @@ def test_json_of_examples_compose_prepare_prune_token_and_image_import(tmp_path:
     imp = doc("image", "import", "--cluster", "pyxis.yaml", "--dry-run")
     assert imp["kind"] == "image_import" and imp["imported"] is False and Path(str(imp["script"])).is_file()
     assert imp["command"][:2] == ["enroot", "import"]   # type: ignore[index]
+
+
+def test_swapped_cluster_and_model_specs_are_named_for_what_they_are(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert ftc("examples", cwd=tmp_path, state=state).returncode == 0
+    cluster, model = "configs/clusters/slurm-bare.yaml", "configs/models/demo.yaml"
+    p = ftc("plan", "--cluster", model, "--model", cluster, "--nodes", "1", cwd=tmp_path, state=state)
+    assert p.returncode == 3 and p.stderr.count("\n") == 1 and "unknown" not in p.stderr, p.stderr
+    assert f"{model}: this is a model spec (" in p.stderr and "give it as --model" in p.stderr
+    assert f"{cluster}: this is a cluster spec (" in p.stderr and "give it as --cluster" in p.stderr
