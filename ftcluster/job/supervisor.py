@@ -1080,6 +1080,13 @@ class Job:
             rc = 1
         rc = self.teardown(rc)
         self.end_guard()
+        # The job's output ends with its verdict: srun's lines from the teardown ("task 1:
+        # Killed") are the servers being stopped, and read as a failure without it.
+        if rc == 0:
+            self.say(f"ftcluster: run {self.cfg.run_id} ended well{' (stopped as asked)' if stopped else ''}; "
+                     f"any 'Killed' or 'Terminated' lines above are its servers being stopped")
+        else:
+            self.say(f"ftcluster: run {self.cfg.run_id} failed (exit code {rc}): see state/events and the logs")
         if stopped:
             self.style.end_stopped_job()
         return rc

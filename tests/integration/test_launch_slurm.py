@@ -103,6 +103,9 @@ def test_launch_end_to_end(spec_dir: Path, nodes: int) -> None:
     assert sorted(r["host"] for r in out["mpicheck"]["ranks"]) == sorted(hosts)
     assert_served_like_ft(run_dir, out["run_id"], nodes)
     _assert_clean(out)
+    # The job's output ends with its verdict, after srun's lines of the servers' stop.
+    (slurm_out,) = (run_dir / "logs").glob("slurm-*.out")
+    assert slurm_out.read_text().splitlines()[-1].startswith(f"ftcluster: run {out['run_id']} ended well; ")
 
 
 def test_rank_dying_at_startup_fails_fast_names_it_and_cancels(spec_dir: Path) -> None:
