@@ -83,8 +83,11 @@ def _report(outcome: LaunchOutcome) -> None:
     out.print(t)
     if outcome.failed_rank:
         fr = outcome.failed_rank
-        err().print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}; last lines of its log:",
-                  markup=False)
+        # A rank that ended before its server wrote a line (a port in use) has no log to show:
+        # the failure above says why.
+        err().print(f"rank {fr['rank']} on {fr['node']} exited with {fr['exit_code']}"
+                    + ("; last lines of its log:" if outcome.log_tail else " before its server wrote a line"),
+                    markup=False)
     if outcome.log_tail:
         if not outcome.failed_rank:
             err().print("last lines of the log:")

@@ -17,8 +17,14 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
+# Whether this process printed its JSON result: an error raised after it (the exit code of a
+# launch that failed) adds no second object (ftcluster.cli.fail).
+JSON_SAID: list[bool] = []
+
+
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    JSON_SAID.append(True)
 
 
 def console(stderr: bool = False) -> Console:

@@ -207,7 +207,8 @@ class RankFiles:
         return "; ".join(said)
 
     def tail(self, rank: int, lines: int = 20) -> str:
-        """The last lines of the rank's server log and its wrapper's output, as `tail` shows two files."""
+        """The last lines of the rank's server log and its wrapper's output, as `tail` shows two
+        files; only files that hold a line ("" when none does: it ended before its server said anything)."""
         out = []
         for path in (self.server_log(rank), self.path(rank, "stdout")):
             try:
@@ -215,8 +216,9 @@ class RankFiles:
                     text = f.read().splitlines()[-lines:]
             except OSError:
                 continue
-            out.append(f"==> {path} <==")
-            out.extend(text)
+            if any(line.strip() for line in text):
+                out.append(f"==> {path} <==")
+                out.extend(text)
         return "\n".join(out)
 
 

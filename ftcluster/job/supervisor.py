@@ -242,8 +242,12 @@ class Job:
                 said = self.ranks.last_error(rank)
                 if said:
                     why += f": {squeeze(said)[:300]}"
-            self.say(f"ftcluster: rank {rank} on {node} exited; last lines of its log:")
-            self.say(self.ranks.tail(rank))
+            tail = self.ranks.tail(rank)
+            if tail:
+                self.say(f"ftcluster: rank {rank} on {node} exited; last lines of its log:")
+                self.say(tail)
+            else:
+                self.say(f"ftcluster: rank {rank} on {node} exited before its server wrote a line: {why}")
         elif why.startswith("the server step ended"):
             found = self.ranks.first_with_error()
             if found is not None:

@@ -489,15 +489,22 @@ def test_port_in_use_on_a_node_is_named(spec_dir: Path, slurm_cluster: Any) -> N
                 stdout=subprocess.PIPE, text=True)
             squatters.append(sq)
             assert sq.stdout is not None and sq.stdout.readline().strip() == "ok"
-        cluster = _write_spec(spec_dir, ports={"http": 18700, "grpc": 18701, "metrics": 18702}, access="cluster")
+        # A private run (the default): Triton listens proxy.loopback_offset (100) above the spec's
+        # ports, behind the proxy. The message names the port the user wrote, and the shift.
+        cluster = _write_spec(spec_dir, ports={"http": 18600, "grpc": 18601, "metrics": 18602})
         rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check")
     finally:
         for sq in squatters:
             sq.kill()
             sq.wait()
     assert rc == 1 and out["ok"] is False
-    assert out["failure"].startswith("ports.http: port 18700 is in use on node"), out["failure"]
-    assert "choose other ports" in out["failure"]
+    said = "ports.http: 18600 + proxy.loopback_offset 100 = port 18700 (Triton behind the proxy) is in use on node"
+    assert out["failure"].startswith(said), out["failure"]
+    assert "choose other ports or another proxy.loopback_offset" in out["failure"]
+    # The job's output says why, not "last lines of its log:" over nothing (the rank wrote none).
+    (slurm_out,) = Path(out["run_dir"], "logs").glob("slurm-*.out")
+    assert re.search(r"rank \d on node\d exited before its server wrote a line: " + re.escape(said),
+                     slurm_out.read_text()), slurm_out.read_text()
     _assert_clean(out)
 
 

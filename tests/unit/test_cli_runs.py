@@ -466,3 +466,15 @@ def test_launch_and_status_say_when_same_host_users_can_reach_a_private_runs_tri
                                                        f"and {base + 101}), which {who} share"), lines
     assert st["access"] == "private" and notes[1][0] == f"note: {st['same_host']}"
     assert dry.stderr.strip().splitlines()[-1] == notes[0][0]     # after the request, on stderr
+
+
+def test_a_rank_that_ended_before_its_server_said_anything_is_not_given_an_empty_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ftcluster.cli.commands_launch import _report
+    from ftcluster.launch import LaunchOutcome
+
+    rec = record(tmp_path, tmp_path / "run1", "7", nodes=2)
+    _report(LaunchOutcome(rec, ok=False, failure="ports.http: 18600 + proxy.loopback_offset 100 = port 18700 ...",
+                          failed_rank={"rank": "0", "node": "node1", "exit_code": "98"}))
+    err = capsys.readouterr().err
+    assert "rank 0 on node1 exited with 98 before its server wrote a line" in err and "last lines" not in err, err

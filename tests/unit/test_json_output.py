@@ -102,3 +102,18 @@ def test_swapped_cluster_and_model_specs_are_named_for_what_they_are(tmp_path: P
     assert p.returncode == 3 and p.stderr.count("\n") == 1 and "unknown" not in p.stderr, p.stderr
     assert f"{model}: this is a model spec (" in p.stderr and "give it as --model" in p.stderr
     assert f"{cluster}: this is a cluster spec (" in p.stderr and "give it as --cluster" in p.stderr
+
+
+def test_a_failure_after_the_commands_own_object_adds_no_second_one(tmp_path: Path) -> None:
+    # A launch that failed prints its `launch` object, then exits 1 through an error: stdout
+    # stays one JSON document.
+    state = tmp_path / "state"
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({
+        "scheduler": "local", "gpus_per_node": 1, "workspace": str(tmp_path / "ws"),
+        "ports": {"http": 47300, "grpc": 47301, "metrics": 47302},
+        "server": {"binary": "/bin/false", "ready_timeout": 20}}))
+    p = ftc("launch", "--cluster", "cluster.yaml", "--nodes", "1", "--no-mpi-check", "--json", cwd=tmp_path,
+            state=state)
+    assert p.returncode == 1, p.stderr
+    out = json.loads(p.stdout)
+    assert out["kind"] == "launch" and out["ok"] is False, out

@@ -58,10 +58,12 @@ printf '%s %s\n' "$$" "${SELF_STAT[19]}" >"$STATE/rank$RANK.pid"
 # A port something already listens on would only fail deep in the server's log: say which. The
 # connection is the redirection of a regular builtin's: closed when it returns, and one that
 # fails only fails the builtin (exec's would end a shell in POSIX mode).
-for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((METRICS_PORT + OFF))"; do
-  if true 2>/dev/null 3<>"/dev/tcp/127.0.0.1/${spec#* }"; then
+for port_of in "http $((HTTP_PORT + OFF)) 18000" "grpc $((GRPC_PORT + OFF)) 18001" \
+               "metrics $((METRICS_PORT + OFF)) 18002"; do
+  read -r name port spec_port <<<"$port_of"
+  if true 2>/dev/null 3<>"/dev/tcp/127.0.0.1/$port"; then
     printf 'ports.%s: port %s is in use on %s (choose other ports in the cluster spec)\n' \
-      "${spec%% *}" "${spec#* }" "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.problem"
+      "$name" "$port" "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.problem"
     note_exit 98 died
     record_exit 98 died
     exit 98

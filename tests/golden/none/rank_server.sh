@@ -58,10 +58,15 @@ printf '%s %s\n' "$$" "${SELF_STAT[19]}" >"$STATE/rank$RANK.pid"
 # A port something already listens on would only fail deep in the server's log: say which. The
 # connection is the redirection of a regular builtin's: closed when it returns, and one that
 # fails only fails the builtin (exec's would end a shell in POSIX mode).
-for spec in "http $((HTTP_PORT + OFF))" "grpc $((GRPC_PORT + OFF))" "metrics $((METRICS_PORT + OFF))"; do
-  if true 2>/dev/null 3<>"/dev/tcp/127.0.0.1/${spec#* }"; then
-    printf 'ports.%s: port %s is in use on %s (choose other ports in the cluster spec)\n' \
-      "${spec%% *}" "${spec#* }" "${FTC_RANK_HOST:-$(hostname)}" >"$STATE/rank$RANK.problem"
+# Behind the run's proxy, Triton listens proxy.loopback_offset above the spec's ports (the proxy
+# takes those): the message names the spec's port, which the user wrote, and how it was shifted.
+for port_of in "http $((HTTP_PORT + OFF)) 8000" "grpc $((GRPC_PORT + OFF)) 8001" \
+               "metrics $((METRICS_PORT + OFF)) 8002"; do
+  read -r name port spec_port <<<"$port_of"
+  if true 2>/dev/null 3<>"/dev/tcp/127.0.0.1/$port"; then
+    printf 'ports.%s: %s + proxy.loopback_offset %s = port %s (Triton behind the proxy) is in use on %s (choose other ports or another proxy.loopback_offset in the cluster spec)\n' \
+      "$name" "$((spec_port + OFF))" "100" "$port" "${FTC_RANK_HOST:-$(hostname)}" \
+      >"$STATE/rank$RANK.problem"
     note_exit 98 died
     record_exit 98 died
     exit 98
