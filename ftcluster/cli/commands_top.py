@@ -45,15 +45,44 @@ def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     return rec, document("top", {"run_id": rec.run_id, "endpoint": st["endpoint"], "time": time.time(), "runs": runs})
 
 
-def render(view: dict[str, Any]) -> Any:
+# No tokens/s: Triton's metrics do not count FT's tokens (ftcluster/observe.py); inf/s are
+# sequences, batch the mean inferences per execution.
+COLUMNS = ("member", "state", "model", "req/s", "inf/s", "batch", "fail/s", "mean ms", "p50 ms", "p99 ms",
+           "queue ms", "pending", "GPUs (util %, mem MiB)", "GPU events", "health", "restarts")
+# Narrower than this, the one-row-a-model table squeezes its 16 columns into folded fragments:
+# each model is a block of `figure value` rows instead.
+WIDE = 200
+
+
+def render(view: dict[str, Any], width: int = WIDE) -> Any:
+    """`top`'s view: one row a model where `width` columns hold it, else a block a model."""
+    from rich.console import Group
     from rich.table import Table
 
-    t = Table(title=f"run {view['run_id']} at {view['endpoint'] or '-'}  ({time.strftime('%H:%M:%S')})")
-    # No tokens/s: Triton's metrics do not count FT's tokens (ftcluster/observe.py); inf/s are
-    # sequences, batch the mean inferences per execution.
-    for col in ("member", "state", "model", "req/s", "inf/s", "batch", "fail/s", "mean ms", "p50 ms", "p99 ms",
-                "queue ms", "pending", "GPUs (util %, mem MiB)", "GPU events", "health", "restarts"):
+    title = f"run {view['run_id']} at {view['endpoint'] or '-'}  ({time.strftime('%H:%M:%S')})"
+    rows = top_rows(view)
+    if width < WIDE:
+        blocks: list[Any] = []
+        for row in rows:
+            t = Table(show_header=False, box=None, padding=(0, 1))
+            t.add_column(style="bold", no_wrap=True)
+            t.add_column(overflow="fold")
+            for key, value in zip(COLUMNS, row):
+                if value:
+                    t.add_row(key, value)
+            blocks += [t, ""]
+        return Group(title, "", *blocks)
+    t = Table(title=title)
+    for col in COLUMNS:
         t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def top_rows(view: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The view's rows, one a model of each run (COLUMNS); a run's own cells on its first row."""
+    rows: list[tuple[str, ...]] = []
     for r in view["runs"]:
         who = r["run_id"] if r["replica"] is None else f"#{r['replica']} {r['run_id']}"
         state = r["phase"] + ("" if r["in_rotation"] in (None, True) else " (out of rotation)")
@@ -67,11 +96,12 @@ def render(view: dict[str, Any]) -> Any:
             def f(key: str, fmt: str = ".1f") -> str:
                 v = None if m is None else m.get(key)
                 return "-" if v is None else format(v, fmt)
-            t.add_row(who, state, m["model"] if m else "(no samples yet)", f("requests_s"), f("inferences_s"),
-                      f("mean_batch"), f("failures_s"), f("latency_ms", ".2f"), f("p50_ms", ".2f"), f("p99_ms", ".2f"),
-                      f("queue_ms", ".2f"), f("pending", ".0f"), gpu, events, health, str(r["restarts"]))
+            rows.append((who, state, m["model"] if m else "(no samples yet)", f("requests_s"), f("inferences_s"),
+                         f("mean_batch"), f("failures_s"), f("latency_ms", ".2f"), f("p50_ms", ".2f"),
+                         f("p99_ms", ".2f"), f("queue_ms", ".2f"), f("pending", ".0f"), gpu, events, health,
+                         str(r["restarts"])))
             who, state, gpu, events, health = "", "", "", "", ""
-    return t
+    return rows
 
 
 def gpu_cell(g: dict[str, Any]) -> str:
@@ -108,18 +138,20 @@ def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
     if as_json:
         echo_json(view)
         return
-    from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    from ftcluster.cli.output import console as make_console
+
+    # Piped or redirected: lines as long as their values (never cut at 80 columns), the wide table.
+    out = make_console()
     if once:
-        console.print(render(view))
+        out.print(render(view, out.width))
         return
-    with Live(render(view), console=console, auto_refresh=False) as live:
+    with Live(render(view, out.width), console=out, auto_refresh=False) as live:
         try:
             while True:
                 time.sleep(every)
                 rec, view = top_view(rec)   # from the run shown last: a hand-over moves it on
-                live.update(render(view), refresh=True)
+                live.update(render(view, out.width), refresh=True)
         except KeyboardInterrupt:
             pass
