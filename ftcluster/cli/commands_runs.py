@@ -182,14 +182,15 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
     later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
     if rec.job_id and not later:
         from ftcluster.launchers import launcher_for_record
-        from ftcluster.status import paths_of
+        from ftcluster.run_state import run_state
+        from ftcluster.status import paths_of, run_events
 
         launcher = launcher_for_record(rec)
-        info = launcher.info(rec.job_id, paths_of(rec))
+        info = run_state(launcher.info(rec.job_id, paths_of(rec)), run_events(paths_of(rec)), rec.status)
         if info.gone and launcher.identifies(rec.job_id):
             # Nothing to stop, but what the run left on this side (a Docker run's keys) goes.
             launcher.release_resources(paths_of(rec))
-            return [], f"job {rec.job_id}: {info.raw_state or info.state.value}"
+            return [], f"job {rec.job_id}: {info.state.value}"
     return [stop_run(r, store) for r in (rec, *later)], None
 
 
