@@ -15,6 +15,7 @@ from ftcluster.events import EV, Event, last
 from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
 
 STOPPED_REASON = "stopped by `ftcluster stop`"
+CANCELLED_REASON = "cancelled: its `ftcluster launch` was interrupted"
 # JobInfo.source when the run's events told the state (the scheduler knows the job no more).
 EVENTS_SOURCE = "events"
 
@@ -46,6 +47,7 @@ def run_state(info: JobInfo, events: Sequence[Event], recorded: str | None = Non
 
     - stopped: the job said `stopped` and `done`, or the record says STOPPED and the job is over
       (a pending job's stop has no job to say it), whatever end Slurm gives it;
+    - cancelled: the record says so (an interrupted `launch` cancelled it) and the job is over;
     - the scheduler knows the job no more: the end the job's `done` says;
     - else the scheduler's answer (a job it could not be asked about stays unknown)."""
     if info.unreachable or info.state is JobState.PENDING:
@@ -54,6 +56,10 @@ def run_state(info: JobInfo, events: Sequence[Event], recorded: str | None = Non
     if (end is not None and end[0] is JobState.STOPPED) or (recorded == "STOPPED" and info.gone):
         code = end[1] if end is not None else info.exit_code
         return JobInfo(info.job_id, JobState.STOPPED, info.raw_state, info.nodes, STOPPED_REASON, code, info.source)
+    if recorded == "CANCELLED" and info.gone:
+        code = end[1] if end is not None else info.exit_code
+        return JobInfo(info.job_id, JobState.CANCELLED, info.raw_state, info.nodes, CANCELLED_REASON, code,
+                       info.source)
     if end is not None and info.source == NO_SUCH_JOB:
         state, code = end
         return JobInfo(info.job_id, state, info.raw_state, info.nodes,

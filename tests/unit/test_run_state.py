@@ -90,3 +90,13 @@ def test_an_interrupted_run_that_was_no_stop_keeps_slurms_word(tmp_path: Path, m
     rec = _run(tmp_path, monkeypatch, SERVED + "3.0 interrupted\n5.0 done 130\n", "SERVING", FAILED_130)
     st = run_status(rec)
     assert (st["state"], st["reason"], st["exit_code"]) == ("FAILED", "NonZeroExitCode", 130), st
+
+
+def test_a_run_its_interrupted_launch_cancelled_is_cancelled_wherever_it_is_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C of a foreground launch cancels the job (the job ends 130: FAILED in Slurm's books)
+    # and records CANCELLED: status said FAILED while list said CANCELLED.
+    rec = _run(tmp_path, monkeypatch, SERVED + "3.0 interrupted\n5.0 done 130\n", "CANCELLED", FAILED_130)
+    st = run_status(rec)
+    assert (st["state"], st["reason"]) == ("CANCELLED", "cancelled: its `ftcluster launch` was interrupted"), st
+    assert listed(rec) == "CANCELLED"
