@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftcluster.errors import Interrupted, LaunchError, UserError
-from ftcluster.events import EV, parse_events
+from ftcluster.events import EV
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch import Launch, LaunchOptions, Progress, run_paths, workspace_dir
 from ftcluster.launchers import launcher_for
@@ -26,18 +26,17 @@ from ftcluster.layout import FILES, RunPaths
 from ftcluster.plan import Plan
 from ftcluster.proxy import access_of, new_token, proxy_binary
 from ftcluster.render import JobStep, handover_lead, write_private
+from ftcluster.replica_files import (FRONT_CADDY, FRONT_SETTINGS, MEMBERS_FILE, front_endpoint, read_members,
+                                     rotation_now, run_events)
 from ftcluster.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.request import job_shape
 from ftcluster.spec import ClusterSpec, Container, ModelSpec
+from ftcluster.status import member_records, stop_run
 from ftcluster.store import RunRecord, RunStore, new_run_id
 from ftcluster.styles import style_of
 
-MEMBERS_FILE = "replicas.json"       # in the front's run folder: the members it balances over
-ROTATION_FILE = "rotation.json"      # in the front's state/: what its balancer carries now
 FRONT_STEP = "front"
-FRONT_SETTINGS = "front.json"
-FRONT_CADDY = "front_caddy.json"
 
 
 def front_cluster(cluster: ClusterSpec) -> ClusterSpec:
@@ -72,48 +71,9 @@ def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
 
 # --- the members file ----------------------------------------------------------------------
 
-def read_members(set_dir: Path) -> list[dict[str, Any]]:
-    try:
-        found = json.loads((set_dir / MEMBERS_FILE).read_text()).get("members", [])
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [m for m in found if isinstance(m, dict)]
-
 
 def write_members(set_dir: Path, members: list[dict[str, Any]]) -> None:
     write_private(set_dir / MEMBERS_FILE, json.dumps({"members": members}, indent=1, sort_keys=True) + "\n", 0o600)
-
-
-def rotation_now(set_dir: Path) -> dict[str, Any]:
-    """What the front's balancer carries (its state/rotation.json); {} before it wrote any."""
-    try:
-        found = json.loads((set_dir / "state" / ROTATION_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def front_endpoint(set_dir: Path) -> str | None:
-    """The set's endpoint: the front's HTTP address, on its job's host where it listens on
-    every address; None before the front's job started."""
-    try:
-        caddy = json.loads((set_dir / "scripts" / FRONT_CADDY).read_text())
-        listen = caddy["apps"]["http"]["servers"]["http"]["listen"][0]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
-    host, _, port = str(listen).rpartition(":")
-    if host:
-        return str(listen)
-    hosts = [e.args[0] for e in _events(set_dir) if e.kind == EV.job_started and e.args]
-    return f"{hosts[-1]}:{port}" if hosts else None
-
-
-def _events(run_dir: Path) -> list[Any]:
-    path = run_dir / "state" / FILES.events
-    try:
-        return parse_events(path.read_text(errors="replace"))
-    except OSError:
-        return []
 
 
 @dataclass
@@ -233,7 +193,7 @@ class ReplicaSet:
         while True:
             rotation = rotation_now(self.paths.run_dir)
             for rec in launched:
-                events = _events(Path(rec.run_dir))
+                events = run_events(Path(rec.run_dir))
                 label = "balancer" if rec.replica is None else f"replica {rec.replica}"
                 for e in events:
                     if e.kind in (EV.job_started, EV.ready, EV.serving, EV.step_started) and (rec.run_id, e.kind) not in shown:
@@ -262,8 +222,6 @@ class ReplicaSet:
 def stop_records(records: list[RunRecord], store: RunStore) -> None:
     """Stop runs at once (each waits for its own teardown): the members drain through the front
     meanwhile; a front among them goes last."""
-    from ftcluster.status import stop_run
-
     fronts = [r for r in records if r.style == FRONT_STEP]
     members = [r for r in records if r.style != FRONT_STEP and r.job_id]
     errors: list[str] = []
@@ -284,20 +242,6 @@ def stop_records(records: list[RunRecord], store: RunStore) -> None:
             stop(r)
     if errors:
         raise LaunchError("some runs could not be stopped: " + "; ".join(errors))
-
-
-def member_records(set_rec: RunRecord, store: RunStore, replica: int | None = None) -> list[RunRecord]:
-    """The records of a set's members (each with its successors), or of member `replica` alone."""
-    from ftcluster.status import successors
-
-    found: list[RunRecord] = []
-    for m in read_members(Path(set_rec.run_dir)):
-        if replica is not None and m.get("replica") != replica:
-            continue
-        rec = store.exact(str(m.get("run_id")))
-        if rec is not None:
-            found += [rec, *successors(rec, store)]
-    return found
 
 
 def stop_set(set_rec: RunRecord, store: RunStore, replica: int | None = None) -> list[RunRecord]:
@@ -324,7 +268,7 @@ def wait_in_rotation(set_dir: Path, run_dir: str, limit: float, clock: Clock = C
         for m in rotation_now(set_dir).get("members", []):
             if m.get("run_dir") == run_dir and m.get("in"):
                 return None
-        failed = [e for e in _events(Path(run_dir)) if e.kind in (EV.failed, EV.done)]
+        failed = [e for e in run_events(Path(run_dir)) if e.kind in (EV.failed, EV.done)]
         if failed:
             return f"run {Path(run_dir).name} ended before it was in rotation: {' '.join(failed[0].args)}"
         if check is not None:

@@ -86,7 +86,7 @@ def tls_cert_of(run_dir: Path) -> str | None:
     replica set's front; None for plain HTTP."""
     import json
 
-    from ftcluster.replica_set import FRONT_SETTINGS
+    from ftcluster.replica_files import FRONT_SETTINGS
 
     scripts = run_dir / "scripts"
     try:

@@ -19,6 +19,7 @@ from ftcluster.events import EV, Event, parse_events
 from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.phases import PHASES
+from ftcluster.replica_files import front_endpoint, read_members, rotation_now
 from ftcluster.run_state import run_state
 from ftcluster.store import RunRecord, RunStore
 from ftcluster.styles import STEP_STYLES
@@ -230,8 +231,6 @@ def same_host_note(paths: RunPaths) -> str | None:
 def _set_status(rec: RunRecord, st: dict[str, Any]) -> None:
     """A replica set (its front's run): each member's state and rotation, the set's endpoint,
     and nodes and num_nodes for the whole (the front's node and every member's)."""
-    from ftcluster.replica_set import front_endpoint, member_records, read_members, rotation_now
-
     store = RunStore()
     set_dir = Path(rec.run_dir)
     rotation = {m.get("run_dir"): m for m in rotation_now(set_dir).get("members", [])}
@@ -341,6 +340,18 @@ def successors(rec: RunRecord, store: RunStore) -> list[RunRecord]:
             return chain
         seen.add(nxt.run_id)
         chain.append(nxt)
+
+
+def member_records(set_rec: RunRecord, store: RunStore, replica: int | None = None) -> list[RunRecord]:
+    """The records of a set's members (each with its successors), or of member `replica` alone."""
+    found: list[RunRecord] = []
+    for m in read_members(Path(set_rec.run_dir)):
+        if replica is not None and m.get("replica") != replica:
+            continue
+        rec = store.exact(str(m.get("run_id")))
+        if rec is not None:
+            found += [rec, *successors(rec, store)]
+    return found
 
 
 # A run recorded as one of these may still have a live job: `list` asks its scheduler.

@@ -140,7 +140,7 @@ def _member(rec: RunRecord, store: RunStore, replica: int) -> RunRecord:
     """The run serving as member `replica` of the set `rec` (its newest in a hand-over's chain)."""
     if rec.style != "front":
         raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
-    from ftcluster.replica_set import member_records
+    from ftcluster.status import member_records
 
     found = member_records(rec, store, replica)
     if not found:

@@ -78,7 +78,7 @@ def test_an_https_or_grpcs_url_asks_for_tls(url: str, tls: bool) -> None:
 def test_a_run_s_certificate_is_found_for_its_clients(tmp_path: Path) -> None:
     """--run trusts what the run serves: a run's proxy (its rendered scripts/job.json), a set's
     front (scripts/front.json); nothing for a plain run."""
-    from ftcluster.replica_set import FRONT_SETTINGS
+    from ftcluster.replica_files import FRONT_SETTINGS
     from tests.unit.test_render import render_style
 
     cert, key = _cert(tmp_path, "/CN=x", "DNS:node1")
