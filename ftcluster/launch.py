@@ -20,6 +20,7 @@ from ftcluster.errors import Interrupted, PlanError, UserError, every, os_error_
 from ftcluster.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
 from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
+from ftcluster.launched import LaunchedSpecs, write_specs
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
 from ftcluster.layout import FILES
@@ -54,6 +55,10 @@ class LaunchOptions:
     # The service's name in the metrics targets' labels, across hand-overs: a successor's is its
     # chain's first run's id; None: a replica set's id for a member, else the run's own id.
     service: str | None = None
+    # What the run is made from, saved in its folder (ftcluster.launched): a successor's and a
+    # replica set's member's are those of the launch they come from (the spec this run gets is
+    # derived from them: excluded nodes, a member's ports); None: this run's own spec and plan.
+    specs: LaunchedSpecs | None = None
 
 
 @dataclass
@@ -263,7 +268,7 @@ class Launch:
         request = job_request(self.cluster, self.model, self.plan, self.paths, self.opts)
         self._claim_run()
         try:
-            write_run(request, self.cluster, self.model, self.plan, self.launcher, self._replica())
+            write_run(request, self.cluster, self.model, self.plan, self.launcher, self._replica(), self.opts.specs)
         except BaseException as exc:
             shutil.rmtree(self.paths.run_dir, ignore_errors=True)   # ours: _claim_run made it
             if isinstance(exc, OSError):   # a full or read-only workspace: nothing was submitted
@@ -516,10 +521,12 @@ class Launch:
 
 
 def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan,
-              launcher: Launcher | None = None, replica: dict[str, Any] | None = None) -> list[Path]:
+              launcher: Launcher | None = None, replica: dict[str, Any] | None = None,
+              specs: LaunchedSpecs | None = None) -> list[Path]:
     """Lay out the run folder as its job expects it: the request's files, the model repository
-    (a run with servers), what its launcher prepares (the Docker styles' per-run ssh keys) and
-    run.json. `launch` and `render --out` both write a run this way."""
+    (a run with servers), what its launcher prepares (the Docker styles' per-run ssh keys),
+    run.json and the specs it is launched from (`specs`, else its own). `launch` and `render
+    --out` both write a run this way."""
     paths = request.paths
     if request.kind in ("serve", "check") and model is not None:
         prepare_repository(model, plan, paths.repo)
@@ -527,6 +534,9 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
     (launcher or launcher_named(request.launcher)).prepare_resources(request)
     if model is not None:
         written.append(write_run_metadata(paths, cluster, model, plan, replica))
+        specs = specs or LaunchedSpecs(cluster, model, plan)
+    if specs is not None:
+        written.append(write_specs(paths.run_dir, specs))
     return written
 
 

@@ -21,6 +21,7 @@ from ftcluster.errors import Interrupted, LaunchError, UserError
 from ftcluster.events import EV
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch import Launch, LaunchOptions, Progress, run_paths, workspace_dir
+from ftcluster.launched import LaunchedSpecs, read_specs, write_specs
 from ftcluster.launchers import launcher_for
 from ftcluster.layout import FILES, RunPaths
 from ftcluster.plan import Plan
@@ -111,6 +112,11 @@ class ReplicaSet:
             self._store = RunStore()
         return self._store
 
+    @property
+    def specs(self) -> LaunchedSpecs:
+        """What each of its runs is made from (a member's spec is derived from it: member_cluster)."""
+        return LaunchedSpecs(self.cluster, self.model, self.plan)
+
     def problems(self, replicas: int, nodes_known: int | None) -> list[str]:
         from ftcluster.render import LOCAL_PORT_STRIDE
 
@@ -119,12 +125,14 @@ class ReplicaSet:
 
     def front(self, build: bool = True, token: str | None = None) -> Launch:
         step = front_step(self.front_spec, self.paths, build)
-        opts = LaunchOptions(detach=True, client=False, mpi_check=False, step=step, token=token)
+        # The set's specs in its folder: members started later (scale, a rolling restart) come from them.
+        opts = LaunchOptions(detach=True, client=False, mpi_check=False, step=step, token=token, specs=self.specs)
         return Launch(self.front_spec, None, job_shape(self.front_spec, 1, 0), opts, store=self._store,
                       run_id=self.set_id, record_plan=self.plan.to_dict(), clock=self.clock)
 
     def member(self, k: int, generation: int = 0, token: str | None = None) -> Launch:
-        opts = replace(self.opts, detach=True, client=False, token=token, member_of=self.set_id, member=k)
+        opts = replace(self.opts, detach=True, client=False, token=token, member_of=self.set_id, member=k,
+                       specs=self.specs)
         return Launch(member_cluster(self.cluster, k), self.model, self.plan, opts, store=self._store,
                       run_id=member_id(self.set_id, k, generation), clock=self.clock)
 
@@ -283,24 +291,25 @@ def wait_in_rotation(set_dir: Path, run_dir: str, limit: float, clock: Clock = C
 
 def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str | None = None,
                  progress: Progress | None = None) -> ReplicaSet:
-    """The ReplicaSet a recorded set was launched as (specs re-read from their files, as a
-    hand-over does), with a new model spec or container image where given."""
+    """The ReplicaSet a recorded set was launched as (the specs its folder keeps, never the
+    files again), with a new model spec or container image where given."""
     from ftcluster.plan import make_plan
-    from ftcluster.spec import load_cluster, load_model, with_image
+    from ftcluster.spec import load_model, with_image
     from ftcluster.successor import run_specs
 
     members = [r for r in member_records(set_rec, RunStore()) if Path(r.run_dir, "run.json").is_file()]
     if not members:
         raise UserError(f"replica set {set_rec.run_id} has no member left to take its specs from", field="RUN")
-    specs = run_specs(Path(members[-1].run_dir))
-    cluster = load_cluster(set_rec.cluster_source) if set_rec.cluster_source else specs.cluster
+    member = run_specs(Path(members[-1].run_dir))
+    # A set an earlier ftcluster launched keeps its specs in its members' folders only.
+    specs = read_specs(Path(set_rec.run_dir)) or member.launched
+    cluster, model, plan = specs.cluster, specs.model, specs.plan
     if image:
         cluster = with_image(cluster, image, "--image")
-    model, plan = specs.model, specs.plan
     if model_path:
         model = load_model(model_path)
         plan = make_plan(cluster, model, specs.plan.nodes, gpus_per_node=specs.plan.gpus_per_node)
-    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=specs.job.mpi_check)
+    opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=member.job.mpi_check)
     return ReplicaSet(cluster, model, plan, opts, len(read_members(Path(set_rec.run_dir))), progress=progress,
                       run_id=set_rec.run_id)
 
@@ -384,4 +393,6 @@ def rolling_restart(set_rec: RunRecord, model_path: str | None = None, image: st
         if not surge:
             rec = start_member(rs, set_rec, k, store)
             done.append(f"replica {k}: run {rec.run_id} (job {rec.job_id}) in rotation")
+    # Every member runs the new specs now: so do members started later.
+    write_specs(set_dir, rs.specs)
     return done

@@ -599,6 +599,10 @@ def _forwards(login_host: object) -> bool:
 _VAR_RE = re.compile(r"\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
 
 
+# Validation context key: the values are a spec as loaded once already (ftcluster.launched).
+RESOLVED = "resolved"
+
+
 def expand_workspace(value: str, base: Path | None = None) -> str:
     """The workspace as an absolute path: `~`/`~user` and `$NAME`/`${NAME}` expanded, once.
 
@@ -752,8 +756,10 @@ class ClusterSpec(_Strict):
             raise ValueError("an empty path; name the folder for run folders (or leave workspace out)")
         if _control(v):
             raise ValueError(f"{v!r} holds a newline or another control character; use a plain folder path")
-        if _forwards(info.data.get("login_host")):
-            return v   # this process only forwards the spec file; the login node expands it
+        if _forwards(info.data.get("login_host")) or (info.context or {}).get(RESOLVED):
+            # Forwarded: the login node expands it. Resolved (a run folder's specs, ftcluster.
+            # launched): expanded once already; again would rewrite a '$' a variable gave.
+            return v
         base = (info.context or {}).get("base")
         return expand_workspace(v, Path(base) if base else None)
 

@@ -1,4 +1,5 @@
-"""A serving run's successor: the same plan from the same specs, as a new run on other nodes.
+"""A serving run's successor: the same plan from the same specs (those it was launched from,
+kept in its folder), as a new run on other nodes.
 
 The job of a serving run submits it before its time limit (ftcluster.job.handover runs
 `python -m ftcluster successor RUN_DIR --exclude NODES` on the batch host, with the launching
@@ -17,9 +18,10 @@ from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
-from ftcluster.plan import Plan, make_plan
+from ftcluster.launched import LaunchedSpecs, read_specs
+from ftcluster.plan import make_plan
 from ftcluster.run_access import read_token
-from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
+from ftcluster.spec import load_cluster, load_model
 from ftcluster.store import RunRecord, RunStore
 
 
@@ -55,9 +57,7 @@ def with_excluded(sbatch_args: tuple[str, ...], nodes: list[str]) -> tuple[str, 
 class RunSpecs:
     """What a serving run was launched from, read back from its folder."""
 
-    cluster: ClusterSpec
-    model: ModelSpec
-    plan: Plan
+    launched: LaunchedSpecs
     job: JobConfig
     meta: dict[str, Any]
 
@@ -69,29 +69,43 @@ class RunSpecs:
 
 
 def run_specs(run_dir: Path) -> RunSpecs:
-    """The specs (re-read from their files), plan and job values of the serving run in `run_dir`."""
+    """The specs and plan (as launched: ftcluster.launched) and job values of the serving run in
+    `run_dir`."""
     try:
         meta = json.loads((run_dir / "run.json").read_text())
         cfg = JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text())
-        cluster_source, model_source = meta["cluster"]["source"], meta["model"]["source"]
-        planned = meta["plan"]
+        if not isinstance(meta, dict):
+            raise ValueError("run.json holds no mapping")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{run_dir} is not a serving run's folder: {exc}", field="RUN_DIR") from None
+    launched = read_specs(run_dir) or _specs_from_files(meta, cfg)
+    return RunSpecs(launched, cfg, meta)
+
+
+def _specs_from_files(meta: dict[str, Any], cfg: JobConfig) -> LaunchedSpecs:
+    """A run folder that an earlier ftcluster wrote keeps no specs: its spec files, read again
+    (a serving run launched before an upgrade still hands over)."""
+    try:
+        cluster_source, model_source = meta["cluster"]["source"], meta["model"]["source"]
+        planned = meta["plan"]
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"the run folder's run.json lacks {exc}", field="RUN_DIR") from None
     if not cluster_source or not model_source:
         raise UserError("the run's specs were not files; a successor needs them", field="RUN_DIR")
     cluster = load_cluster(cluster_source)
     model = load_model(model_source)
     plan = make_plan(cluster, model, cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                      tp=planned.get("tensor_para_size"), pp=planned.get("pipeline_para_size"))
-    return RunSpecs(cluster, model, plan, cfg, meta)
+    return LaunchedSpecs(cluster, model, plan)
 
 
-def submit_successor(run_dir: Path, exclude: list[str], faults: tuple[str, ...] = ()) -> LaunchOutcome:
-    """Submit the successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or
-    a lost one), with the run's own server.restarts, counting on from `faults` (those of the
-    run still counted)."""
+def successor_launch(run_dir: Path, exclude: list[str], faults: tuple[str, ...] = ()) -> Launch:
+    """The successor of the serving run in `run_dir`, excluding `exclude` (its nodes, or a lost
+    one), with the run's own server.restarts, counting on from `faults` (those of the run still
+    counted): made from the specs the run was launched from (its folder's, not the files')."""
     specs = run_specs(run_dir)
-    cluster, model, plan, cfg = specs.cluster, specs.model, specs.plan, specs.job
+    launched, cfg = specs.launched, specs.job
+    cluster = launched.cluster
     server = cluster.server.model_copy(update={"restarts": cfg.restarts})
     cluster = cluster.model_copy(update={"server": server,
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
@@ -105,8 +119,13 @@ def submit_successor(run_dir: Path, exclude: list[str], faults: tuple[str, ...] 
     opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token,
                          member_of=replica["set"] if replica else None,
                          member=int(replica["index"]) if replica else None, carried_faults=tuple(faults),
-                         service=cfg.service or cfg.run_id)
-    return Launch(cluster, model, plan, opts, predecessor=cfg.run_id).run()
+                         service=cfg.service or cfg.run_id, specs=launched)
+    return Launch(cluster, launched.model, launched.plan, opts, predecessor=cfg.run_id)
+
+
+def submit_successor(run_dir: Path, exclude: list[str], faults: tuple[str, ...] = ()) -> LaunchOutcome:
+    """Submit the successor of the serving run in `run_dir` (successor_launch)."""
+    return successor_launch(run_dir, exclude, faults).run()
 
 
 def record_job(run_dir: Path, job_id: str) -> RunRecord:

@@ -42,12 +42,12 @@ def _first_token(run_id: str) -> dict[str, str]:
     return {"FTCLUSTER_TOKEN": got.stdout.strip()}
 
 
-def _spec(folder: Path, time_limit: str = HANDOVER["time_limit"]) -> Path:
+def _spec(folder: Path, time_limit: str = HANDOVER["time_limit"], **values: Any) -> Path:
     from ftcluster.triton_local import find_tritonserver
 
     server = {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
               "handover_lead": HANDOVER["server_handover_lead"], "liveness": {"interval": 1, "deadline": 2}}
-    return _write_spec(folder, time_limit=time_limit, server=server)
+    return _write_spec(folder, time_limit=time_limit, server=server, **values)
 
 
 def _job_over(job_id: str) -> bool:
@@ -94,8 +94,14 @@ def _assert_answers(run_id: str, endpoint: str) -> None:
 
 def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm_cluster: Any, shared_tmp: Path) -> None:
     folder = shared_tmp
-    rc, out, err = launch_json(_spec(folder), "--nodes", "1", "--keep-serving", "--no-client")
+    # The time limit and the partition from the command line, which the spec file says otherwise
+    # ("small" is node1 alone: a successor there, without the run's node, could never start);
+    # the file moved away once launched. The successor is made from what the run was launched with.
+    spec = _spec(folder, time_limit="10", partition="small")
+    rc, out, err = launch_json(spec, "--nodes", "1", "--keep-serving", "--no-client",
+                               "--time", HANDOVER["time_limit"], "--partition", "debug")
     assert rc == 0 and out["ok"], err
+    spec.rename(folder / "moved.yaml")
     run_id, old_endpoint = out["run_id"], out["endpoint"]
     # `logs -f` of the first run follows the service: on into the successor at the hand-over.
     follow = subprocess.Popen([sys.executable, "-m", "ftcluster", "logs", run_id, "-f", "--rank", "0"],
@@ -107,6 +113,9 @@ def test_the_successor_serves_before_the_time_limit_and_the_endpoint_moves(slurm
         assert successor["endpoint"] != old_endpoint and successor["excluded"] == [old_endpoint.split(":")[0]]
         new = _status(successor["run_id"])
         assert new["predecessor"] == run_id and new["phase"] == "serving" and new["state"] == "RUNNING"
+        limit_and_partition = subprocess.run(["squeue", "-h", "-j", new["job_id"], "-o", "%l %P"],
+                                             capture_output=True, text=True).stdout.split()
+        assert limit_and_partition == ["2:00", "debug"], limit_and_partition
         assert new["endpoint"] == successor["endpoint"]
         _assert_answers(run_id, successor["endpoint"])
         # The old job drained and ended by itself, well before its limit: not TIMEOUT.

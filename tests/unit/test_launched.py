@@ -1,0 +1,111 @@
+"""A run folder keeps the specs it was launched with (files + command-line overrides +
+defaults, scripts/specs.json), and its successors and a replica set's members are made from
+them: an override given on the command line survives a hand-over, and a spec file moved or
+edited after the launch changes nothing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ftcluster.launch import job_request, write_run
+from ftcluster.launched import SPECS_FILE, LaunchedSpecs, read_specs
+from ftcluster.plan import make_plan
+from ftcluster.replica_set import ReplicaSet
+from ftcluster.replicas import member_cluster
+from ftcluster.spec import load_cluster, load_model, load_specs
+from ftcluster.successor import successor_launch
+from tests.helpers_specs import run_cli
+from tests.unit.test_cli_files import REPO
+
+DEMO = REPO / "configs" / "models" / "demo.yaml"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "clusters").glob("*.yaml")))
+def test_every_example_cluster_comes_back_as_it_was_launched(name: str) -> None:
+    cluster, model = load_specs(REPO / "configs" / "clusters" / name, DEMO, {"time_limit": "7"})
+    plan = make_plan(cluster, model, 2)
+    back = LaunchedSpecs.from_json(LaunchedSpecs(cluster, model, plan).to_json())
+    assert back == LaunchedSpecs(cluster, model, plan)
+    assert back.cluster.source == cluster.source and back.cluster.time_limit == "7"
+
+
+def test_a_workspace_comes_back_as_expanded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FTC_TEST_WS", str(tmp_path / "a$b"))   # a '$' a variable gave: not expanded again
+    spec = tmp_path / "c.yaml"
+    spec.write_text("scheduler: slurm\nworkspace: $FTC_TEST_WS/ws\n")
+    cluster, model = load_specs(spec, DEMO)
+    back = LaunchedSpecs.from_json(LaunchedSpecs(cluster, model, make_plan(cluster, model, 1)).to_json())
+    assert back.cluster.workspace == str(tmp_path / "a$b" / "ws") == cluster.workspace
+
+
+def _render(tmp_path: Path, *options: str) -> tuple[Path, Path]:
+    """A bare-Slurm run folder rendered with `options` on the command line; its cluster file."""
+    spec = tmp_path / "specs" / "cluster.yaml"
+    spec.parent.mkdir()
+    text = (REPO / "configs" / "clusters" / "slurm-bare.yaml").read_text()
+    spec.write_text(text.replace("/shared/$USER/ftcluster-runs", str(tmp_path / "ws"))
+                    .replace("max_nodes: 8", "max_nodes: 8\nsbatch_args: [--exclude=n9]"))
+    out = tmp_path / "run"
+    r = run_cli("render", "--cluster", str(spec), "--model", str(DEMO), "--nodes", "2", "--keep-serving",
+                "--no-client", *options, "--out", str(out))
+    assert r.rc == 0, r.stderr
+    return out, spec
+
+
+def test_a_successor_keeps_the_command_lines_overrides_with_the_spec_file_moved(tmp_path: Path) -> None:
+    out, spec = _render(tmp_path, "--time", "2:00:00", "--partition", "big", "--account", "proj")
+    assert (out / "scripts" / SPECS_FILE).stat().st_mode & 0o777 == 0o600
+    # The file moved away and another one in its place: neither reaches the successor.
+    shutil.move(str(spec.parent), str(tmp_path / "elsewhere"))
+    spec.parent.mkdir()
+    spec.write_text("scheduler: slurm\npartition: other\n")
+    succ = successor_launch(out, ["node1", "node2"])
+    job = str(succ.dry_run())
+    for line in ("#SBATCH --time=2:00:00\n", "#SBATCH --partition=big\n", "#SBATCH --account=proj\n",
+                 "#SBATCH --exclude=n9,node1,node2\n"):
+        assert line in job, line
+    assert succ.predecessor == "run" and succ.opts.specs == read_specs(out)
+    # Its own folder keeps the launch's specs, not its excluded nodes: its successor in turn
+    # excludes only its own (a chain of hand-overs never runs out of nodes).
+    assert succ.opts.specs is not None and succ.opts.specs.cluster.sbatch_args == ("--exclude=n9",)
+
+
+def test_a_members_successor_gets_its_members_ports_once(tmp_path: Path) -> None:
+    out, spec = _render(tmp_path, "--time", "3:00:00")
+    specs = read_specs(out)
+    assert specs is not None
+    rs = ReplicaSet(specs.cluster, specs.model, specs.plan, successor_launch(out, []).opts, 2, run_id="set")
+    member = rs.member(1)
+    assert member.opts.specs == rs.specs and member.cluster == member_cluster(specs.cluster, 1)
+    paths = member.paths
+    paths.run_dir.mkdir(parents=True)
+    write_run(job_request(member.cluster, member.model, member.plan, paths, member.opts, build=False),
+              member.cluster, member.model, member.plan, replica={"set": "set", "index": 1},
+              specs=member.opts.specs)
+    spec.unlink()
+    succ = successor_launch(paths.run_dir, ["node1"])
+    assert succ.cluster.ports == member.cluster.ports and succ.opts.member == 1
+    assert succ.cluster.time_limit == "3:00:00" and succ.opts.specs == rs.specs
+
+
+def test_a_damaged_specs_file_is_named(tmp_path: Path) -> None:
+    out, _ = _render(tmp_path)
+    (out / "scripts" / SPECS_FILE).write_text('{"version": 1, "cluster": {"scheduler": "pbs"}}')
+    with pytest.raises(Exception, match=f"{SPECS_FILE} is damaged") as info:
+        successor_launch(out, [])
+    assert info.type.__name__ == "UserError"
+
+
+def test_a_folder_from_before_takes_its_specs_from_its_files(tmp_path: Path) -> None:
+    out, spec = _render(tmp_path, "--time", "4:00:00")
+    (out / "scripts" / SPECS_FILE).unlink()
+    assert read_specs(out) is None
+    succ = successor_launch(out, [])
+    # The file's values (the override was never kept), and it must still be there.
+    assert succ.cluster.time_limit == load_cluster(spec).time_limit == "01:00:00" and succ.model == load_model(DEMO)
+    spec.unlink()
+    with pytest.raises(Exception, match="does not exist"):
+        successor_launch(out, [])
