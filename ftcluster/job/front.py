@@ -191,7 +191,7 @@ class Front:
         # socket: the endpoint does not wait for room.
         fresh = self.room.attempt(path, lambda: write_json(path, config))
         if not fresh and not os.path.exists(path):
-            raise OSError(errno.ENOSPC, f"no room for the balancer's config ({self.room.why})")
+            raise OSError(errno.EIO, f"the balancer's config could not be written ({self.room.why})")
         try:
             os.unlink(os.path.join(self.state, self.admin_name))
         except OSError:

@@ -118,10 +118,10 @@ class NodeSampler:
 
     def tell_room(self) -> None:
         if self.room.untold():
-            self.say(f"no room ({self.room.why}): samples skipped, events kept until there is room")
+            self.say(f"writes refused ({self.room.why}): samples skipped, events kept until they are taken")
         if self.room.ended is not None:
             self.room.ended = None
-            self.say("room again: sampling on")
+            self.say("writes taken again: sampling on")
 
     def watch_events(self) -> None:
         """NVML's XID and ECC events until the sampler stops (a thread)."""

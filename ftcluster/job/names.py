@@ -43,7 +43,7 @@ class Kinds:
     handover_failed: str = "handover_failed"    # WHY...: this job serves on to its end
     node_lost: str = "node_lost"                # NODE...: no step runs there; the run moves
     slurm_unanswered: str = "slurm_unanswered"  # WHY...: no step ran, the batch host's neither: slurmctld is waited for
-    records_resumed: str = "records_resumed"    # SINCE SKIPPED: the run folder's filesystem had no room from SINCE
+    records_resumed: str = "records_resumed"    # SINCE SKIPPED: the run folder's filesystem refused writes from SINCE
     on_failure_done: str = "on_failure_done"    # EXIT_CODE of the spec's on_failure command
     failed: str = "failed"                      # WHY...
     servers_stopped: str = "servers_stopped"

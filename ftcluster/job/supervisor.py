@@ -142,6 +142,7 @@ class Job:
         while self.unwritten:
             path, line = self.unwritten[0]
             if not self.room.attempt("state/events", lambda: append_line(path, line)):
+                self.tell_refused()   # at once, on the job's output: the events cannot say it
                 return
             del self.unwritten[0]
 
@@ -160,14 +161,19 @@ class Job:
         """Once when the run folder's filesystem refuses the job's records, once when it takes
         them again (an event, after those that waited)."""
         room = self.room
-        if room.untold():
-            self.say(f"ftcluster: no room on the run folder's filesystem ({room.why}): the servers serve on; "
-                     f"the job's events wait, its health and metrics records are skipped until there is room")
+        self.tell_refused()
         if room.ended is not None and not self.unwritten:
             (since, skipped), room.ended = room.ended, None
             self.event(EV.records_resumed, f"{since:.3f}", skipped)
-            self.say(f"ftcluster: the run folder's filesystem has room again after {time.time() - since:.0f} s "
-                     f"({skipped} records skipped or late)")
+            self.say(f"ftcluster: the run folder's filesystem takes the job's writes again after "
+                     f"{time.time() - since:.0f} s ({skipped} records skipped or late)")
+
+    def tell_refused(self) -> None:
+        room = self.room
+        if room.untold():
+            self.say(f"ftcluster: the run folder's filesystem refuses the job's writes ({room.why}): the servers "
+                     f"serve on; the job's events wait (written in order once it takes them, tried every "
+                     f"{ROOM_RETRY_S:g} s), its health and metrics records are skipped meanwhile")
 
     def say(self, text: str) -> None:
         try:
@@ -498,7 +504,7 @@ class Job:
                        f"{self.cfg.served_model} ready")
         no_room = no_room_in(self.cfg.state)
         if no_room is not None:   # the ranks' own files could not be written: say that first
-            why.append(f"the run folder's filesystem has no room ({no_room}): the ranks could not write "
+            why.append(f"the run folder's filesystem takes no writes ({no_room}): the ranks could not write "
                        f"their files in state/")
         assert self.loads is not None
         for r in self.loads.not_loaded():
@@ -876,13 +882,13 @@ class Job:
         So it waits for room (the world is down anyway; stop and the time limit still end it)."""
         why = no_room_in(self.cfg.state)
         if why is not None:
-            self.say(f"ftcluster: the run folder's filesystem has no room ({why}): the restart waits until it "
-                     f"has (looked at every {ROOM_WAIT_S:g} s)")
+            self.say(f"ftcluster: the run folder's filesystem takes no writes ({why}): the restart waits until "
+                     f"it does (looked at every {ROOM_WAIT_S:g} s)")
             since = time.monotonic()
             self.nap(ROOM_WAIT_S)   # it was just looked at
             while no_room_in(self.cfg.state) is not None:
                 self.nap(ROOM_WAIT_S)
-            self.say(f"ftcluster: room again after {time.monotonic() - since:.0f} s: restarting")
+            self.say(f"ftcluster: the run folder takes writes again after {time.monotonic() - since:.0f} s: restarting")
         self.room.regained()   # the look wrote a MiB: what waited is written before the servers start
         self.write_events()
         self.tell_room()
@@ -994,13 +1000,12 @@ class Job:
         # go of its connections to rank 0, which would hold rank 0's own graceful exit up.
         for stage in (self._stop_client, self._end_foreground, self._withdraw_targets, self._stop_exporter, self._drain,
                       self._stop_proxy,
-                      self._stop_servers, self.style.down, self._abandon_successor):
+                      self._stop_servers, self.style.down, self._abandon_successor, self._close_watches):
             try:
                 ok = stage() is not False and ok
             except Exception as e:  # noqa: BLE001  (what is left must still be removed)
                 self.say(f"ftcluster: teardown: {stage.__name__} failed: {type(e).__name__}: {e}")
                 ok = False
-        self._close_watches()
         if not ok and not rc:
             rc = 1
         self.event(EV.done, rc)
@@ -1074,16 +1079,13 @@ class Job:
         except Failed as f:
             rc = f.rc
         except Exception as e:  # a bug of ours: still tear down, and say what it was
-            self.event(EV.failed, f"the job supervisor failed: {type(e).__name__}: {e}")
-            import traceback
-
-            try:
-                traceback.print_exc()
-            except OSError:
-                pass
             rc = 1
-        rc = self.teardown(rc)
-        self.end_guard()
+            self.report_bug(e)
+        finally:
+            # Whatever failed before it (a bug, the bug's report, an exit), the teardown runs:
+            # nothing the job started may outlive it.
+            rc = self.teardown(rc)
+            self.end_guard()
         # The job's output ends with its verdict: srun's lines from the teardown ("task 1:
         # Killed") are the servers being stopped, and read as a failure without it.
         if rc == 0:
@@ -1094,6 +1096,17 @@ class Job:
         if stopped:
             self.style.end_stopped_job()
         return rc
+
+    def report_bug(self, e: Exception) -> None:
+        import traceback
+
+        try:
+            self.event(EV.failed, f"the job supervisor failed: {type(e).__name__}: {e}")
+        finally:
+            try:
+                traceback.print_exc()
+            except OSError:
+                pass
 
 
 def main(argv: List[str]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -10,10 +9,6 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 from .names import FILES
-
-# A write refused for want of room: a full filesystem, or the user's quota on it.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
-
 
 def read_text(path: str) -> str:
     """The file's text; "" when it is not there (yet)."""
@@ -98,7 +93,8 @@ def free_bytes(folder: str) -> Optional[int]:
 
 def no_room_in(folder: str) -> Optional[str]:
     """None when `folder` takes ROOM_NEEDED bytes (written, synced and removed: a quota counts
-    too, which free space does not show); else the system's words for why not."""
+    too, which free space does not show); else the system's words for why not (no room, or
+    no write at all: a filesystem remounted read-only, an I/O error)."""
     path = os.path.join(folder, f".room-{os.getpid()}")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -110,7 +106,7 @@ def no_room_in(folder: str) -> Optional[str]:
         finally:
             os.close(fd)
     except OSError as e:
-        return e.strerror if e.errno in NO_ROOM else None   # other troubles are not for this to say
+        return e.strerror or str(e)
     finally:
         try:
             os.unlink(path)
@@ -121,9 +117,10 @@ def no_room_in(folder: str) -> Optional[str]:
 
 class Room:
     """Whether the run folder's filesystem took the job's writes lately. A serving world needs no
-    disk, and a shared scratch filled by someone else (or a quota reached) must not end it: a
-    record refused for want of room is skipped (the caller keeps what must not be lost) and
-    the job serves on. `attempt` is called from the job's loop and its sampling thread."""
+    disk, and a shared scratch filled by someone else, a quota reached, a filesystem remounted
+    read-only or failing (EIO), or a folder made unwritable must not end it: a refused record is
+    skipped (the caller keeps what must not be lost) and the job serves on. `attempt` is called
+    from the job's loop and its sampling thread."""
 
     def __init__(self) -> None:
         self.since: Optional[float] = None   # the first refused write of the present shortage
@@ -133,14 +130,13 @@ class Room:
         self.told: Optional[float] = None    # the shortage already told of
 
     def attempt(self, what: str, write: Callable[[], None]) -> bool:
-        """True when `write` wrote; False when it found no room; other errors are raised."""
+        """True when `write` wrote; False when the filesystem refused it, for whatever reason
+        (the system's words are kept in `why`)."""
         try:
             write()
         except OSError as e:
-            if e.errno not in NO_ROOM:
-                raise
             if self.since is None:
-                self.since, self.why, self.skipped = time.time(), f"{what}: {e.strerror}", 0
+                self.since, self.why, self.skipped = time.time(), f"{what}: {e.strerror or e}", 0
             self.skipped += 1
             return False
         self.regained()

@@ -7,7 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -37,9 +40,58 @@ def test_a_write_that_finds_no_room_is_counted_and_the_next_that_writes_ends_the
     assert room.since is None and room.ended == (since, 2)
 
 
-def test_other_troubles_are_not_taken_for_want_of_room(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
-        Room().attempt("state/events", lambda: append_line(str(tmp_path / "gone" / "events"), "a line"))
+@contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """`folder`'s filesystem remounted read-only (a shared filesystem remounted so, for real),
+    then writable again."""
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
+
+
+def test_every_refused_write_is_skipped_not_only_for_want_of_room(small: Path, tmp_path: Path) -> None:
+    room = Room()
+    assert not room.attempt("state/events", lambda: append_line(str(tmp_path / "gone" / "events"), "a line"))
+    assert room.why == "state/events: No such file or directory"
+    room = Room()
+    with read_only(small):
+        assert not room.attempt("state/health.json", lambda: write_json(str(small / "health.json"), {"a": 1}))
+        assert room.why == "state/health.json: Read-only file system" and no_room_in(str(small)) == \
+            "Read-only file system"
+    assert room.attempt("state/health.json", lambda: write_json(str(small / "health.json"), {"a": 1}))
+    assert room.ended is not None and no_room_in(str(small)) is None
+
+
+def test_a_read_only_state_folder_keeps_the_events_in_order_and_the_teardown_runs(
+        small: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """A bug of the job's while state/ takes no writes: its report cannot be written either, and
+    the teardown still runs; every event waits in memory and is written in order after."""
+    job = _job(small)
+    torn: list[int] = []
+    real_teardown = job.teardown
+
+    def body() -> int:
+        job.event("serving", "host:8000")
+        raise RuntimeError("a bug")
+
+    def teardown(rc: int) -> int:
+        torn.append(rc)
+        return real_teardown(rc)
+
+    monkeypatch.setattr(job, "body", body)
+    monkeypatch.setattr(job, "teardown", teardown)
+    with read_only(small):
+        assert job.main() == 1
+        assert torn == [1] and [line.split()[1] for _, line in job.unwritten] == ["serving", "failed", "done"]
+    job.mend_records()
+    job.tell_room()
+    kinds = [e.kind for e in parse_events((small / "events").read_text())]
+    assert kinds == ["serving", "failed", "done", "records_resumed"]
+    said = capfd.readouterr().err
+    assert "the run folder's filesystem refuses the job's writes (state/events: Read-only file system)" in said
+    assert "takes the job's writes again" in said
 
 
 def test_a_json_record_that_finds_no_room_leaves_no_half_copy(small: Path) -> None:
