@@ -69,7 +69,8 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
 SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "bash.py", "config.py", "exporter.py", "front.py",
-                      "gpu_sampler.py", "gpu_samples.py", "handover.py", "liveness.py", "metrics.py", "names.py",
+                      "gpu_sampler.py", "gpu_samples.py", "handover.py", "lifeline.py", "listeners.py", "liveness.py",
+                      "metrics.py", "names.py",
                       "nvml.py", "poll.py", "ranks.py", "restarts.py", "rotation.py", "styles.py", "submit.py",
                       "supervisor.py", "text.py")
 # The port offset between ranks: distinct ports only when ranks share one host.
@@ -602,6 +603,8 @@ def render(
 
         liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, ctx.triton_ports.metrics)
     cfg = job_config(ctx, liveness)
+    # The entry script starts a supervisor that died by a signal again at most this often.
+    variables["restarts"] = cfg.restarts
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
              FILES.job_config: cfg.to_json(), FILES.env_file: env_file(ctx.env)}
     # What a dry run shows of the files that hold the env's values: the names only.

@@ -35,6 +35,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .handover import submit_env
+from .lifeline import lifeline
 from .names import FILES
 from .poll import LOG_CUT_S
 from .ranks import cut_log, cut_words
@@ -198,8 +199,11 @@ class Front:
             pass
         log = open(os.path.join(self.s["logs"], CADDY_LOG), "ab")
         self.caddy_starts += 1
+        # It dies with this process (lifeline). Its ports are not checked for another listener
+        # (as a member's proxy's are): a front's successor on the node shares them on purpose
+        # while it takes over.
         self.caddy = subprocess.Popen([self.s["caddy"], "run", "--config", path], cwd=self.state, env=self.env,
-                                      stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                                      stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=lifeline())
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

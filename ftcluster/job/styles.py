@@ -41,6 +41,8 @@ LOST_NODE_S = 10.0
 LOST_NODE_ASKS = 3
 # One step over all of them, first: this long, plus 10 ms a node (srun's fan-out).
 ALL_NODES_S = 3.0
+# A supervisor started again in the same job waits this long for the earlier one's steps to end.
+STEPS_END_S = 30.0
 # The guards' own removal of the containers, when the teardown asks for it: done and recorded
 # within this long (a node whose guard records nothing gets the teardown's `down` step).
 GUARD_RECORD_S = 30.0
@@ -375,6 +377,32 @@ class JobStyle:
                 self.kill_server_process()
         self.reap_servers()
 
+    def end_earlier_steps(self) -> None:
+        """A supervisor started again in the same job (Job.taken_back): the steps the one before
+        started (its servers, its containers' guards) are SIGKILLed, then what their ranks left
+        on every node goes as at a teardown: the run's marked processes, /dev/shm entries and
+        containers. The world then starts afresh."""
+        def steps() -> List[str]:
+            listed = self.job.capture(["squeue", "-h", "-s", "-j", self.job_id(), "-o", "%i"]) or ""
+            return [s for s in listed.split() if s.rpartition(".")[2].isdigit()]   # not .batch, .extern
+
+        left = steps()
+        for step in left:
+            self.job.capture(["scancel", "--signal=KILL", step])
+        deadline = time.monotonic() + STEPS_END_S
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = steps()
+        if left:
+            self.job.say(f"ftcluster: the earlier supervisor's steps {' '.join(left)} did not end within "
+                         f"{STEPS_END_S:g} s")
+        self.clean_left_over()
+
+    def clean_left_over(self) -> None:
+        """What the earlier supervisor's ranks left on the nodes goes, as at its teardown."""
+        self.checked = True   # the node step runs, as after a world of its own
+        self.down()
+
     def clear_servers(self) -> None:
         """Before a restart's servers start: what the killed world left where they will run.
         On the nodes themselves the step's end killed every rank; a python backend stub that
@@ -496,6 +524,10 @@ class PyxisStyle(JobStyle):
     def container_flags(self) -> List[str]:
         return list(self.cfg.container_flags)
 
+
+    def clean_left_over(self) -> None:
+        self.containers.started = True   # the earlier supervisor's: they go
+        self.down()
 
     def up(self) -> None:
         """The guards; the containers come with the first step that runs in the image (one
@@ -650,6 +682,12 @@ class DockerStyle(JobStyle):
 
     def clear_servers(self) -> None:
         self.containers.reap()
+
+    def clean_left_over(self) -> None:
+        # Not down(): the run's keys stay, for the containers started next.
+        self.find_hosts()
+        self.containers.started = True
+        self.containers.down([h for h in self.hosts if h not in self.lost])
 
     def down(self) -> bool:
         ok = self.containers.down([h for h in self.hosts if h not in self.lost])

@@ -23,6 +23,8 @@ from typing import IO, TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Seque
 from .config import JobConfig
 from .gpu_samples import event_words, gpu_words, needing_reset
 from .handover import HandOver
+from .lifeline import lifeline
+from .listeners import taken_ports
 from .liveness import Liveness
 from .metrics import Sampler
 from .names import EV, FILES
@@ -52,6 +54,12 @@ MAX_UNWRITTEN = 10000
 ROOM_WAIT_S = 10.0   # how often a restart waiting for room looks again
 ROOM_RETRY_S = 5.0   # ... and a serving job writes again what waits
 SLURM_WAIT_S = 5.0   # how often a job that found slurmctld silent asks again
+# A port the proxy needs that a listener holds is looked at again for this long before the start
+# is refused: a proxy of the job's own that ends, or a killed supervisor's (it dies with it).
+PORT_FREED_S = 3.0
+# Set by the entry script for a supervisor it starts again after the one before died by a
+# signal (job.sh.j2): that one's exit status, 128 + the signal.
+SUPERVISOR_DIED_ENV = "FTC_SUPERVISOR_DIED"
 
 
 class Interrupted(Exception):
@@ -283,9 +291,12 @@ class Job:
         elif out is not None:
             stdout = out
         try:
+            # Each dies with this process (lifeline): a supervisor killed without its teardown
+            # leaves no proxy on the endpoint's ports, no step launcher, no client behind.
             return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout,
                                     stderr=subprocess.STDOUT if stdout is not None else None,
-                                    env=whole_env if whole_env is not None else {**self.child_env, **(env or {})})
+                                    env=whole_env if whole_env is not None else {**self.child_env, **(env or {})},
+                                    preexec_fn=lifeline())
         finally:
             if isinstance(out, str) and stdout is not None and not isinstance(stdout, int):
                 stdout.close()
@@ -438,6 +449,7 @@ class Job:
             self.proxy_token = self.proxy_token or read_text(p.token_file).strip()
             if not self.proxy_token:
                 self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
+        self.check_proxy_ports()
         try:
             argv, env = self.style.proxy_command(binary, self.proxy_token)
             # Appended to: a proxy started again keeps why the one before ended; cut while serving.
@@ -446,6 +458,37 @@ class Job:
             self.fail(f"the proxy (access: private) cannot start: {e.filename or binary}: {e.strerror or e}")
         self.style.wait_proxy_listening(self.proxy)
         self.event(EV.proxy_started, self.cfg.http_port)
+
+    def proxy_ports(self) -> List[int]:
+        """The ports the proxy's config has it listen on (":PORT" each)."""
+        p = self.cfg.proxy
+        assert p is not None
+        try:
+            with open(p.config) as f:
+                servers = json.load(f)["apps"]["http"]["servers"]
+            return sorted({int(str(a).rpartition(":")[2]) for srv in servers.values() for a in srv["listen"]})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self.fail(f"access: private: the proxy's config {p.config} cannot be read: {e}")
+
+    def check_proxy_ports(self) -> None:
+        """The proxy never shares a port with a listener the job did not start (Caddy binds with
+        SO_REUSEPORT: the kernel would split the clients between them -- a proxy left over from
+        an earlier run, with its token, would answer some). One of the job's own that ends (a
+        proxy that drains; a killed supervisor's, which died with it) is given PORT_FREED_S."""
+        if self.style.proxy_in_container:
+            return   # in rank 0's container, whose ports are its own
+        ours = [p.pid for p in [*self.leaving, *([self.proxy] if self.proxy is not None else [])]]
+        deadline = time.monotonic() + PORT_FREED_S
+        while True:
+            taken = taken_ports(self.proxy_ports(), ours)
+            if not taken or time.monotonic() >= deadline:
+                break
+            self.nap(0.1)
+        if taken:
+            self.fail(f"access: private: the proxy's port(s) on {socket.gethostname()} are taken by a process "
+                      f"this job did not start: {'; '.join(taken)}; a proxy beside it would share them "
+                      f"(SO_REUSEPORT) and split the clients: end it, or choose other ports (ports.http, ports.grpc)",
+                      named=True)
 
     def proxy_problem(self) -> Optional[str]:
         """Why the proxy does not serve (None: it answers with the token)."""
@@ -952,15 +995,43 @@ class Job:
             self.event(EV.on_failure_done, rc)
         self.fail(why, named=True)
 
+    def taken_back(self, status: str) -> None:
+        """The job's supervisor before this one died by a signal (SIGKILLed by hand, the OOM
+        killer) and the job's entry script started this one (job.sh.j2): the run goes on in the
+        same job, from its folder -- the same token, ports and endpoint. What the dead one had
+        started went with it (lifeline) but its steps: they end here, with what their ranks left
+        on the nodes, and the world starts again, counted as a restart."""
+        sig = int(status) - 128 if status.isdigit() and int(status) > 128 else 0
+        try:
+            how = signal.Signals(sig).name
+        except ValueError:
+            how = f"exit status {status}"
+        text = read_text(os.path.join(self.cfg.state, FILES.events))
+        self.faults = faults_of_events(text, self.cfg.restart_reset, self.cfg.carried_faults)
+        cause = f"the job's supervisor died ({how}); started again in the same job"
+        alive = [mtime(os.path.join(self.cfg.state, name)) for name in (FILES.health, FILES.metrics)]
+        tries = self.faults.fault(cause, max((t for t in alive if t is not None), default=None))
+        self.say(f"ftcluster: {cause}: ending what it left, then starting the servers again "
+                 f"({tries} of {self.cfg.restarts})")
+        self.event(EV.restarting, tries, cause)
+        if tries > self.cfg.restarts:
+            self.give_up(list(self.faults.counted))
+        self.style.end_earlier_steps()
+        self.next_incarnation()
+
     def body(self) -> int:
         cfg = self.cfg
-        self.event(EV.job_started, socket.gethostname(), self.style.job_id())
+        died = os.environ.get(SUPERVISOR_DIED_ENV, "")
+        if died:
+            self.taken_back(died)
+        else:
+            self.event(EV.job_started, socket.gethostname(), self.style.job_id())
         if self.style.guarded:
             self.start_guard()
-        if cfg.successor and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
+        if not died and cfg.successor and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
             self.requeued()
         self.style.up()
-        if cfg.mpi_check:
+        if cfg.mpi_check and not died:   # the world passed it in this allocation already
             self.style.mpi_check()
         if cfg.step is not None:
             self.run_step()

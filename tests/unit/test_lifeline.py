@@ -1,0 +1,115 @@
+"""What the job starts dies with it (lifeline: PR_SET_PDEATHSIG), whatever kills the supervisor;
+and a proxy is never started on a port that a listener the job did not start holds (Caddy binds
+with SO_REUSEPORT, which would split the clients between the two)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ftcluster.job.config import JobConfig
+from ftcluster.job.listeners import taken_ports
+from ftcluster.job.supervisor import Failed, Job
+from tests.launch_helpers import free_port_base, wait_for
+from tests.unit.test_render import render_style
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _job(state: Path, style: str = "local") -> Job:
+    cfg = JobConfig.from_json(render_style(style).files["job.json"])
+    return Job(cfg._replace(state=str(state), logs=str(state)))
+
+
+def test_a_child_of_the_job_dies_with_a_supervisor_killed_without_its_teardown(tmp_path: Path) -> None:
+    # A supervisor of its own (a process: the one SIGKILLed), whose child is started as the
+    # job starts every child.
+    code = ("import sys, time; sys.path[:0] = sys.argv[1:2]\n"
+            "from tests.unit.test_lifeline import _job\n"
+            "from pathlib import Path\n"
+            "child = _job(Path(sys.argv[2])).start(['sleep', '300'])\n"
+            "print(child.pid, flush=True); time.sleep(300)\n")
+    sup = subprocess.Popen([sys.executable, "-c", code, str(REPO), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sup.stdout is not None
+        child = int(sup.stdout.readline())
+        assert _alive(child)
+        sup.kill()
+        sup.wait()
+        assert wait_for(lambda: not _alive(child), 5), "the child outlived its supervisor"
+    finally:
+        sup.kill()
+        sup.wait()
+
+
+LISTENER = ("import socket, sys, time\n"
+            "s = socket.socket(socket.AF_INET6)\n"
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n"
+            "s.bind(('::', int(sys.argv[1]))); s.listen(); print('up', flush=True); time.sleep(300)\n")
+
+
+def _listener(port: int, folder: Path) -> subprocess.Popen[str]:
+    """A listener of another program's on `port`, bound as Caddy binds (SO_REUSEPORT)."""
+    script = folder / "ftc_other_listener.py"
+    script.write_text(LISTENER)
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+    return proc
+
+
+def test_a_port_held_by_another_listener_is_named_with_its_holder(tmp_path: Path) -> None:
+    port = free_port_base()
+    assert taken_ports([port]) == []
+    other = _listener(port, tmp_path)
+    try:
+        (said,) = taken_ports([port, port + 1])
+        assert said == f"{port} (pid {other.pid}: {sys.executable} {tmp_path}/ftc_other_listener.py {port})"
+        # One of the job's own (a proxy that drains) is no other's.
+        assert taken_ports([port], ours=[other.pid]) == []
+        # A connection in TIME_WAIT is no listener.
+        with socket.create_connection(("127.0.0.1", port)):
+            pass
+    finally:
+        other.kill()
+        other.wait()
+    assert taken_ports([port]) == []
+
+
+def test_the_proxy_is_not_started_beside_a_listener_it_did_not_start(tmp_path: Path) -> None:
+    port = free_port_base()
+    scripts = render_style("none")
+    config = json.loads(scripts.files["proxy.json"])
+    for i, server in enumerate(config["apps"]["http"]["servers"].values()):
+        server["listen"] = [f":{port + i}"]
+    (tmp_path / "proxy.json").write_text(json.dumps(config))
+    job = _job(tmp_path, "none")
+    assert job.cfg.proxy is not None
+    job.cfg = job.cfg._replace(proxy=job.cfg.proxy._replace(config=str(tmp_path / "proxy.json")))
+    job.check_proxy_ports()   # free: nothing to say
+    other = _listener(port + 1, tmp_path)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Failed):
+            job.check_proxy_ports()
+        assert time.monotonic() - t0 < 10
+    finally:
+        other.kill()
+        other.wait()
+    failed = (tmp_path / "events").read_text().split(" ", 2)[2]
+    assert f"access: private: the proxy's port(s) on {socket.gethostname()} are taken by a process this job " \
+           f"did not start: {port + 1} (pid {other.pid}: {sys.executable} {tmp_path}/ftc_other_listener.py " \
+           f"{port + 1}); a proxy beside it would share them" in failed, failed
