@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launch import job_request, write_run
+from ftcluster.launch import Launch, LaunchOptions, job_request, write_run
 from ftcluster.launched import SPECS_FILE, LaunchedSpecs, read_specs
 from ftcluster.plan import make_plan
-from ftcluster.replica_set import ReplicaSet
+from ftcluster.replica_set import ReplicaSet, recorded_set, write_members
 from ftcluster.replicas import member_cluster
 from ftcluster.spec import load_cluster, load_model, load_specs
+from ftcluster.store import RunRecord, RunStore
 from ftcluster.successor import successor_launch
 from tests.helpers_specs import run_cli
 from tests.unit.test_cli_files import REPO
@@ -89,6 +90,34 @@ def test_a_members_successor_gets_its_members_ports_once(tmp_path: Path) -> None
     succ = successor_launch(paths.run_dir, ["node1"])
     assert succ.cluster.ports == member.cluster.ports and succ.opts.member == 1
     assert succ.cluster.time_limit == "3:00:00" and succ.opts.specs == rs.specs
+
+
+def _written(launch: Launch) -> RunRecord:
+    """`launch`'s run folder as Launch.prepare writes it, and its record (nothing submitted)."""
+    paths = launch.paths
+    paths.run_dir.mkdir(parents=True)
+    write_run(job_request(launch.cluster, launch.model, launch.plan, paths, launch.opts, build=False),
+              launch.cluster, launch.model, launch.plan, replica=launch._replica(), specs=launch.opts.specs)
+    rec = RunRecord(run_id=paths.run_id, created=0.0, cluster_name="c", cluster_source="", scheduler="slurm",
+                    style="front" if launch.opts.step else "none", run_dir=str(paths.run_dir), nodes=1, model="m",
+                    job_id="7", replica_of=launch.opts.member_of, replica=launch.opts.member)
+    RunStore().add(rec)
+    return rec
+
+
+def test_a_replica_sets_later_members_come_from_the_sets_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path / "state"))
+    out, spec = _render(tmp_path, "--time", "5:00:00")
+    specs = read_specs(out)
+    assert specs is not None
+    rs = ReplicaSet(specs.cluster, specs.model, specs.plan, LaunchOptions(keep_serving=True), 1, run_id="set")
+    front = _written(rs.front(build=False))
+    member = _written(rs.member(0))
+    write_members(Path(front.run_dir), [{"replica": 0, "run_id": member.run_id, "run_dir": member.run_dir}])
+    spec.unlink()   # a scale or a rolling restart reads none of the user's files
+    again = recorded_set(front)
+    assert again.specs == rs.specs and again.cluster.time_limit == "5:00:00"
+    assert again.member(1).cluster == member_cluster(specs.cluster, 1)
 
 
 def test_a_damaged_specs_file_is_named(tmp_path: Path) -> None:
