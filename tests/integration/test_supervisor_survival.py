@@ -83,6 +83,9 @@ def test_a_killed_supervisor_is_started_again_in_its_job_and_leaves_no_proxy_beh
                for r in st["restarts"]), st["restarts"]
     (again,) = _pids(f"ftcluster_job {run_dir}/scripts/job.json")
     assert again != supervisor and len(_pids(f"caddy run --config {run_dir}/scripts/proxy.json")) == 1
+    # Nothing of the world before is left: one tritonserver, the new incarnation's.
+    servers = [c for c in processes_matching(out["run_id"]) if Path(c.split()[0]).name == "tritonserver"]
+    assert len(servers) == 1, servers
 
 
 def test_a_read_only_state_folder_leaves_the_service_up_and_its_events_in_order(serving: Any) -> None:
