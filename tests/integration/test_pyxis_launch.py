@@ -169,6 +169,30 @@ def test_the_successor_serves_in_its_own_containers_before_the_time_limit(pb: Py
     _assert_run_gone(run_id)
 
 
+def test_a_killed_supervisor_is_started_again_in_fresh_containers(pb: PyxisBed, spec_dir: Path) -> None:
+    """The supervisor's SIGKILL on Pyxis: its proxy dies with it, the entry script starts it
+    again in the same job, which removes the earlier named containers, makes them again and
+    serves with the same token and endpoint."""
+    from tests.integration.test_supervisor_survival import _answers, _pids
+
+    cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 90, "exit_grace": 5, "restarts": 1,
+                                                "liveness": {"interval": 1, "deadline": 2}})
+    rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client", "--no-mpi-check")
+    assert rc == 0 and out["ok"], err
+    run_dir, token = Path(out["run_dir"]), ftcluster("token", out["run_id"]).stdout.strip()
+    try:
+        (supervisor,) = _pids(f"ftcluster_job {run_dir}/scripts/job.json")
+        (proxy,) = _pids(f"caddy run --config {run_dir}/scripts/proxy.json")
+        subprocess.run(["kill", "-KILL", str(supervisor)], check=True)
+        assert wait_for(lambda: proxy not in _pids(f"caddy run --config {run_dir}/scripts/proxy.json"), 2)
+        assert wait_for(lambda: _events(run_dir).splitlines()[-1].split()[1:2] == ["serving"]
+                        and "supervisor died" in _events(run_dir), 90), _events(run_dir)
+        assert "containers_stopped" in _events(run_dir) and _answers(out["endpoint"], token)
+    finally:
+        assert ftcluster("stop", out["run_id"]).returncode == 0
+    _assert_run_gone(out["run_id"])
+
+
 def test_readiness_timeout_fails_cleanly(pb: PyxisBed, spec_dir: Path) -> None:
     cluster = _write_spec(spec_dir, pb, server={"ready_timeout": 4, "exit_grace": 3})
     rc, out, err = launch_json(cluster, "--nodes", "2", "--no-mpi-check", env={"FTCLUSTER_TEST_LOAD_DELAY": "120"})
