@@ -1014,9 +1014,9 @@ class Job:
         self.say(f"ftcluster: {cause}: ending what it left, then starting the servers again "
                  f"({tries} of {self.cfg.restarts})")
         self.event(EV.restarting, tries, cause)
+        self.style.end_earlier_steps()   # first: a run that gives up leaves nothing of them either
         if tries > self.cfg.restarts:
             self.give_up(list(self.faults.counted))
-        self.style.end_earlier_steps()
         self.next_incarnation()
 
     def body(self) -> int:

@@ -5,6 +5,8 @@ with SO_REUSEPORT, which would split the clients between the two)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -113,3 +115,48 @@ def test_the_proxy_is_not_started_beside_a_listener_it_did_not_start(tmp_path: P
     assert f"access: private: the proxy's port(s) on {socket.gethostname()} are taken by a process this job " \
            f"did not start: {port + 1} (pid {other.pid}: {sys.executable} {tmp_path}/ftc_other_listener.py " \
            f"{port + 1}); a proxy beside it would share them" in failed, failed
+
+
+# A stand-in for the supervisor's Python in the entry script (the spec's `python`): it records
+# each start with what the script passed it, then dies by SIGKILL (its first start, or once it is
+# told to stop: a supervisor killed during its teardown) or ends by itself.
+STUB = """#!/bin/bash
+echo "start ${FTC_SUPERVISOR_DIED:-first}" >> "$STARTS"
+trap 'echo term >> "$STARTS"; kill -KILL $$' TERM
+[[ -n $FTC_SUPERVISOR_DIED ]] && exit 0
+[[ -n $WAIT_FOR_TERM ]] && { while :; do sleep 0.05; done; }
+kill -KILL $$
+"""
+
+
+def _entry_script(tmp_path: Path) -> Path:
+    from ftcluster.render import RenderOptions, RunPaths, render
+    from tests.unit.test_render import SPECS, _model, _plan, cluster
+
+    stub = tmp_path / "python"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    # No probe: the test model's config.pbtxt is not there to make one from.
+    server = {**SPECS["none"]["server"], "restarts": 2, "liveness": {"interval": 0}}  # type: ignore[dict-item]
+    c = cluster(**{**SPECS["none"], "server": server})
+    scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", tmp_path / "run"),
+                     RenderOptions(python=str(stub), keep_serving=True))
+    script = tmp_path / "job.sbatch"
+    script.write_text(scripts.files["job.sbatch"])
+    return script
+
+
+def test_the_entry_script_starts_a_supervisor_that_died_by_a_signal_again(tmp_path: Path) -> None:
+    script = _entry_script(tmp_path)
+    starts = tmp_path / "starts"
+    r = subprocess.run(["bash", str(script)], env={**os.environ, "STARTS": str(starts)}, timeout=30)
+    assert r.returncode == 0 and starts.read_text().split("\n")[:2] == ["start first", "start 137"]
+
+
+def test_the_entry_script_does_not_start_a_supervisor_told_to_stop_again(tmp_path: Path) -> None:
+    script = _entry_script(tmp_path)
+    starts = tmp_path / "starts"
+    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, "STARTS": str(starts), "WAIT_FOR_TERM": "1"})
+    assert wait_for(lambda: starts.exists(), 10)
+    proc.send_signal(signal.SIGTERM)   # scancel, stop: passed on to the supervisor, which dies by SIGKILL
+    assert proc.wait(timeout=10) == 137 and starts.read_text() == "start first\nterm\n"
