@@ -32,6 +32,7 @@ class LaunchedSpecs:
         return json.dumps({
             "version": _VERSION,
             "cluster": self.cluster.model_dump(mode="json"), "cluster_source": self.cluster.source,
+            "ports_given": self.cluster.ports_given,
             "model": self.model.model_dump(mode="json"), "model_source": self.model.source,
             "plan": self.plan.to_dict()}, indent=1, sort_keys=True) + "\n"
 
@@ -44,7 +45,9 @@ class LaunchedSpecs:
         context = {RESOLVED: True}
         cluster = ClusterSpec.model_validate(data["cluster"], context=context)
         model = ModelSpec.model_validate(data["model"], context=context)
-        return cls(cluster.model_copy(update={"source": _text(data.get("cluster_source"))}),
+        # What the loader sets beside the values (not dumped with them), as it was.
+        return cls(cluster.model_copy(update={"source": _text(data.get("cluster_source")),
+                                              "ports_given": data.get("ports_given") is not False}),
                    model.model_copy(update={"source": _text(data.get("model_source"))}),
                    Plan.from_dict(data["plan"]))
 
