@@ -459,14 +459,16 @@ class Job:
         self.style.wait_proxy_listening(self.proxy)
         self.event(EV.proxy_started, self.cfg.http_port)
 
-    def proxy_ports(self) -> List[int]:
-        """The ports the proxy's config has it listen on (":PORT" each)."""
+    def proxy_ports(self) -> List[Tuple[str, int]]:
+        """The ports the proxy's config has it listen on (":PORT" each), each with the spec's
+        field that gives it (its server's name: http, grpc, metrics, gpus)."""
         p = self.cfg.proxy
         assert p is not None
         try:
             with open(p.config) as f:
                 servers = json.load(f)["apps"]["http"]["servers"]
-            return sorted({int(str(a).rpartition(":")[2]) for srv in servers.values() for a in srv["listen"]})
+            return sorted({(f"ports.{name}", int(str(a).rpartition(":")[2]))
+                           for name, srv in servers.items() for a in srv["listen"]})
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             self.fail(f"access: private: the proxy's config {p.config} cannot be read: {e}")
 
@@ -479,15 +481,16 @@ class Job:
             return   # in rank 0's container, whose ports are its own
         ours = [p.pid for p in [*self.leaving, *([self.proxy] if self.proxy is not None else [])]]
         deadline = time.monotonic() + PORT_FREED_S
+        named = self.proxy_ports()
         while True:
-            taken = taken_ports(self.proxy_ports(), ours)
+            taken = [f"{field} {said}" for field, port in named for said in taken_ports([port], ours)]
             if not taken or time.monotonic() >= deadline:
                 break
             self.nap(0.1)
         if taken:
-            self.fail(f"access: private: the proxy's port(s) on {socket.gethostname()} are taken by a process "
-                      f"this job did not start: {'; '.join(taken)}; a proxy beside it would share them "
-                      f"(SO_REUSEPORT) and split the clients: end it, or choose other ports (ports.http, ports.grpc)",
+            self.fail(f"access: private: the proxy cannot listen on {socket.gethostname()}: a process this job did "
+                      f"not start holds {'; '.join(taken)}; a proxy beside it would share the port (Caddy binds with "
+                      f"SO_REUSEPORT) and split the clients with it: end that process, or choose other ports",
                       named=True)
 
     def proxy_problem(self) -> Optional[str]:

@@ -235,8 +235,9 @@ def _tritonserver() -> str:
 @pytest.mark.cluster
 def test_on_slurm_a_taken_proxy_port_on_the_node_fails_the_run_naming_it(slurm_cluster: Any, shared_tmp: Path) -> None:
     """Bare Slurm, private: the endpoint's HTTP port is taken on the node (by someone else's
-    process there), which no check before submission can see. The job's proxy cannot listen:
-    the run fails at once naming the port and the node, and leaves nothing running."""
+    process there), which no check before submission can see. The job starts no proxy beside it
+    (Caddy's SO_REUSEPORT would share the port): the run fails at once naming the port, the
+    node and the process that holds it, and leaves nothing running."""
     import subprocess
     import sys
 
@@ -256,7 +257,7 @@ def test_on_slurm_a_taken_proxy_port_on_the_node_fails_the_run_naming_it(slurm_c
         rc, out, err = launch_json(cluster, "--nodes", "1", "--keep-serving", "--no-client")
         assert rc != 0 and out.get("ok") is False, (out, err)
         failure = str(out.get("failure", "")) + err
-        assert "the proxy (access: private) exited" in failure and f"ports.http {port}" in failure, failure
+        assert "the proxy cannot listen on node" in failure and f"ports.http {port} (pid " in failure, failure
         assert "Traceback" not in err
         assert wait_for(lambda: _job_gone(str(out["job_id"])), 30)
         assert wait_for(lambda: not processes_matching(str(out["run_id"])), 30), processes_matching(str(out["run_id"]))

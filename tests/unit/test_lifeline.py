@@ -95,8 +95,8 @@ def test_the_proxy_is_not_started_beside_a_listener_it_did_not_start(tmp_path: P
     port = free_port_base()
     scripts = render_style("none")
     config = json.loads(scripts.files["proxy.json"])
-    for i, server in enumerate(config["apps"]["http"]["servers"].values()):
-        server["listen"] = [f":{port + i}"]
+    servers = config["apps"]["http"]["servers"]
+    servers["http"]["listen"], servers["grpc"]["listen"] = [f":{port}"], [f":{port + 1}"]
     (tmp_path / "proxy.json").write_text(json.dumps(config))
     job = _job(tmp_path, "none")
     assert job.cfg.proxy is not None
@@ -112,9 +112,9 @@ def test_the_proxy_is_not_started_beside_a_listener_it_did_not_start(tmp_path: P
         other.kill()
         other.wait()
     failed = (tmp_path / "events").read_text().split(" ", 2)[2]
-    assert f"access: private: the proxy's port(s) on {socket.gethostname()} are taken by a process this job " \
-           f"did not start: {port + 1} (pid {other.pid}: {sys.executable} {tmp_path}/ftc_other_listener.py " \
-           f"{port + 1}); a proxy beside it would share them" in failed, failed
+    assert f"access: private: the proxy cannot listen on {socket.gethostname()}: a process this job did not start " \
+           f"holds ports.grpc {port + 1} (pid {other.pid}: {sys.executable} {tmp_path}/ftc_other_listener.py " \
+           f"{port + 1}); a proxy beside it would share the port" in failed, failed
 
 
 # A stand-in for the supervisor's Python in the entry script (the spec's `python`): it records
