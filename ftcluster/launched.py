@@ -53,7 +53,7 @@ class LaunchedSpecs:
 
 
 def write_specs(run_dir: Path, specs: LaunchedSpecs) -> Path:
-    from ftcluster.render import write_private
+    from ftcluster.render import write_private   # here: render loads jinja, which reading needs not
 
     path = run_dir / "scripts" / SPECS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
