@@ -317,6 +317,9 @@ class RenderContext:
     client: ClientDefaults
     run_client: bool
     keep_serving: bool
+    # Restarts of the world while serving (server.restarts, or its serving default); the entry
+    # script starts a supervisor that died by a signal again at most this often too.
+    restarts: int
     # A serving run on Slurm: Slurm requeues it when a node fails (the batch host: nothing of the
     # job is left to act); the job itself moves to a successor first when it finds another node
     # lost; it hands over before its limit.
@@ -430,7 +433,7 @@ def context(
         served_model=model.name if model else "",
         client=_client(model, plan),
         run_client=opts.client,
-        keep_serving=opts.keep_serving,
+        keep_serving=opts.keep_serving, restarts=serving_restarts(cluster.server, opts.keep_serving),
         serving_on_slurm=serving_on_slurm,
         requeue=serving_on_slurm or (opts.step is not None and opts.step.serves and cluster.scheduler == "slurm"),
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
@@ -517,7 +520,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
                                                   timeout=None if step.timeout is None else int(step.timeout)),
         mpi=ctx.mpi, srun_args=[w for arg in ctx.srun_args for w in arg.split(" ", 1)], container_flags=container_flags, container_name=ctx.container_name,
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
-        mpirun=ctx.mpirun, liveness=liveness, restarts=serving_restarts(ctx.server, ctx.keep_serving),
+        mpirun=ctx.mpirun, liveness=liveness, restarts=ctx.restarts,
         restart_backoff=ctx.server.restart_backoff, restart_reset=ctx.server.restart_reset,
         carried_faults=ctx.carried_faults, service=ctx.service, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
@@ -602,8 +605,6 @@ def render(
 
         liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, ctx.triton_ports.metrics)
     cfg = job_config(ctx, liveness)
-    # The entry script starts a supervisor that died by a signal again at most this often.
-    variables["restarts"] = cfg.restarts
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
              FILES.job_config: cfg.to_json(), FILES.env_file: env_file(ctx.env)}
     # What a dry run shows of the files that hold the env's values: the names only.
