@@ -222,13 +222,14 @@ def test_a_running_folder_named_by_path_is_followed_and_stopped(tmp_path: Path) 
     _assert_nothing_left(out["run_id"])
     st = json.loads(subprocess.run([sys.executable, "-m", "ftcluster", "status", run_dir, "--json"], env=other,
                                    capture_output=True, text=True, timeout=60, check=True).stdout)
-    assert st["job_id"] == out["run"]["job_id"] and st["state"] == "CANCELLED", st
+    assert st["job_id"] == out["run"]["job_id"] and st["state"] == "STOPPED", st
     # Named by its folder once more, with a third store, after its job ended: reported, and
     # `stop` has nothing to stop (the id names no process to signal).
     third = {**os.environ, "FTCLUSTER_STATE_DIR": str(tmp_path / "third-store")}
     st = json.loads(subprocess.run([sys.executable, "-m", "ftcluster", "status", run_dir, "--json"], env=third,
                                    capture_output=True, text=True, timeout=60, check=True).stdout)
-    assert st["state"] == "CANCELLED" and st["job_id"] == f"{out['run']['job_id'].partition('@')[0]}@0", st
+    # Stopped, told by the run's own events (`stopped`, `done 0`) to a store that never knew it.
+    assert st["state"] == "STOPPED" and st["job_id"] == f"{out['run']['job_id'].partition('@')[0]}@0", st
     stop = subprocess.run([sys.executable, "-m", "ftcluster", "stop", run_dir], env=third, capture_output=True,
                           text=True, timeout=60, check=False)
     assert stop.returncode == 0 and "has already ended" in stop.stdout, stop.stderr
