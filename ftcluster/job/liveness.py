@@ -8,11 +8,12 @@ grow), so a long batch ahead of the probe, or a slow probe, is not taken for a h
 misses in a row are. Standard library only: this runs in the job (Python 3.8).
 
 With FT the rank IS the tritonserver process: when it stops whole (SIGSTOP, a GPU driver hang),
-its metrics endpoint waits too. So every request a probe makes of rank 0 -- the metrics before,
-the inference, the metrics after a miss -- has its own deadline inside the probe's, a metrics
-read that cannot answer counts as no progress, and a probe is sent every `interval` whether or
-not the last one has come back: a frozen world is called hung within (failures - 1) x interval +
-deadline of its first missed probe (plus the loop's tick).
+its metrics endpoint waits too. So every request a probe makes of rank 0 has a deadline of its
+own: the inference the probe's, the metrics read beside it and the one after a miss METRICS_S
+(or half the deadline); a metrics read that cannot answer counts as no progress, and a probe is
+sent every `interval` whether or not the last one has come back: a frozen world is called hung
+within (failures - 1) x interval + deadline + METRICS_S of its first missed probe (plus the
+loop's tick).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .text import Room, write_json
 _METRIC = re.compile(r'^nv_inference_request_success\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
 
-# The most a metrics read may take of a probe's deadline (a quarter of it, when that is less).
+# The most a read of rank 0's metrics may take (half the probe's deadline, when that is less).
 METRICS_S = 0.5
 
 
@@ -69,13 +70,13 @@ class Probe:
         # One request per probe, over a fresh connection: nothing of a hung one is reused.
         import http.client   # here, not on the way to the servers' start (ranks.Via.connection)
 
+        # The metrics before are read beside the inference, which keeps its whole deadline; the
+        # read after a miss gets as long: the probe is over within deadline + METRICS_S.
+        before = threading.Thread(target=self._read_before, daemon=True)
+        before.start()
         t0 = time.monotonic()
-        metrics_s = min(METRICS_S, self.cfg.deadline / 4)
-        self.successes_before = self._successes(metrics_s)
-        infer_s = max(self.cfg.deadline - (time.monotonic() - t0) - metrics_s, metrics_s)
-        t1 = time.monotonic()
         try:
-            conn = self.via.connection(self.host, self.port, infer_s)
+            conn = self.via.connection(self.host, self.port, self.cfg.deadline)
             try:
                 conn.request("POST", f"/v2/models/{self.cfg.model}/infer", body=self.body,
                              headers={"Content-Type": "application/octet-stream",
@@ -86,18 +87,27 @@ class Probe:
             finally:
                 conn.close()
         except (OSError, http.client.HTTPException) as exc:
-            self.latency = time.monotonic() - t1
+            self.latency = time.monotonic() - t0
             self.detail = "no answer within the deadline" if "timed out" in str(exc) else str(exc)
-            self.successes_after = self._successes(metrics_s)
+            self.successes_after = self._successes(self._metrics_s)
+            before.join()
             self.answered = False
             return
-        self.latency = time.monotonic() - t1
+        self.latency = time.monotonic() - t0
         # An error reply proves nothing about the world: Triton's frontend refuses a request it
         # finds wrong before any rank sees it. It neither counts nor clears a miss.
         if reply.status != 200:
             self.refused = f"HTTP {reply.status}: {_error_text(data)}"
             self.detail = self.refused
+        before.join()
         self.answered = True
+
+    @property
+    def _metrics_s(self) -> float:
+        return min(METRICS_S, self.cfg.deadline / 2)
+
+    def _read_before(self) -> None:
+        self.successes_before = self._successes(self._metrics_s)
 
     def _successes(self, timeout: float) -> float | None:
         return request_successes(self.host, self.cfg.metrics_port, self.cfg.model, timeout, self.via)
