@@ -1,7 +1,7 @@
 """The documented JSON objects of the CLI (`--json`): run, plan, status, launch.
 
 Every object carries `schema_version` and `kind`; `nodes` is always a list of host names (as far
-as known) and `num_nodes` the count. The README ("JSON output") documents each key.
+as known) and `num_nodes` the count. docs/reference.md ("JSON output") documents each key.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-# Exit codes of the `ftcluster` command (documented in `ftcluster --help` and the README).
+# Exit codes of the `ftcluster` command (documented in `ftcluster --help` and docs/reference.md).
 EXIT_OK = 0
 EXIT_FAILED = 1        # a launch, job or client run failed
 EXIT_USAGE = 2         # click's usage errors

@@ -1,6 +1,6 @@
 """Re-attach to a recorded run: its state from the scheduler and its run folder; stop it.
 
-`run_status` returns the documented `status` object (README, "JSON output"): machine values in
+`run_status` returns the documented `status` object (docs/reference.md, "JSON output"): machine values in
 `phase`, `state` and each rank's `state`, display words only in the `*_label` keys.
 """
 
@@ -153,7 +153,7 @@ def health_label(health: dict[str, Any]) -> str:
 
 
 def run_status(rec: RunRecord) -> dict[str, Any]:
-    """The `status` object of a run (schema in the README)."""
+    """The `status` object of a run (schema in docs/reference.md)."""
     paths = paths_of(rec)
     events = run_events(paths)
     phase_events = [e for e in events if e.kind in PHASES]

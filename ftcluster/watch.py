@@ -1,4 +1,4 @@
-"""A run's job seen from the login node, at the cost the README states: its events file on an
+"""A run's job seen from the login node, at the cost docs/operations.md states: its events file on an
 open descriptor (cheap, read on every tick) and the scheduler on the SCHEDULER back-off within
 SCHEDULER_PER_MINUTE. `launch`, `logs -f` and `stop` follow a job through this one class.
 

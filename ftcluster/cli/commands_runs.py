@@ -37,7 +37,7 @@ def forward_record(rec: RunRecord, args: list[str]) -> bool:
 
 @cli.command("status")
 @click.argument("run", required=False, shell_complete=complete_run)
-@click.option("--json", "as_json", is_flag=True, help="Print the status object as JSON (see the README).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status object as JSON (see docs/reference.md).")
 def status_cmd(run: str | None, as_json: bool) -> None:
     """Queue state, per-rank state and endpoint of a run (default: the newest).
 
@@ -195,7 +195,7 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
 
 
 @cli.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see the README).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run objects (see docs/reference.md).")
 @click.option("--limit", type=count(), default=20, show_default=True)
 @click.option("--status", "statuses", multiple=True, type=click.Choice(RUN_STATUSES, case_sensitive=False),
               help="Only runs recorded with this status.")

@@ -2,7 +2,7 @@
 login node and inside the job, waits through a `Backoff` built from a cadence below.
 
 Fast while things change, slower while they do not, never slower than the cadence's ceiling.
-The figures are the budget the README states ("What ftcluster costs the cluster") and
+The figures are the budget docs/operations.md states ("What ftcluster costs the cluster") and
 bench/polling_budget.py measures. Shipped with the job (standard library only, Python 3.8):
 the job's own loops use it too.
 """

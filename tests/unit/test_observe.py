@@ -219,7 +219,7 @@ def test_the_readmes_prometheus_config_passes_promtool(tmp_path: Path) -> None:
 
     if shutil.which("promtool") is None:
         pytest.skip("promtool not installed (tests/cluster/install.sh installs it)")
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "file_sd_configs" in b]
     # Its targets folder, made real, with a target file as a run publishes it.
     folder = tmp_path / "prometheus"

@@ -1,7 +1,7 @@
 """What following a run costs Slurm and the shared filesystem, counted on a virtual clock (so an
 hour of following runs in a second, and nothing here is timed): an hour of `logs -f` on a
 serving run, a launch through a 30-minute model load, a `stop` whose teardown takes a minute.
-The figures are the budget of ftcluster/job/poll.py and the README."""
+The figures are the budget of ftcluster/job/poll.py and docs/operations.md."""
 
 from __future__ import annotations
 
