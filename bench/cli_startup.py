@@ -39,12 +39,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import report
 
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.store import RunRecord, RunStore
 
 # What `launch` imports before its job starts: the command, the rendering and the liveness probe
 # (its request is made with the client's builder, numpy included, only the first time a model
 # config is served: later launches read it from the cache).
-LAUNCH_IMPORTS = "import ftcluster.cli.commands_launch, ftcluster.probe, ftcluster.render"
+LAUNCH_IMPORTS = "import ftcluster.cli.commands_launch, ftcluster.render.liveness_request, ftcluster.render.scripts"
+
+
+def launch_imports(root: Path) -> str:
+    """LAUNCH_IMPORTS of that checkout: --compare may time one from before the modules moved
+    into their stages' folders (ftcluster/probe.py, ftcluster/render.py)."""
+    if (root / "ftcluster" / "render" / "scripts.py").is_file():
+        return LAUNCH_IMPORTS
+    return "import ftcluster.cli.commands_launch, ftcluster.probe, ftcluster.render"
 LAUNCH_LINES = ("ftcluster launch --keep-serving --dry-run", "import the launch path")
 STATUS_16 = "ftcluster status --json RUN (16 nodes)"
 
@@ -121,7 +129,7 @@ def main() -> int:
                 "ftcluster logs --tail 100 RUN": [*ftc, "logs", "--tail", "100", run],
                 LAUNCH_LINES[0]: [*ftc, "launch", "--cluster", str(demo / "local-cluster.yaml"), "--model",
                                   str(demo / "model.yaml"), "--nodes", "2", "--keep-serving", "--dry-run"],
-                LAUNCH_LINES[1]: [sys.executable, "-c", LAUNCH_IMPORTS],
+                LAUNCH_LINES[1]: [sys.executable, "-c", launch_imports(root)],
             }
 
         argvs = {col: commands(root) for col, (root, _) in sides.items()}

@@ -28,8 +28,8 @@ import numpy as np
 
 from ftcluster.client import Endpoint, parse_steps, run_bench
 from ftcluster.client.bench import prepare_load
-from ftcluster.triton_local import perf_analyzer_env, perf_analyzer_path
-from ftcluster.triton_probe import http_get, model_path
+from ftcluster.service.triton_local import perf_analyzer_env, perf_analyzer_path
+from ftcluster.client.ready import http_get, model_path
 
 
 def perf_analyzer_input(arrays: dict[str, np.ndarray], path: Path) -> None:

@@ -8,7 +8,7 @@ check that it answers. The job script runs it as one srun step over all nodes, s
 should take about as long as one. Each measurement is a real `ftcluster check` (the MPI check
 over ssh, then teardown) on the namespace test bed with one dockerd per node; single-node runs
 are pinned to each node in turn with --nodelist. With scheduler `ssh` the same steps reach
-the nodes over their sshd through ftcluster.fanout (fabric, bounded parallel) instead of srun;
+the nodes over their sshd through ftcluster.hosts.fanout (fabric, bounded parallel) instead of srun;
 single-node runs list one host. Prints the median per N and
 ratio = t(N nodes at once) / sum(t(each node alone)); well below 1 means parallel fan-out.
 """

@@ -30,12 +30,12 @@ import report
 import yaml
 
 from ftcluster.job.names import FILES
-from ftcluster.launch import Launch, LaunchOptions
+from ftcluster.launch.run import Launch, LaunchOptions
 from ftcluster.launchers import launcher_for
-from ftcluster.plan import make_plan
-from ftcluster.render import RunPaths
-from ftcluster.spec import embedded_model_path, load_cluster, load_model
-from ftcluster.triton_local import find_tritonserver
+from ftcluster.plan.parallel import make_plan
+from ftcluster.render.scripts import RunPaths
+from ftcluster.spec.models import embedded_model_path, load_cluster, load_model
+from ftcluster.service.triton_local import find_tritonserver
 from tests.launch_helpers import processes_matching
 
 

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report
 import yaml  # noqa: E402
 
-from ftcluster.events import parse_events  # noqa: E402
-from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
-from ftcluster.plan import make_plan  # noqa: E402
-from ftcluster.spec import embedded_model_path, load_cluster, load_model  # noqa: E402
-from ftcluster.triton_local import find_tritonserver  # noqa: E402
-from ftcluster.triton_probe import ours_ready
+from ftcluster.run.events import parse_events  # noqa: E402
+from ftcluster.launch.run import Launch, LaunchOptions  # noqa: E402
+from ftcluster.plan.parallel import make_plan  # noqa: E402
+from ftcluster.spec.models import embedded_model_path, load_cluster, load_model  # noqa: E402
+from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.client.ready import ours_ready
 
 # The columns every launch-overhead bench prints (metric, header, format).
 COLUMNS = [("wall", "wall s", ".2f"), ("server_startup", "server s", ".2f"), ("client", "client s", ".2f"),

@@ -42,11 +42,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report  # noqa: E402
 import yaml  # noqa: E402
 
-from ftcluster.events import parse_events  # noqa: E402
+from ftcluster.run.events import parse_events  # noqa: E402
 from ftcluster.job.styles import remove_entry  # noqa: E402
-from ftcluster.spec import embedded_model_path  # noqa: E402
-from ftcluster.triton_local import find_tritonserver  # noqa: E402
-from ftcluster.triton_probe import ours_ready  # noqa: E402
+from ftcluster.spec.models import embedded_model_path  # noqa: E402
+from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.client.ready import ours_ready  # noqa: E402
 
 BARE_PORT = 29500
 BARE_SHM = "ftc-bench-bare-"   # the bare ranks' python backend regions in /dev/shm

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ftcluster.render import RunPaths  # noqa: E402
-from ftcluster.store import RunRecord, RunStore  # noqa: E402
+from ftcluster.render.scripts import RunPaths  # noqa: E402
+from ftcluster.run.store import RunRecord, RunStore  # noqa: E402
 
 
 def make_run(tmp: Path) -> tuple[RunRecord, RunPaths, subprocess.Popen[bytes]]:
@@ -120,7 +120,7 @@ def main() -> None:
                 written += len(chunk)
         size_mb = log0.stat().st_size / (1 << 20)
         del chunk
-        from ftcluster.logs import tail_lines
+        from ftcluster.run.logs import tail_lines
 
         lib = []
         for _ in range(args.repeats):

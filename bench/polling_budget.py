@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report
 import yaml  # noqa: E402
 
-from ftcluster.events import parse_events  # noqa: E402
-from ftcluster.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.run.events import parse_events  # noqa: E402
+from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 
 # The commit before the polling budget: what "before" means by default.
 BEFORE = "f06c28a"

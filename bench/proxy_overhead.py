@@ -1,5 +1,5 @@
 """What a private endpoint's proxy costs: the same server, request and client, direct to Triton
-and through Caddy as `access: private` runs it (its config from ftcluster.proxy, the token
+and through Caddy as `access: private` runs it (its config from ftcluster.plan.endpoint, the token
 checked on every request), HTTP and gRPC.
 
     python bench/proxy_overhead.py [--seconds 3] [--repeats 3] [--model-ms 20]
@@ -40,8 +40,8 @@ from load import Result, closed_loop
 
 from ftcluster.client.endpoint import AsyncTriton, Endpoint
 from ftcluster.job.config import PROXY_TOKEN_ENV
-from ftcluster.proxy import caddy_config_text, new_token, proxy_binary
-from ftcluster.spec import Ports, Proxy
+from ftcluster.plan.endpoint import caddy_config_text, new_token, proxy_binary
+from ftcluster.spec.models import Ports, Proxy
 from tests.triton_server import free_ports, running_tritonserver, slow_demo_model
 
 DEMO = ROOT / "ftcluster" / "demo"

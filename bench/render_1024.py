@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ftcluster.checkpoint import CheckpointFacts, Split  # noqa: E402
-from ftcluster.plan import ModelFacts, plan_for  # noqa: E402
-from ftcluster.render import STYLE_TEMPLATE, RenderOptions, RunPaths, render, templates_dir  # noqa: E402
-from ftcluster.spec import ClusterSpec, ModelSpec  # noqa: E402
+from ftcluster.plan.checkpoint import CheckpointFacts, Split  # noqa: E402
+from ftcluster.plan.parallel import ModelFacts, plan_for  # noqa: E402
+from ftcluster.render.scripts import STYLE_TEMPLATE, RenderOptions, RunPaths, render, templates_dir  # noqa: E402
+from ftcluster.spec.models import ClusterSpec, ModelSpec  # noqa: E402
 
 CLUSTERS = {
     "local": {"scheduler": "local"},

@@ -45,13 +45,13 @@ import report  # noqa: E402
 import yaml  # noqa: E402
 from fail_fast import _kill_and_time  # noqa: E402
 
-from ftcluster.events import EV, parse_events  # noqa: E402
-from ftcluster.launch import Launch, LaunchOptions  # noqa: E402
+from ftcluster.run.events import EV, parse_events  # noqa: E402
+from ftcluster.launch.run import Launch, LaunchOptions  # noqa: E402
 from ftcluster.launchers import launcher_for  # noqa: E402
-from ftcluster.plan import make_plan  # noqa: E402
-from ftcluster.render import RunPaths  # noqa: E402
-from ftcluster.spec import embedded_model_path, load_cluster, load_model  # noqa: E402
-from ftcluster.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.plan.parallel import make_plan  # noqa: E402
+from ftcluster.render.scripts import RunPaths  # noqa: E402
+from ftcluster.spec.models import embedded_model_path, load_cluster, load_model  # noqa: E402
+from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 
 CLI = [sys.executable, "-m", "ftcluster"]
 

@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report
 import yaml  # noqa: E402
 
-from ftcluster.events import parse_events  # noqa: E402
-from ftcluster.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.run.events import parse_events  # noqa: E402
+from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 
 FREEZE_AT = 25          # with the client's 5 requests a second and a probe a second: ~4 s in
 PROBE_FREEZE_AT = 4     # probes alone: the 4th probe freezes

@@ -1,4 +1,4 @@
-"""The ssh fan-out (ftcluster.fanout, fabric): does N hosts take about as long as one?
+"""The ssh fan-out (ftcluster.hosts.fanout, fabric): does N hosts take about as long as one?
 
     python bench/ssh_fanout.py [--repeats 5] [--parallel 24] [--sleep 0.5]     (root, Debian 12)
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ftcluster.fanout import Fanout, FanoutConfig, exit_code  # noqa: E402
+from ftcluster.hosts.fanout import Fanout, FanoutConfig, exit_code  # noqa: E402
 from tests.cluster.sshd import SSH_PORT  # noqa: E402
 from tests.cluster.testbed import SlurmTestbed  # noqa: E402
 

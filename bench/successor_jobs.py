@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report  # noqa: E402
 import yaml  # noqa: E402
 
-from ftcluster.events import parse_events  # noqa: E402
-from ftcluster.triton_local import find_tritonserver  # noqa: E402
+from ftcluster.run.events import parse_events  # noqa: E402
+from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 
 
 def ftc(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from enum import Enum
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.job.submit import PATIENCE_S, SubmitFailed, nothing_to_cancel, submit
-from ftcluster.runner import CommandResult, Runner
+from ftcluster.hosts.runner import CommandResult, Runner
 
 
 class JobState(str, Enum):
@@ -28,7 +28,7 @@ class JobState(str, Enum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     TIMEOUT = "TIMEOUT"
-    # A run ended by `ftcluster stop`, as its own events say (ftcluster.run_state): never from
+    # A run ended by `ftcluster stop`, as its own events say (ftcluster.run.state): never from
     # Slurm, whose STOPPED (a job held by SIGSTOP) is PENDING here.
     STOPPED = "STOPPED"
     UNKNOWN = "UNKNOWN"

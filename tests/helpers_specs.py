@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftcluster.checkpoint import CheckpointFacts, Split
-from ftcluster.plan import ModelFacts
-from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.plan.checkpoint import CheckpointFacts, Split
+from ftcluster.plan.parallel import ModelFacts
+from ftcluster.spec.models import ClusterSpec, ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "tests" / "data"

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftcluster.triton_probe import ours_ready
+from ftcluster.client.ready import ours_ready
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "triton_python_backend_shm_region_"
@@ -120,7 +120,7 @@ def start_tritonserver(
 ) -> TritonServer:
     """Start tritonserver on free ports and wait until it is ready; RuntimeError with the log tail."""
     if binary is None:
-        from ftcluster.triton_local import find_tritonserver
+        from ftcluster.service.triton_local import find_tritonserver
 
         binary = find_tritonserver()
     last_log = ""
@@ -205,7 +205,7 @@ def require_tritonserver() -> None:
     import pytest
 
     from ftcluster.errors import UserError
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     try:
         find_tritonserver()

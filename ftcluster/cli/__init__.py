@@ -259,7 +259,7 @@ def json_asked() -> bool:
 
 def fail(line: str, code: int, message: str, field: str | None = None, hint: str | None = None) -> NoReturn:
     """End with an error: its line on stderr; under --json also an `error` object on stdout,
-    where a program reading the JSON looks (README, "JSON output"), unless the command printed
+    where a program reading the JSON looks (docs/reference.md, "JSON output"), unless the command printed
     its own object already (a failed launch's). One line: JSON Lines readers (`logs --json`) too."""
     click.echo(line, err=True)
     from ftcluster.cli.output import JSON_SAID
@@ -267,7 +267,7 @@ def fail(line: str, code: int, message: str, field: str | None = None, hint: str
     if json_asked() and not JSON_SAID:
         import json
 
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         click.echo(json.dumps(document("error", {"error": line.removeprefix("error: "), "message": message,
                                                  "field": field, "hint": hint, "exit_code": code}), sort_keys=True))

@@ -10,7 +10,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.commands_launch import maybe_forward, run_launch
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.errors import UserError
-from ftcluster.launch import LaunchOptions
+from ftcluster.launch.run import LaunchOptions
 
 
 @cli.command("check")
@@ -26,7 +26,7 @@ def check_cmd(as_json: bool, **kw: Any) -> None:
     if maybe_forward(kw):
         return
     planned = load_and_plan(**kw)
-    from ftcluster.styles import style_of
+    from ftcluster.spec.launch_styles import style_of
 
     if style_of(planned.cluster).one_host:
         raise UserError("local ranks are separate processes, not an MPI world; nothing to check",

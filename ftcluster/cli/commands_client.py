@@ -21,7 +21,7 @@ from ftcluster.cli.numbers import DAY, count, fraction, seconds
 from ftcluster.cli.options_access import token_options
 from ftcluster.client.endpoint import PROTOCOLS, Endpoint
 from ftcluster.errors import UserError, os_error_words
-from ftcluster.run_access import model_to_query, resolve_endpoint
+from ftcluster.access.run_access import model_to_query, resolve_endpoint
 
 # The model a client asks for when neither --model nor --run names one: the FT backend's
 # usual model name (the demo's).

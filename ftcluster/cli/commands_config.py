@@ -31,9 +31,9 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
       ftcluster config                                   # what applies, and from where
       ftcluster config --unset cluster
     """
-    from ftcluster.defaults import KEYS, config_path, default_with_source, write_config
+    from ftcluster.spec.defaults import KEYS, config_path, default_with_source, write_config
     from ftcluster.errors import UserError, all_problems
-    from ftcluster.spec import load_cluster, load_model
+    from ftcluster.spec.models import load_cluster, load_model
 
     changes: dict[str, str | None] = {key: None for key in unset}
     problems: list[UserError] = []
@@ -56,7 +56,7 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
         path, source = default_with_source(key)
         shown[key] = {"path": str(path), "from": source}
     if as_json:
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("config", {"file": str(config_path()), **shown}))
         return

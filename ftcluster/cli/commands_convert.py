@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from ftcluster import convert as conv
-from ftcluster.checkpoint_check import checkpoint_problems
+from ftcluster.launch import convert as conv
+from ftcluster.plan.checkpoint_check import checkpoint_problems
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.words import Word
 from ftcluster.errors import PlanError
-from ftcluster.spec import (
+from ftcluster.spec.models import (
     MAX_GPUS_PER_NODE,
     default_cluster_path,
     default_model_path,
@@ -73,7 +73,7 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     rec = outcome.record if detach else conv.finish(launch, outcome)
     if as_json:
         from ftcluster.cli.output import echo_json
-        from ftcluster.documents import document, run_json
+        from ftcluster.observe.documents import document, run_json
 
         echo_json(document("convert", {"run": run_json(rec), "output": str(out), "detached": detach,
                                        "checked": not detach}))
@@ -101,7 +101,7 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
         import sys
 
         from ftcluster.cli.output import echo_json
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("checkpoint", {"folder": str(model.checkpoint_root / f"{gpus}-gpu"), "gpus": gpus,
                                           "ok": not problems, "problems": problems}))

@@ -96,7 +96,7 @@ def examples_cmd(dest: str, force: bool, as_json: bool) -> None:
     written = write_examples(Path(dest), force)
     if as_json:
         from ftcluster.cli.output import echo_json
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("examples", {"files": [str(p) for p in written]}))
         return

@@ -49,7 +49,7 @@ def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | N
         from ftcluster.gateway.request import Limits
     except ImportError as exc:
         raise UserError(f"the gateway needs {exc.name}", hint="pip install 'ftcluster[gateway]'") from None
-    from ftcluster.run_access import model_to_query, resolve_endpoint
+    from ftcluster.access.run_access import model_to_query, resolve_endpoint
 
     # A bad --triton, run or token file fails here, naming its option.
     endpoint = resolve_endpoint(triton_url, run_ref, "http", timeout, token, token_file, url_option="--triton", ca=ca)

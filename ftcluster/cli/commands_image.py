@@ -17,12 +17,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from ftcluster import image as img
+from ftcluster.service import image as img
 from ftcluster.cli import cli
 from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
 from ftcluster.errors import UserError
-from ftcluster.spec import ClusterSpec, default_cluster_path, load_cluster
+from ftcluster.spec.models import ClusterSpec, default_cluster_path, load_cluster
 
 
 def _cluster(path: str | None) -> ClusterSpec:
@@ -117,7 +117,7 @@ def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: 
 
     def said(imported: bool) -> None:
         from ftcluster.cli.output import echo_json
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("image_import", {"image": name, "sqsh": str(sqsh), "script": str(script),
                                             "command": img.enroot_argv(name, sqsh), "imported": imported}))

@@ -16,14 +16,14 @@ from ftcluster.cli.commands_runs import forward_record  # noqa: F401  (re-export
 from ftcluster.cli.numbers import count
 from ftcluster.cli.options import Planned, load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
-from ftcluster.documents import document, run_json
+from ftcluster.observe.documents import document, run_json
 from ftcluster.errors import LaunchError, UserError, all_problems, every_problem
-from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
-from ftcluster.phases import PHASES
-from ftcluster.remote import forward, needs_forwarding
-from ftcluster.layout import FILES
-from ftcluster.spec import MAX_RESTARTS, ClusterSpec, default_cluster_path, load_cluster
-from ftcluster.store import RunRecord, RunStore, new_run_id
+from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
+from ftcluster.run.phases import PHASES
+from ftcluster.hosts.login import forward, needs_forwarding
+from ftcluster.run.layout import FILES
+from ftcluster.spec.models import MAX_RESTARTS, ClusterSpec, default_cluster_path, load_cluster
+from ftcluster.run.store import RunRecord, RunStore, new_run_id
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,7 +176,7 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
 
 
 def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: bool, run_id: str | None) -> None:
-    from ftcluster.replica_set import ReplicaSet
+    from ftcluster.launch.replica_set import ReplicaSet
 
     rs = ReplicaSet(planned.cluster, planned.model, planned.plan, opts, replicas,
                     progress=None if as_json else _progress, run_id=run_id)
@@ -202,7 +202,7 @@ def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: 
 def _same_host(cluster: ClusterSpec, opts: LaunchOptions) -> None:
     """A private run whose rank 0 may share its node: who can reach its Triton without the token,
     on stderr after what the launch says (`status` says it again; `--json` has it in `status`)."""
-    from ftcluster.proxy import same_host_note
+    from ftcluster.plan.endpoint import same_host_note
 
     note = same_host_note(cluster) if opts.servers and opts.step is None else ""
     if note:
@@ -211,7 +211,7 @@ def _same_host(cluster: ClusterSpec, opts: LaunchOptions) -> None:
 
 def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
     """With a login_host in the cluster spec, run this very command on the login node."""
-    from ftcluster.defaults import user_default
+    from ftcluster.spec.defaults import user_default
 
     path = kw.get("cluster_path") or user_default("cluster")
     if not path:
@@ -242,7 +242,7 @@ def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
 def preflight_gate(kw: dict[str, Any]) -> int | None:
     """Run the GPU preflight on the planned nodes; refuse on any problem; the GPUs per node."""
     from ftcluster.cli.commands_preflight import report_errors
-    from ftcluster.preflight import run_preflight
+    from ftcluster.launch.preflight import run_preflight
     from ftcluster.rank.preflight import InventoryError, RankReport, detect_gpus_per_node
 
     cluster = load_cluster(kw.get("cluster_path") or default_cluster_path())
@@ -310,7 +310,7 @@ def successor_cmd(run_dir: str, exclude: str, faults: tuple[str, ...], took_over
     import json
     import re
 
-    from ftcluster.successor import record_job, submit_successor
+    from ftcluster.launch.successor import record_job, submit_successor
 
     if took_over is not None:
         rec = record_job(Path(run_dir), took_over)

@@ -13,12 +13,12 @@ from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
 from ftcluster.errors import EXIT_FAILED, UserError, all_problems
 from ftcluster.launchers import launcher_for_record
-from ftcluster.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
-from ftcluster.run_state import STOPPED_REASON
+from ftcluster.run.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
+from ftcluster.run.state import STOPPED_REASON
 from ftcluster.slurm import JobState
-from ftcluster.status import paths_of
-from ftcluster.store import RunRecord, RunStore
-from ftcluster.styles import STEP_STYLES
+from ftcluster.observe.status import paths_of
+from ftcluster.run.store import RunRecord, RunStore
+from ftcluster.spec.launch_styles import STEP_STYLES
 
 
 @cli.command("logs")
@@ -106,8 +106,8 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         follow(follower, lambda: True, emit)
         click.echo(f"(run {rec.run_id} has no job: it was never submitted, nothing to follow)", err=True)
         sys.exit(EXIT_FAILED)
-    from ftcluster.status import successors
-    from ftcluster.watch import JobWatch
+    from ftcluster.observe.status import successors
+    from ftcluster.launchers.watch import JobWatch
 
     # The service, not one job: a run that handed over (its time limit, a lost node) is followed
     # on into its successor, from the successor's first line (it started while this one served).
@@ -140,7 +140,7 @@ def _member(rec: RunRecord, store: RunStore, replica: int) -> RunRecord:
     """The run serving as member `replica` of the set `rec` (its newest in a hand-over's chain)."""
     if rec.style != "front":
         raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
-    from ftcluster.status import member_records
+    from ftcluster.observe.status import member_records
 
     found = member_records(rec, store, replica)
     if not found:

@@ -11,11 +11,11 @@ from ftcluster.cli import cli
 from ftcluster.cli.folders import new_folder, out_folder
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
-from ftcluster.documents import plan_json
+from ftcluster.observe.documents import plan_json
 from ftcluster.errors import UserError
-from ftcluster.layout import RunPaths
-from ftcluster.modelrepo import prepare_repository
-from ftcluster.plan import Plan
+from ftcluster.run.layout import RunPaths
+from ftcluster.render.modelrepo import prepare_repository
+from ftcluster.plan.parallel import Plan
 
 
 def plan_table(plan: Plan, title: str = "plan") -> Table:
@@ -65,7 +65,7 @@ def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
     with new_folder(out_folder(out)) as folder:
         prepared = prepare_repository(planned.model, planned.plan, folder)
     if as_json:
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.ft_model,
                                        "parameters": dict(prepared.parameters)}))
@@ -93,7 +93,7 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, as_json: bool, **k
           --nodes 2 --out /shared/runs/demo-2n && sbatch /shared/runs/demo-2n/scripts/job.sbatch
       ftcluster status /shared/runs/demo-2n
     """
-    from ftcluster.launch import LaunchOptions, job_request, write_run
+    from ftcluster.launch.run import LaunchOptions, job_request, write_run
 
     planned = load_and_plan(**kw)
     run_dir = out_folder(out).resolve()
@@ -108,7 +108,7 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, as_json: bool, **k
     with new_folder(run_dir):
         written = write_run(request, planned.cluster, planned.model, planned.plan)
     if as_json:
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("render", {"run_id": paths.run_id, "run_dir": str(run_dir),
                                       "files": [str(p) for p in written], "submit": request.command()}))

@@ -1,6 +1,6 @@
 """`preflight`: GPU inventory and an NCCL all-reduce check on every rank, before a launch.
 
-A run like any other (ftcluster.preflight): the job request's step goes through the cluster's
+A run like any other (ftcluster.launch.preflight): the job request's step goes through the cluster's
 own launch path and container, and `status`, `logs` and `stop` find the run.
 """
 
@@ -16,9 +16,9 @@ from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.options import echo_json
 from ftcluster.errors import UserError
-from ftcluster.preflight import PreflightOptions, preflight_launch, run_preflight
+from ftcluster.launch.preflight import PreflightOptions, preflight_launch, run_preflight
 from ftcluster.rank.preflight import RankReport, check_inventory, human_size
-from ftcluster.spec import ClusterSpec, default_cluster_path, load_cluster
+from ftcluster.spec.models import ClusterSpec, default_cluster_path, load_cluster
 
 
 def report_errors(cluster: ClusterSpec, report: dict[str, Any], require_gpus: bool) -> list[str]:

@@ -10,7 +10,7 @@ from ftcluster.cli.commands_launch import _progress
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
 from ftcluster.errors import UserError
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.store import RunRecord, RunStore
 
 
 def _set(run: str | None) -> RunRecord:
@@ -36,7 +36,7 @@ def scale_cmd(run: str | None, replicas: int, as_json: bool) -> None:
     Example:
       ftcluster scale gpt-20261121-101500-ab12 --replicas 3
     """
-    from ftcluster.replica_set import scale
+    from ftcluster.launch.replica_set import scale
 
     rec = _set(run)
     if forward_record(rec, ["scale", rec.run_id, "--replicas", str(replicas)] + (["--json"] if as_json else [])):
@@ -51,7 +51,7 @@ def scale_cmd(run: str | None, replicas: int, as_json: bool) -> None:
 
 def _said(kind: str, rec: RunRecord, changes: list[str], **more: object) -> None:
     from ftcluster.cli.output import echo_json
-    from ftcluster.documents import document
+    from ftcluster.observe.documents import document
 
     echo_json(document(kind, {"run_id": rec.run_id, **more, "changes": list(changes)}))
 
@@ -79,7 +79,7 @@ def restart_cmd(run: str | None, model_path: str | None, image: str | None, surg
       ftcluster restart gpt-20261121-101500-ab12
       ftcluster restart gpt-20261121-101500-ab12 --image registry/ft-triton:23.04
     """
-    from ftcluster.replica_set import rolling_restart
+    from ftcluster.launch.replica_set import rolling_restart
 
     rec = _set(run)
     args = ["restart", rec.run_id] + (["--image", image] if image else []) + \

@@ -9,7 +9,7 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.output import complete_run, echo_json
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.store import RunRecord, RunStore
 
 
 @cli.command("report")
@@ -33,9 +33,9 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
     """
     import time
 
-    from ftcluster.documents import document
-    from ftcluster.report import front_spans, plot, service_history, summary
-    from ftcluster.status import live_states, successors
+    from ftcluster.observe.documents import document
+    from ftcluster.observe.report import front_spans, plot, service_history, summary
+    from ftcluster.observe.status import live_states, successors
 
     store = RunStore()
     rec = store.get(run)

@@ -15,8 +15,8 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import cell, complete_run, console, echo_json, table
-from ftcluster.documents import run_json
-from ftcluster.store import RUN_STATUSES, RunRecord, RunStore
+from ftcluster.observe.documents import run_json
+from ftcluster.run.store import RUN_STATUSES, RunRecord, RunStore
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -26,8 +26,8 @@ def forward_record(rec: RunRecord, args: list[str]) -> bool:
     """Pass a command about a run launched through a login node on to that node."""
     if rec.scheduler != "remote":
         return False
-    from ftcluster.remote import forward
-    from ftcluster.spec import load_cluster
+    from ftcluster.hosts.login import forward
+    from ftcluster.spec.models import load_cluster
 
     rc = forward(load_cluster(rec.cluster_source), args, {})
     if rc:
@@ -45,7 +45,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
-    from ftcluster.status import run_status
+    from ftcluster.observe.status import run_status
 
     rec = RunStore().get(run)
     if forward_record(rec, ["status", rec.run_id] + (["--json"] if as_json else [])):
@@ -62,7 +62,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
 def status_table(st: dict[str, Any]) -> Table:
     """`status`'s table of a status object: one row a fact, whole values (a long one wraps at
     word boundaries on a terminal); a replica set's balancer and a row per member."""
-    from ftcluster.status import health_label, successor_label
+    from ftcluster.observe.status import health_label, successor_label
 
     t = table(f"run {st['run_id']}", show_header=False)
     is_set = st.get("replicas") is not None
@@ -107,7 +107,7 @@ def token_cmd(run: str | None, as_json: bool) -> None:
       ftcluster token gpt-20261121-101500-ab12 > ~/.gpt-token && chmod 600 ~/.gpt-token
     """
     from ftcluster.errors import UserError
-    from ftcluster.run_access import token_of
+    from ftcluster.access.run_access import token_of
 
     rec = RunStore().get(run)
     if forward_record(rec, ["token", rec.run_id] + (["--json"] if as_json else [])):
@@ -117,7 +117,7 @@ def token_cmd(run: str | None, as_json: bool) -> None:
         raise UserError(f"run {rec.run_id} has no token: its endpoint is open to the cluster (access: cluster)",
                         field="RUN", hint="launch with access: private for a token")
     if as_json:
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("token", {"run_id": rec.run_id, "token": token}))
         return
@@ -168,10 +168,10 @@ def stop_cmd(run: str | None, replica: int | None, yes: bool, as_json: bool) -> 
 def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[RunRecord], str | None]:
     """Stop a run (a replica set: its members, or one), its successors too; the runs stopped, and
     for a run that had ended already, its job's end in words."""
-    from ftcluster.status import LIVE_STATUSES, stop_run, successors
+    from ftcluster.observe.status import LIVE_STATUSES, stop_run, successors
 
     if rec.style == "front":
-        from ftcluster.replica_set import stop_set
+        from ftcluster.launch.replica_set import stop_set
 
         return stop_set(rec, store, replica), None
     if replica is not None:
@@ -182,8 +182,8 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
     later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
     if rec.job_id and not later:
         from ftcluster.launchers import launcher_for_record
-        from ftcluster.run_state import run_state
-        from ftcluster.status import paths_of, run_events
+        from ftcluster.run.state import run_state
+        from ftcluster.observe.status import paths_of, run_events
 
         launcher = launcher_for_record(rec)
         info = run_state(launcher.info(rec.job_id, paths_of(rec)), run_events(paths_of(rec)), rec.status)
@@ -214,7 +214,7 @@ def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name:
       ftcluster list --limit 5
       ftcluster list --status SERVING --cluster selene
     """
-    from ftcluster.status import live_states
+    from ftcluster.observe.status import live_states
 
     wanted = {s.upper() for s in statuses}
     runs = [r for r in RunStore().all() if (not wanted or r.status in wanted)
@@ -257,7 +257,7 @@ def prune_cmd(days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
     import shutil
     import time as _time
 
-    from ftcluster.status import LIVE_STATUSES, live_states, still_needed
+    from ftcluster.observe.status import LIVE_STATUSES, live_states, still_needed
 
     store = RunStore()
     every = list(store.all())

@@ -13,7 +13,7 @@ from ftcluster.cli.folders import new_folder
 from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
-from ftcluster.spec import ClusterSpec, default_cluster_path, default_model_path, load_cluster, load_model, load_specs
+from ftcluster.spec.models import ClusterSpec, default_cluster_path, default_model_path, load_cluster, load_model, load_specs
 
 
 def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,7 +42,7 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _checked(cluster: ClusterSpec, gpus: str | None, ulimits: tuple[str, ...]) -> tuple[tuple[str, ...] | None, dict[str, int]]:
     """--gpus and --ulimit as the service takes them, or one error saying both problems."""
-    from ftcluster.compose import parse_gpus, parse_ulimits
+    from ftcluster.service.compose import parse_gpus, parse_ulimits
     from ftcluster.errors import every
 
     gpu_ids, limits = every(lambda: parse_gpus(gpus, cluster), lambda: parse_ulimits(ulimits))
@@ -52,7 +52,7 @@ def _checked(cluster: ClusterSpec, gpus: str | None, ulimits: tuple[str, ...]) -
 def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: str | None,
            http_port: int | None, grpc_port: int | None, metrics_port: int | None,
            image: str | None, name: str | None, network_host: bool, ulimits: tuple[str, ...]) -> Any:
-    from ftcluster.compose import prepare_service
+    from ftcluster.service.compose import prepare_service
 
     cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path())
     ports = {k: v for k, v in (("http", http_port), ("grpc", grpc_port), ("metrics", metrics_port)) if v}
@@ -85,7 +85,7 @@ def compose_cmd(out: str, as_json: bool, **kw: Any) -> None:
     _, _, svc, files = _build(Path(out), **kw)
     tp = len(svc.device_ids) if svc.device_ids else 1
     if as_json:
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("compose", {"files": [str(p) for p in files], "tensor_para_size": tp,
                                        "pipeline_para_size": 1, "gpus": list(svc.device_ids or []),
@@ -114,7 +114,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
       ftcluster serve --cluster configs/clusters/slurm-docker.yaml --model configs/models/gpt.yaml --gpus 0,1
       ftcluster serve --model configs/models/gpt.yaml --stop
     """
-    from ftcluster import serve
+    from ftcluster.service import serve
 
     if stop:
         _down(kw.get("name"), kw.get("model_path"), kw.get("cluster_path"), docker_host, as_json)
@@ -145,7 +145,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
 
 def _down(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None,
           as_json: bool = False) -> None:
-    from ftcluster import serve
+    from ftcluster.service import serve
 
     template = load_cluster(cluster_path).container.docker_host if cluster_path else None
     if name is None:
@@ -153,7 +153,7 @@ def _down(name: str | None, model_path: str | None, cluster_path: str | None, do
     client = serve.docker_client(serve.resolve_docker_host(docker_host, template))
     removed = serve.remove(client, name)
     if as_json:
-        from ftcluster.documents import document
+        from ftcluster.observe.documents import document
 
         echo_json(document("down", {"name": name, "removed": bool(removed)}))
     elif removed:

@@ -12,16 +12,16 @@ from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import seconds
 from ftcluster.cli.output import complete_run, echo_json
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.store import RunRecord, RunStore
 
 
 def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     """The `top` object: per serving run (each member of a set), its state, health, restarts,
     models' rates and GPUs. Of the service: a run that handed over (its time limit, a lost node)
     is shown as its successor; with the run shown."""
-    from ftcluster.documents import document
-    from ftcluster.observe import run_view
-    from ftcluster.status import moved_to, run_status
+    from ftcluster.observe.documents import document
+    from ftcluster.observe.samples import run_view
+    from ftcluster.observe.status import moved_to, run_status
 
     store = RunStore()
     st = run_status(rec)
@@ -45,7 +45,7 @@ def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     return rec, document("top", {"run_id": rec.run_id, "endpoint": st["endpoint"], "time": time.time(), "runs": runs})
 
 
-# No tokens/s: Triton's metrics do not count FT's tokens (ftcluster/observe.py); inf/s are
+# No tokens/s: Triton's metrics do not count FT's tokens (ftcluster/observe/samples.py); inf/s are
 # sequences, batch the mean inferences per execution.
 COLUMNS = ("member", "state", "model", "req/s", "inf/s", "batch", "fail/s", "mean ms", "p50 ms", "p99 ms",
            "queue ms", "pending", "GPUs (util %, mem MiB)", "GPU events", "health", "restarts")

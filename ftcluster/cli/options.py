@@ -11,8 +11,8 @@ import click
 from ftcluster.cli.numbers import count
 from ftcluster.cli.output import echo_json  # noqa: F401  (re-exported for the command modules)
 from ftcluster.errors import UserError, all_problems
-from ftcluster.plan import Plan, make_plan, option_problems
-from ftcluster.spec import (
+from ftcluster.plan.parallel import Plan, make_plan, option_problems
+from ftcluster.spec.models import (
     MAX_GPUS_PER_NODE,
     ClusterSpec,
     ModelSpec,

@@ -1,4 +1,4 @@
-"""Printing for the CLI: JSON (shapes in ftcluster.documents), tables that never cut values.
+"""Printing for the CLI: JSON (shapes in ftcluster.observe.documents), tables that never cut values.
 
 Light on purpose (no rich at import): `list`, `status` and `logs` import it at start-up.
 """
@@ -63,7 +63,7 @@ def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) ->
     no scheduler is asked at a TAB)."""
     from click.shell_completion import CompletionItem
 
-    from ftcluster.store import RunStore
+    from ftcluster.run.store import RunStore
 
     try:
         runs = list(RunStore().all())

@@ -9,12 +9,12 @@ import click
 
 
 class Word(click.ParamType):
-    """A non-empty string of visible text (ftcluster.plaintext): a path or a program that reaches a job."""
+    """A non-empty string of visible text (ftcluster.spec.plaintext): a path or a program that reaches a job."""
 
     name = "text"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from ftcluster.plaintext import not_text
+        from ftcluster.spec.plaintext import not_text
 
         text = str(value)
         if not text.strip():
@@ -25,12 +25,12 @@ class Word(click.ParamType):
 
 
 class DockerRef(click.ParamType):
-    """An image reference as the spec's image fields take it (ftcluster.spec.DOCKER_REF_RE)."""
+    """An image reference as the spec's image fields take it (ftcluster.spec.models.DOCKER_REF_RE)."""
 
     name = "image"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from ftcluster.spec import DOCKER_REF_RE
+        from ftcluster.spec.models import DOCKER_REF_RE
 
         if not DOCKER_REF_RE.fullmatch(str(value)):
             self.fail(f"{value!r}: use letters, digits and '_.:/@-' only (a Docker reference)", param, ctx)

@@ -20,7 +20,7 @@ import numpy as np
 from tritonclient.utils import deserialize_bytes_tensor, np_to_triton_dtype, triton_to_np_dtype
 
 from ftcluster.client.rawhttp import HttpError, HttpPool, Reply, request_head
-from ftcluster.triton_probe import READY_PATH, model_path
+from ftcluster.client.ready import READY_PATH, model_path
 
 try:
     import orjson

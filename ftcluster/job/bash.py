@@ -1,6 +1,6 @@
 """The bash the job runs by `bash -c` (and the node scripts get as a value): the one place of it.
 
-Every string here is bash code; ftcluster.envnames reads each for the variable names it uses, so
+Every string here is bash code; ftcluster.spec.envnames reads each for the variable names it uses, so
 that a spec's `env:` cannot set one of them (the job's children, these snippets among them, get
 the user's env). Stdlib only, constants only: shipped with the supervisor.
 """

@@ -15,7 +15,7 @@ where the image has no python3) appends to two files of state/:
   not name. Nothing is written where no event came (the normal case).
 
 Both move to <file>.1 past server.metrics_max_mb. Standard library only: the job reads them
-(failure messages, the GPU exporter) and `top`/`report` do (ftcluster/observe.py, report.py).
+(failure messages, the GPU exporter) and `top`/`report` do (ftcluster/observe/samples.py, report.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A style answers: how a command reaches every node, or rank 0's node; how the run's containers go
 up and down; how the servers, the MPI check and a job step start; how rank 0 is asked to stop
-and every rank killed. `ftcluster.styles.Style.job_style` names the class here.
+and every rank killed. `ftcluster.spec.launch_styles.Style.job_style` names the class here.
 """
 
 from __future__ import annotations
@@ -712,7 +712,7 @@ class SlurmDockerStyle(DockerStyle):
 
 class SshDockerStyle(DockerStyle):
     """Docker on a plain host list: every node step goes over ssh, at most node_ssh.parallel at
-    once (python -m ftcluster.fanout with scripts/nodes.json); rank 0 is the first host. The job
+    once (python -m ftcluster.hosts.fanout with scripts/nodes.json); rank 0 is the first host. The job
     runs on the launching machine: a private run's proxy runs in rank 0's container
     (docker_node.sh proxy_up), and the job reaches rank 0 through it."""
 
@@ -791,7 +791,7 @@ class SshDockerStyle(DockerStyle):
         return self.rank0_node
 
     def fanout(self) -> List[str]:
-        return [self.cfg.python, "-m", "ftcluster.fanout", "--config", self.script("nodes.json")]
+        return [self.cfg.python, "-m", "ftcluster.hosts.fanout", "--config", self.script("nodes.json")]
 
     def every_node(self, output: str) -> List[str]:
         return [*self.fanout(), "--hosts", ",".join(self.cfg.run_hosts), f"--output={output}"]

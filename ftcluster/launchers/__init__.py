@@ -1,5 +1,5 @@
 """Launch styles behind one interface: local process groups, Slurm (bare or Pyxis), Slurm + Docker,
-ssh + Docker. Which launcher runs which style is ftcluster.styles' table."""
+ssh + Docker. Which launcher runs which style is ftcluster.spec.launch_styles' table."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from ftcluster.launchers.base import Launcher
-from ftcluster.runner import LocalRunner, Runner
-from ftcluster.styles import LAUNCHERS, launcher_name, style_name
+from ftcluster.hosts.runner import LocalRunner, Runner
+from ftcluster.spec.launch_styles import LAUNCHERS, launcher_name, style_name
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
-    from ftcluster.spec import ClusterSpec
-    from ftcluster.store import RunRecord
+    from ftcluster.spec.models import ClusterSpec
+    from ftcluster.run.store import RunRecord
 
 
 def launcher_class(name: str) -> type[Launcher]:

@@ -7,19 +7,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ftcluster.job.poll import CLOCK, Clock
-from ftcluster.runner import Runner
+from ftcluster.hosts.runner import Runner
 from ftcluster.slurm import JobInfo
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from pathlib import Path
 
-    from ftcluster.layout import RunPaths
-    from ftcluster.plan import Plan
-    from ftcluster.spec import ClusterSpec
+    from ftcluster.run.layout import RunPaths
+    from ftcluster.plan.parallel import Plan
+    from ftcluster.spec.models import ClusterSpec
 
 
 class Submission(Protocol):
-    """What a launcher reads of a job request (ftcluster.request.JobRequest). The request module
+    """What a launcher reads of a job request (ftcluster.render.request.JobRequest). The request module
     imports the launchers (each builds its request's argv), never the other way round."""
 
     @property

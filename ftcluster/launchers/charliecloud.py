@@ -14,8 +14,8 @@ from ftcluster.errors import UserError
 from ftcluster.launchers.slurm import SlurmLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
-    from ftcluster.plan import Plan
-    from ftcluster.spec import ClusterSpec
+    from ftcluster.plan.parallel import Plan
+    from ftcluster.spec.models import ClusterSpec
 
 
 def mount_points(cluster: ClusterSpec) -> list[tuple[str, str]]:

@@ -14,17 +14,17 @@ import time
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
-from ftcluster.events import parse_events
+from ftcluster.run.events import parse_events
 from ftcluster.launchers.base import Launcher, Submission
-from ftcluster.layout import FILES
-from ftcluster.procs import ProcessId, job_id_of, read_pidfile
-from ftcluster.run_state import ended
+from ftcluster.run.layout import FILES
+from ftcluster.run.procs import ProcessId, job_id_of, read_pidfile
+from ftcluster.run.state import ended
 from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
-    from ftcluster.layout import RunPaths
-    from ftcluster.plan import Plan
-    from ftcluster.spec import ClusterSpec
+    from ftcluster.run.layout import RunPaths
+    from ftcluster.plan.parallel import Plan
+    from ftcluster.spec.models import ClusterSpec
 
 
 def _job_process(job_id: str) -> ProcessId | None:
@@ -66,8 +66,8 @@ def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str
     """Every port the run's servers take on this machine: (name, port, whose, the field that
     sets it). access: private -- the proxy takes the spec's HTTP and gRPC ports, Triton the
     loopback's."""
-    from ftcluster.proxy import access_of, loopback_ports
-    from ftcluster.render import LOCAL_PORT_STRIDE
+    from ftcluster.plan.endpoint import access_of, loopback_ports
+    from ftcluster.render.scripts import LOCAL_PORT_STRIDE
 
     private = access_of(cluster) == "private"
     triton = loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports
@@ -125,7 +125,7 @@ class LocalLauncher(Launcher):
         run (each rank's, the proxy's) is free."""
         if cluster.ports_given:
             return cluster
-        from ftcluster.spec import Ports   # pydantic: imported by a launch that picks, not at start-up
+        from ftcluster.spec.models import Ports   # pydantic: imported by a launch that picks, not at start-up
 
         for _ in range(PORT_PICKS):
             base = random.randrange(*PICKED_PORTS)
@@ -173,7 +173,7 @@ class LocalLauncher(Launcher):
 
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         """Stop the job script's process group and any rank left: each only while it is still
-        the recorded process (ftcluster.procs); a recycled pid is never signalled."""
+        the recorded process (ftcluster.run.procs); a recycled pid is never signalled."""
         job = _job_process(job_id)
         if job is None:
             raise UserError(f"the job script of job {job_id} cannot be identified (no start time was recorded), "

@@ -1,15 +1,15 @@
 """The Docker styles' per-run ssh keys: mpirun reaches the other containers over ssh with keys
-made for the run in its state/ssh (ftcluster.sshkeys). Their launchers own them."""
+made for the run in its state/ssh (ftcluster.launchers.keypairs). Their launchers own them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ftcluster import sshkeys
+from ftcluster.launchers import keypairs as sshkeys
 from ftcluster.launchers.base import Launcher, Submission
 
 if TYPE_CHECKING:
-    from ftcluster.layout import RunPaths
+    from ftcluster.run.layout import RunPaths
 
 
 class RunKeysLauncher(Launcher):

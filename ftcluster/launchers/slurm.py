@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.launchers.base import Launcher, Submission
-from ftcluster.runner import Runner
+from ftcluster.hosts.runner import Runner
 from ftcluster.slurm import JobInfo, JobState, Slurm
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
-    from ftcluster.layout import RunPaths
-    from ftcluster.plan import Plan
-    from ftcluster.spec import ClusterSpec
+    from ftcluster.run.layout import RunPaths
+    from ftcluster.plan.parallel import Plan
+    from ftcluster.spec.models import ClusterSpec
 
 
 # The node-side teardown: one srun step over every node.
@@ -58,7 +58,7 @@ class SlurmLauncher(Launcher):
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         """End the job and wait until Slurm has let it go: the job's `done` says when to look
         (watch.JobWatch), so the wait costs the scheduler a few queries, not one per 0.2 s."""
-        from ftcluster.watch import JobWatch
+        from ftcluster.launchers.watch import JobWatch
 
         watch = JobWatch(self, job_id, paths, self.clock)
         try:

@@ -1,5 +1,5 @@
 """scheduler `ssh` + Docker: the job script runs here, as the local style's does, and reaches
-the hosts over ssh (ftcluster.fanout). A stop sends SIGTERM to its process group; its trap
+the hosts over ssh (ftcluster.hosts.fanout). A stop sends SIGTERM to its process group; its trap
 removes every container of the run on every host (over ssh, which takes longer than a local
 rank's exit) before anything is killed.
 """
@@ -10,15 +10,15 @@ import shutil
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
-from ftcluster.fanout import FanoutConfig
+from ftcluster.hosts.fanout import FanoutConfig
 from ftcluster.job.config import PROXY_STAGE
 from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.run_keys import RunKeysLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
-    from ftcluster.layout import RunPaths
-    from ftcluster.plan import Plan
-    from ftcluster.spec import ClusterSpec
+    from ftcluster.run.layout import RunPaths
+    from ftcluster.plan.parallel import Plan
+    from ftcluster.spec.models import ClusterSpec
 
 
 class SshDockerLauncher(RunKeysLauncher, LocalLauncher):

@@ -3,7 +3,7 @@
 # written by rank_server.sh), only while PID still names that process (the same start time, field
 # 22 of /proc/PID/stat): a pid alone may name another process by now. With "group", its process
 # group, also once the number names no process: a group's id is not reused while it has members,
-# so only the wrapper's own descendants are reached then (ftcluster/procs.py, the same rule).
+# so only the wrapper's own descendants are reached then (ftcluster/run/procs.py, the same rule).
 set -u
 sig=$1 pidfile=$2 group=${3:-}
 read -r pid start _ <"$pidfile" 2>/dev/null || exit 1

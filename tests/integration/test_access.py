@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ftcluster.spec import embedded_model_path
+from ftcluster.spec.models import embedded_model_path
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
 
 pytestmark = pytest.mark.triton
@@ -226,7 +226,7 @@ def test_on_slurm_a_tls_endpoint_serves_https_and_grpcs_with_the_token(slurm_clu
 
 
 def _tritonserver() -> str:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     return str(find_tritonserver())
 

@@ -43,7 +43,7 @@ def _first_token(run_id: str) -> dict[str, str]:
 
 
 def _spec(folder: Path, time_limit: str = HANDOVER["time_limit"], **values: Any) -> Path:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     server = {"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
               "handover_lead": HANDOVER["server_handover_lead"], "liveness": {"interval": 1, "deadline": 2}}
@@ -78,7 +78,7 @@ def _stop_chain(run_id: str) -> None:
 
 def _restarting_spec(folder: Path) -> Path:
     """A serving run that restarts (twice in a row at most), its probe seeing a hang in 2 s."""
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     return _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
                                        "restarts": 2, "restart_backoff": 1,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.triton_probe import ours_ready
+from ftcluster.client.ready import ours_ready
 from tests.launch_helpers import (
     assert_served_like_ft,
     ftcluster,
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.triton
 @pytest.fixture(scope="module", autouse=True)
 def _tritonserver_available() -> None:
     from ftcluster.errors import UserError
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     try:
         find_tritonserver()
@@ -85,7 +85,7 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_rank_that_cannot_start_fails_fast_and_names_it(tmp_path: Path) -> None:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     # Rank 1's server cannot start (as with a broken install on one node); rank 0's can.
     wrapper = tmp_path / "tritonserver-rank1-broken"
@@ -131,8 +131,8 @@ def test_the_default_cluster_serves_on_ports_free_at_launch(tmp_path: Path) -> N
 
 def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """A stale server on rank 1's port: refused up front, naming the field, nothing started."""
-    from ftcluster.render import LOCAL_PORT_STRIDE
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.render.scripts import LOCAL_PORT_STRIDE
+    from ftcluster.service.triton_local import find_tritonserver
 
     cluster = write_cluster(tmp_path)
     import yaml

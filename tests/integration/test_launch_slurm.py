@@ -20,9 +20,9 @@ import yaml
 
 from ftcluster.job.names import FILES
 from ftcluster.job.submit import queue_state
-from ftcluster.runner import CommandResult, LocalRunner
+from ftcluster.hosts.runner import CommandResult, LocalRunner
 from ftcluster.slurm import Slurm
-from ftcluster.triton_probe import server_id
+from ftcluster.client.ready import server_id
 from tests.launch_helpers import (
     assert_served_like_ft,
     ftcluster,
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.cluster
 
 
 def _write_spec(folder: Path, **overrides: Any) -> Path:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     spec: dict[str, Any] = {
         "name": "testbed", "scheduler": "slurm", "partition": "debug", "max_nodes": 8,
@@ -272,7 +272,7 @@ def test_readiness_timeout_fails_cleanly(spec_dir: Path) -> None:
 
 
 def test_stale_server_on_rank0_port_is_not_taken_for_ready(spec_dir: Path, slurm_cluster: Any) -> None:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     empty = spec_dir / "empty_repo"
     empty.mkdir()
@@ -521,7 +521,7 @@ def test_weird_workspace_path(weird_tmp_path: Path, slurm_cluster: Any) -> None:
 def test_a_rendered_folder_submitted_by_hand_is_followed(spec_dir: Path, tmp_path: Path) -> None:
     """`render --out DIR`, then plain `sbatch DIR/scripts/job.sbatch` from another directory (a
     Slurm user's way): the job runs in its folder, and `status`, `logs` and `stop DIR` follow it."""
-    from ftcluster.spec import embedded_model_path
+    from ftcluster.spec.models import embedded_model_path
 
     cluster = _write_spec(spec_dir, setup=["export FTC_SITE_SETUP=ran"])
     out = spec_dir / "by-hand"

@@ -29,7 +29,7 @@ def _entries(own: Path) -> set[str]:
 
 
 def _slurm_spec(folder: Path) -> Path:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     spec = {"name": "testbed", "scheduler": "slurm", "partition": "debug", "max_nodes": 8, "gpus_per_node": 1,
             "request_gpus": False, "exclusive": False, "time_limit": "00:10:00", "workspace": str(folder / "ws"),

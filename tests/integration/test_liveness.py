@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ftcluster.events import EV, parse_events
+from ftcluster.run.events import EV, parse_events
 from ftcluster.job.names import FILES
 from tests.integration.test_launch_slurm import _job_gone, _write_spec
 from tests.launch_helpers import (fill, ftcluster, launch_json, processes_matching, small_filesystem, wait_for,
@@ -354,6 +354,6 @@ def test_a_whole_server_stopped_is_found_and_restarted_on_slurm(slurm_cluster: A
 
 
 def _write_spec_binary() -> str:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     return str(find_tritonserver())

@@ -29,7 +29,7 @@ def remote_spec(sshd_nodes: Any, shared_tmp: Path) -> Path:
     known = d / "known_hosts"
     known.write_text(scan.stdout)
     (d / "empty_known_hosts").write_text("")
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     spec = {
         "name": "remote-testbed", "scheduler": "slurm", "partition": "debug", "gpus_per_node": 1,

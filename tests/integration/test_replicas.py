@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ftcluster.spec import embedded_model_path
+from ftcluster.spec.models import embedded_model_path
 from tests.launch_helpers import ftcluster, free_port_base, launch_json, processes_matching, wait_for, write_cluster
 
 LIVENESS = {"interval": 1, "deadline": 1, "failures": 2}
@@ -302,7 +302,7 @@ def _stop_leaving_nothing(set_id: str, jobs: list[str]) -> None:
 
 
 def _binary() -> str:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     return str(find_tritonserver())
 

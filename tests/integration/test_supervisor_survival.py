@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster
 
 
 def _spec(folder: Path) -> Path:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     return _write_spec(folder, server={"binary": str(find_tritonserver()), "ready_timeout": 60, "exit_grace": 5,
                                        "restarts": 2, "liveness": {"interval": 1, "deadline": 2}})

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.triton_local import find_tritonserver
-from ftcluster.triton_probe import ours_ready, server_id
+from ftcluster.service.triton_local import find_tritonserver
+from ftcluster.client.ready import ours_ready, server_id
 from tests.triton_server import TritonServer, free_ports, require_tritonserver, running_tritonserver
 
 pytestmark = pytest.mark.triton

@@ -169,7 +169,7 @@ def _launch_and_check(folder: Path, nodes: int) -> None:
 @pytest.mark.cluster
 @pytest.mark.triton
 def test_megatron_two_nodes_launches_on_bare_slurm(slurm_cluster: Any, shared_tmp: Path) -> None:
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     folder = materialise("megatron-gpt-two-nodes", shared_tmp, converted=False)
     _bed_cluster(folder, {"partition": "debug", "request_gpus": False, "exclusive": False,

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ftcluster.render import RenderOptions, RunPaths, render
+from ftcluster.render.scripts import RenderOptions, RunPaths, render
 from tests.helpers_specs import cluster, model
 from tests.unit.test_render import _plan
 

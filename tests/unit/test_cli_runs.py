@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.procs import ProcessId
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.procs import ProcessId
+from ftcluster.run.store import RunRecord, RunStore
 from tests.launch_helpers import wait_for
 
 LONG = "a-rather-long-folder-name-" * 6   # run folders longer than any 80-column table
@@ -177,7 +177,7 @@ def test_status_and_logs_load_no_specs_or_templates(live_run: tuple[Path, RunRec
     for args in (["status", rec.run_id], ["logs", "--tail", "100", rec.run_id]):
         rc, mods, _ = _modules_after(args, env={"FTCLUSTER_STATE_DIR": str(state)})
         assert rc == 0
-        assert not {"pydantic", "jinja2", "ftcluster.spec", "ftcluster.render", "numpy"} & mods, args
+        assert not {"pydantic", "jinja2", "ftcluster.spec.models", "ftcluster.render.scripts", "numpy"} & mods, args
 
 
 def test_replica_commands_refuse_a_run_that_is_no_set(tmp_path: Path) -> None:
@@ -323,7 +323,7 @@ def test_a_damaged_record_is_left_out_and_named(tmp_path: Path) -> None:
     assert asked.returncode == 3 and "Traceback" not in asked.stderr
     assert f"error: RUN: the record of run {typed.run_id} is damaged (nodes is str)" in asked.stderr
     # A record from a newer ftcluster (a key this one does not know) still reads.
-    from ftcluster.store import decode_record
+    from ftcluster.run.store import decode_record
     assert decode_record(json.dumps({**data, "added_later": 1})).run_id == typed.run_id
 
 
@@ -471,7 +471,7 @@ def test_launch_and_status_say_when_same_host_users_can_reach_a_private_runs_tri
 def test_a_rank_that_ended_before_its_server_said_anything_is_not_given_an_empty_log(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ftcluster.cli.commands_launch import _report
-    from ftcluster.launch import LaunchOutcome
+    from ftcluster.launch.run import LaunchOutcome
 
     rec = record(tmp_path, tmp_path / "run1", "7", nodes=2)
     _report(LaunchOutcome(rec, ok=False, failure="ports.http: 18600 + proxy.loopback_offset 100 = port 18700 ...",

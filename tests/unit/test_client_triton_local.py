@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster import triton_local
+from ftcluster.service import triton_local
 from ftcluster.errors import UserError
 
 
@@ -48,7 +48,7 @@ def test_path_binary_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.mark.skipif(triton_local._pytriton_dir() is None, reason="nvidia-pytriton not installed")
 def test_racing_builders_get_one_complete_bundle(tmp_path: Path) -> None:
     env = {**os.environ, "FTCLUSTER_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    code = "from ftcluster.triton_local import find_tritonserver as f; print(f())"
+    code = "from ftcluster.service.triton_local import find_tritonserver as f; print(f())"
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
     outs = {p.communicate(timeout=120)[0].strip() for p in procs}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftcluster.compose import compose_files, parse_gpus, parse_ulimits, plan_single_node, service_spec
+from ftcluster.service.compose import compose_files, parse_gpus, parse_ulimits, plan_single_node, service_spec
 from ftcluster.errors import UserError
-from ftcluster.serve import sdk_kwargs
-from ftcluster.spec import ClusterSpec, load_model
+from ftcluster.service.serve import sdk_kwargs
+from ftcluster.spec.models import ClusterSpec, load_model
 
 
 DEMO = Path(__file__).resolve().parents[2] / "ftcluster" / "demo"

@@ -47,7 +47,7 @@ def test_the_job_stages_caddy_and_the_tls_files_and_passes_no_token(tmp_path: Pa
     job = _job(run_dir, proxy={"tls_cert": str(cert), "tls_key": str(key)})
     argv, env = job.style.proxy_command(str(caddy), TOKEN)
     # Over ssh to rank 0's node (the first host), the node script's proxy_up; the token nowhere.
-    assert argv[:3] == [PYTHON, "-m", "ftcluster.fanout"] and argv[argv.index("--hosts") + 1] == "dgx01"
+    assert argv[:3] == [PYTHON, "-m", "ftcluster.hosts.fanout"] and argv[argv.index("--hosts") + 1] == "dgx01"
     assert argv[-3:] == ["bash", f"{run_dir}/scripts/docker_node.sh", "proxy_up"]
     assert env == {} and TOKEN not in " ".join(argv)
     stage = run_dir / "state" / "proxy-stage"
@@ -227,8 +227,8 @@ def test_proxy_stop_ends_the_runs_caddy_and_removes_its_files(tmp_path: Path, ig
 
 def test_stop_removes_a_staged_copy_a_killed_job_left(tmp_path: Path) -> None:
     from ftcluster.launchers.ssh_docker import SshDockerLauncher
-    from ftcluster.layout import RunPaths
-    from ftcluster.runner import LocalRunner
+    from ftcluster.run.layout import RunPaths
+    from ftcluster.hosts.runner import LocalRunner
 
     paths = RunPaths("r1", tmp_path / "r1")
     stage = paths.state / "proxy-stage"

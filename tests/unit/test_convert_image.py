@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftcluster import image as img
-from ftcluster.checkpoint_check import checkpoint_problems, gpt_layout, verify_checkpoint
-from ftcluster.converters import CONVERTERS, converter_argv
+from ftcluster.service import image as img
+from ftcluster.plan.checkpoint_check import checkpoint_problems, gpt_layout, verify_checkpoint
+from ftcluster.launch.converters import CONVERTERS, converter_argv
 from ftcluster.errors import PlanError
-from ftcluster.ftconfig import read_ini
-from ftcluster.modeltypes import MODEL_TYPES
-from ftcluster.plan import make_plan
-from ftcluster.spec import ClusterSpec, ModelSpec, load_cluster, load_model
+from ftcluster.spec.ftconfig import read_ini
+from ftcluster.spec.modeltypes import MODEL_TYPES
+from ftcluster.plan.parallel import make_plan
+from ftcluster.spec.models import ClusterSpec, ModelSpec, load_cluster, load_model
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"

@@ -1,4 +1,4 @@
-"""The ssh fan-out of scheduler `ssh` (ftcluster.fanout): its config, exit status and output
+"""The ssh fan-out of scheduler `ssh` (ftcluster.hosts.fanout): its config, exit status and output
 handling; an unreachable host for real (a closed port). The happy path runs against the test
 bed's sshd in tests/integration/test_ssh_docker_launch.py."""
 
@@ -11,8 +11,8 @@ import socket
 import threading
 from pathlib import Path
 
-from ftcluster.fanout import UNREACHABLE, FanoutConfig, HostResult, _Lines, exit_code, main
-from ftcluster.render import RenderOptions, RunPaths, fanout_config, render
+from ftcluster.hosts.fanout import UNREACHABLE, FanoutConfig, HostResult, _Lines, exit_code, main
+from ftcluster.render.scripts import RenderOptions, RunPaths, fanout_config, render
 from tests.helpers_specs import ckpt, cluster, facts, model
 
 
@@ -55,7 +55,7 @@ def test_render_writes_the_plan_hosts_and_node_ssh() -> None:
     c = cluster(scheduler="ssh", hosts=["h1", "h2", "h3"], gpus_per_node=1,
                 node_ssh={"user": "me", "port": 2200, "parallel": 2},
                 container={"runtime": "docker", "image": "img"})
-    from ftcluster.plan import plan_for
+    from ftcluster.plan.parallel import plan_for
 
     m = model()
     plan = plan_for(c, m, facts(), ckpt(tp=1, heads=16, layers=24), 2, 1)

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster import launch as launch_module
+from ftcluster.launch import run as launch_module
 from ftcluster.job.poll import EVENTS, SCHEDULER_PER_MINUTE, STARTING
-from ftcluster.launch import Launch, LaunchOptions, LaunchOutcome
+from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.launchers.base import Submission
 from ftcluster.launchers.slurm import SlurmLauncher
-from ftcluster.layout import RunPaths
-from ftcluster.plan import Plan, make_plan
-from ftcluster.runner import LocalRunner
+from ftcluster.run.layout import RunPaths
+from ftcluster.plan.parallel import Plan, make_plan
+from ftcluster.hosts.runner import LocalRunner
 from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
-from ftcluster.spec import ClusterSpec, embedded_model_path, load_model
-from ftcluster.store import RunStore
+from ftcluster.spec.models import ClusterSpec, embedded_model_path, load_model
+from ftcluster.run.store import RunStore
 from tests.fake_clock import START, FakeClock, World, most_in_a_minute
 from tests.helpers_specs import cluster
 

@@ -23,7 +23,7 @@ from tests.helpers_specs import CliResult, run_cli_many
 CANARY = "FTC_CANARY"
 PAYLOADS: dict[str, Any] = {
     "escape": "x\x1b[31mred", "nul": "a\x00b", "newline": "a\nb", "c1": "a\x9bb", "del": "a\x7fb",
-    # What no spec string holds beyond ASCII's controls (ftcluster.plaintext): NEL and U+2028
+    # What no spec string holds beyond ASCII's controls (ftcluster.spec.plaintext): NEL and U+2028
     # (str.splitlines breaks there), a bidirectional override, a lone surrogate (no path takes it).
     "nel": "a\x85b", "lsep": "a\u2028b", "psep": "a\u2029b", "bidi": "a\u202eb", "surrogate": "a\ud800b",
     "subst": f"$(touch {CANARY})", "backtick": f"`touch {CANARY}`", "quote": f"'; touch {CANARY}; '",
@@ -194,7 +194,7 @@ def nul_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, st
 
 def _text_fields(model: Any, prefix: str = "") -> set[str]:
     """Every field of a spec model (nested ones dotted) that holds text or paths."""
-    from ftcluster.spec import _kinds, _Strict
+    from ftcluster.spec.models import _kinds, _Strict
 
     out = set()
     for name, f in model.model_fields.items():
@@ -216,7 +216,7 @@ NOT_PATHS = {"account", "container.mounts.flags", "container.mpi_if_include", "c
 
 def test_every_path_field_is_in_the_nul_corpus() -> None:
     """A text field added to a spec is either a path (and gets the NUL) or named here as none."""
-    from ftcluster.spec import ClusterSpec, ModelSpec
+    from ftcluster.spec.models import ClusterSpec, ModelSpec
 
     paths = {p.removesuffix(".0").replace("mounts", "mounts.src") if p == "container.mounts.0" else p.removesuffix(".0")
              for p in CLUSTER_PATHS + MODEL_PATHS}

@@ -18,7 +18,7 @@ import pytest
 
 from ftcluster.job.config import JobConfig
 from ftcluster.job.supervisor import Job
-from ftcluster.render import RenderedScripts, RenderOptions, render
+from ftcluster.render.scripts import RenderedScripts, RenderOptions, render
 from tests.unit.test_render import PYTHON, RUN_DIR, render_style
 
 
@@ -65,7 +65,7 @@ def test_docker_world_is_mpirun_from_rank0s_container() -> None:
     ssh = job_of(render_style("ssh_docker").files)
     ssh.style.find_hosts()   # type: ignore[attr-defined]
     assert ssh.style.in_rank0_container("true")[:6] == [      # type: ignore[attr-defined]
-        PYTHON, "-m", "ftcluster.fanout", "--config", f"{RUN_DIR}/scripts/nodes.json", "--hosts"]
+        PYTHON, "-m", "ftcluster.hosts.fanout", "--config", f"{RUN_DIR}/scripts/nodes.json", "--hosts"]
 
 
 # ------------------------------------------------------------------ the teardown runs to its end
@@ -88,8 +88,8 @@ exec setsid "$@"
 
 def _local_job(tmp_path: Path) -> tuple[RenderedScripts, Path]:
     from tests.helpers_specs import ckpt, cluster, facts, model
-    from ftcluster.layout import RunPaths
-    from ftcluster.plan import plan_for
+    from ftcluster.run.layout import RunPaths
+    from ftcluster.plan.parallel import plan_for
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

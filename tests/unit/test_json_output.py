@@ -14,7 +14,7 @@ import click
 import pytest
 import yaml
 
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.store import RunRecord, RunStore
 
 # Long-running servers and ftcluster's own hidden command: nothing to print as one object.
 NO_JSON = {"gateway", "tunnel", "successor"}

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launch import Launch, LaunchOptions, job_request, write_run
-from ftcluster.launched import SPECS_FILE, LaunchedSpecs, read_specs
-from ftcluster.plan import make_plan
-from ftcluster.replica_set import ReplicaSet, recorded_set, write_members
-from ftcluster.replicas import member_cluster
-from ftcluster.spec import load_cluster, load_model, load_specs
-from ftcluster.store import RunRecord, RunStore
-from ftcluster.successor import successor_launch
+from ftcluster.launch.run import Launch, LaunchOptions, job_request, write_run
+from ftcluster.render.launched import SPECS_FILE, LaunchedSpecs, read_specs
+from ftcluster.plan.parallel import make_plan
+from ftcluster.launch.replica_set import ReplicaSet, recorded_set, write_members
+from ftcluster.plan.replicas import member_cluster
+from ftcluster.spec.models import load_cluster, load_model, load_specs
+from ftcluster.run.store import RunRecord, RunStore
+from ftcluster.launch.successor import successor_launch
 from tests.helpers_specs import run_cli
 from tests.unit.test_cli_files import REPO
 

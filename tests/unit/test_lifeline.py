@@ -130,7 +130,7 @@ kill -KILL $$
 
 
 def _entry_script(tmp_path: Path) -> Path:
-    from ftcluster.render import RenderOptions, RunPaths, render
+    from ftcluster.render.scripts import RenderOptions, RunPaths, render
     from tests.unit.test_render import SPECS, _model, _plan, cluster
 
     stub = tmp_path / "python"

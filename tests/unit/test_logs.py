@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from ftcluster.logs import Follower, LogSource, follow, tail_lines
+from ftcluster.run.logs import Follower, LogSource, follow, tail_lines
 
 
 def test_tail_of_a_1gb_file_reads_only_its_end(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster.rank import ctmpi
-from ftcluster.render import RANK_FILE_SOURCES
+from ftcluster.render.scripts import RANK_FILE_SOURCES
 
 RANK = Path(__file__).resolve().parents[2] / "ftcluster" / "rank"
 
@@ -86,7 +86,7 @@ def test_the_check_keeps_open_mpi_segments_under_the_run_prefix(scripts: Path) -
 def test_the_check_names_a_backend_library_the_image_lacks(scripts: Path) -> None:
     """A server without the model's backend (the CPU tritonserver: a python backend, no FT one)
     fails the check, naming the path looked for, instead of failing at model load."""
-    from ftcluster.triton_local import find_tritonserver
+    from ftcluster.service.triton_local import find_tritonserver
 
     server = find_tritonserver()
     backends = server.resolve().parent.parent / "backends"

@@ -41,7 +41,7 @@ def test_a_cache_that_takes_no_more(tmp_path: Path) -> None:
 
 def test_a_workspace_that_takes_no_more(tmp_path: Path) -> None:
     # The CPU tritonserver laid out in the cache first, with room.
-    subprocess.run([sys.executable, "-c", "from ftcluster.triton_local import find_tritonserver; find_tritonserver()"],
+    subprocess.run([sys.executable, "-c", "from ftcluster.service.triton_local import find_tritonserver; find_tritonserver()"],
                    env={**os.environ, "HOME": str(tmp_path / "home")}, check=True, timeout=120)
     r = ftc("launch", "--nodes", "2", tmp=tmp_path, fsize=FSIZE)
     assert r.returncode == 3 and r.stderr.count("\n") == 1, r.stderr

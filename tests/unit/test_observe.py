@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from ftcluster.job.metrics import Sampler, parse_metrics
-from ftcluster.observe import gpus, last_lines, rates, run_view
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.observe.samples import gpus, last_lines, rates, run_view
+from ftcluster.run.store import RunRecord, RunStore
 from tests.helpers_specs import DATA
 
 
@@ -166,7 +166,7 @@ def test_report_plots_a_history(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plot extra")   # tests/run.sh installs it
     from matplotlib.image import imread
 
-    from ftcluster.report import history, plot
+    from ftcluster.observe.report import history, plot
 
     (tmp_path / "state").mkdir()
     t0 = 1795659016.0   # the recorded GPU samples' hour

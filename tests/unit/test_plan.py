@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from ftcluster.checkpoint import Split, read_checkpoint
+from ftcluster.plan.checkpoint import Split, read_checkpoint
 from ftcluster.errors import PlanError
-from ftcluster.plan import Plan, make_plan, plan_for, read_model_facts
-from ftcluster.spec import load_cluster, load_model
+from ftcluster.plan.parallel import Plan, make_plan, plan_for, read_model_facts
+from ftcluster.spec.models import load_cluster, load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
 
 

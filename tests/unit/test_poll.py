@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ftcluster.events import EventFollower
+from ftcluster.run.events import EventFollower
 from ftcluster.job.poll import EVENTS_LOOKUP, Cadence
 from tests.fake_clock import FakeClock
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from ftcluster import logs as logs_module
+from ftcluster.run import logs as logs_module
 from ftcluster.job.poll import EVENTS, SCHEDULER_PER_MINUTE, Budget
 from ftcluster.launchers.slurm import PyxisSlurmLauncher
-from ftcluster.layout import RunPaths
-from ftcluster.logs import Follower, LogSource, follow_job
-from ftcluster.runner import CommandResult
+from ftcluster.run.layout import RunPaths
+from ftcluster.run.logs import Follower, LogSource, follow_job
+from ftcluster.hosts.runner import CommandResult
 from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
-from ftcluster.watch import JobWatch
+from ftcluster.launchers.watch import JobWatch
 from tests.fake_clock import START, FakeClock, World, most_in_a_minute
 
 
@@ -179,7 +179,7 @@ def test_logs_f_follows_a_job_requeued_while_it_follows(tmp_path: Path, requeued
         assert notices == ["the job was requeued by Slurm: following its next start"]
         assert START + 70 <= world.now < START + 75
     else:
-        # Told to stop by another than `ftcluster stop` (a scancel): cancelled (ftcluster.run_state).
+        # Told to stop by another than `ftcluster stop` (a scancel): cancelled (ftcluster.run.state).
         assert final is JobState.CANCELLED and shown == ["first attempt"] and notices == []
         assert START + 23 <= world.now < START + 26
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from ftcluster.errors import UserError
-from ftcluster.plan import make_plan
-from ftcluster.probe import PROBE_SEQUENCE_ID, liveness_config
-from ftcluster.spec import ClientDefaults, Liveness, ModelSpec, embedded_model_path, load_model
+from ftcluster.plan.parallel import make_plan
+from ftcluster.render.liveness_request import PROBE_SEQUENCE_ID, liveness_config
+from ftcluster.spec.models import ClientDefaults, Liveness, ModelSpec, embedded_model_path, load_model
 from tests.helpers_specs import cluster
 from tests.unit.test_zoo import IDS, REPOS, make_checkpoint, spec_for
 
@@ -71,9 +71,9 @@ def test_no_probe_when_turned_off_and_a_clear_refusal_when_none_can_be_made(tmp_
 
 _IN_A_FRESH_PROCESS = """
 import json, sys
-from ftcluster.plan import make_plan
-from ftcluster.probe import liveness_config
-from ftcluster.spec import Liveness, embedded_model_path, load_model
+from ftcluster.plan.parallel import make_plan
+from ftcluster.render.liveness_request import liveness_config
+from ftcluster.spec.models import Liveness, embedded_model_path, load_model
 from tests.helpers_specs import cluster
 demo = load_model(embedded_model_path())
 cfg = liveness_config(demo, make_plan(cluster(gpus_per_node=1), demo, 1), demo.client, Liveness(), 8002)

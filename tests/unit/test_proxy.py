@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.proxy import (
+from ftcluster.plan.endpoint import (
     PRIVATE_GRPC_METHODS,
     PRIVATE_HTTP_PATHS,
     access_of,
@@ -18,7 +18,7 @@ from ftcluster.proxy import (
     caddy_config,
     loopback_ports,
 )
-from ftcluster.spec import Ports, Proxy
+from ftcluster.spec.models import Ports, Proxy
 from tests.helpers_specs import run_cli
 from tests.unit.test_render import SPECS, cluster
 
@@ -33,7 +33,7 @@ def test_private_by_default_where_a_proxy_can_run_beside_rank0(style: str, want:
 def test_refusals_name_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    from ftcluster.styles import STYLES
+    from ftcluster.spec.launch_styles import STYLES
 
     high = cluster(**{**SPECS["none"], "ports": {"http": 65500, "grpc": 65501, "metrics": 65502}})
     assert access_problems(high)[0].startswith("proxy.loopback_offset:")
@@ -132,8 +132,8 @@ def test_the_dry_run_names_the_token_file_and_shows_no_token(tmp_path: Path) -> 
 
 def test_the_gpu_exporter_port_follows_the_access_of_tritons_metrics() -> None:
     from ftcluster.job.config import JobConfig
-    from ftcluster.replicas import member_ports, ports_of
-    from ftcluster.render import RenderOptions, RunPaths, render
+    from ftcluster.plan.replicas import member_ports, ports_of
+    from ftcluster.render.scripts import RenderOptions, RunPaths, render
     from tests.unit.test_render import RUN_DIR, _model, _plan
 
     with pytest.raises(ValueError, match="must differ"):

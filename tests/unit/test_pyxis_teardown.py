@@ -18,7 +18,7 @@ import pytest
 from ftcluster.errors import UserError
 from ftcluster.launchers import launcher_for
 from ftcluster.launchers.slurm import PyxisSlurmLauncher
-from ftcluster.runner import LocalRunner
+from ftcluster.hosts.runner import LocalRunner
 from tests.unit.test_render import RUN_DIR, render_style, write_env_file
 
 FAKE_ENROOT = r"""#!/bin/bash

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from ftcluster.job.names import FILES
-from ftcluster.render import RenderedScripts
+from ftcluster.render.scripts import RenderedScripts
 from tests.unit.test_render import HOSTILE, SPECS, _hostile_render, _no_pwned, render_style, shlex_quote
 
 SHM = Path(FILES.shm_dir)

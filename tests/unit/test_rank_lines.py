@@ -51,7 +51,7 @@ def test_a_rank_exit_record_not_yet_whole_names_no_rank(tmp_path: Path) -> None:
     # rank_server.sh's `>` empties rank<R>.exit before its one write: read in between (or left so
     # by a wrapper killed there), the rank recorded no exit -- it is not the first to die, code "?".
     from ftcluster.job.ranks import RankFiles, parse_exit
-    from ftcluster.status import rank_exit
+    from ftcluster.observe.status import rank_exit
 
     assert parse_exit("") is None and parse_exit("137") is None and parse_exit("137 17") is None
     assert parse_exit("137 1700000000.5 died\n") == ("137", 1700000000.5, "died")

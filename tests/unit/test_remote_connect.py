@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from ftcluster.errors import UserError
-from ftcluster.remote import SshTarget, connect
+from ftcluster.hosts.login import SshTarget, connect
 
 pytest.importorskip("fabric")
 
@@ -29,7 +29,7 @@ def test_unreachable_host_is_a_user_error(host: str, port: int | None) -> None:
 
 def test_a_tunnel_follows_the_service_and_ends_with_it() -> None:
     """What a tunnel does after each `status` of its run (as the login node gives it)."""
-    from ftcluster.tunnel import next_move
+    from ftcluster.access.tunnel import next_move
 
     serving = {"state": "RUNNING", "phase": "serving", "endpoint": "n1:8000", "successor": None}
     assert next_move(serving, "r1", "n1:8000") == ("stay", "")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.plan import Plan, plan_for
-from ftcluster.render import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts, RenderOptions, RunPaths, render, templates_dir
-from ftcluster.spec import ClusterSpec, ModelSpec
+from ftcluster.plan.parallel import Plan, plan_for
+from ftcluster.render.scripts import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts, RenderOptions, RunPaths, render, templates_dir
+from ftcluster.spec.models import ClusterSpec, ModelSpec
 from tests.helpers_specs import REPO_ROOT, ckpt, cluster, facts, model
 
 
@@ -315,7 +315,7 @@ def test_hostile_pyxis_container_flags_arrive_verbatim(weird_tmp_path: Path) -> 
 def test_no_shared_template_piece_names_a_style() -> None:
     """Shared pieces (the base entry template, the `_` includes, the rank wrapper) serve every
     style alike: what differs is a Style row's field or a style's own template."""
-    from ftcluster.styles import STYLES as ROWS
+    from ftcluster.spec.launch_styles import STYLES as ROWS
 
     own = {ROWS[s].template for s in ROWS} | {ROWS[s].node_script for s in ROWS if ROWS[s].node_script}
     shared = [t for t in templates_dir().glob("*.j2") if t.name not in own - {"job.sh.j2"}]

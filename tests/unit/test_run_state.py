@@ -1,4 +1,4 @@
-"""A run's state, defined once (ftcluster.run_state), as `status` and `list` tell it: Slurm's
+"""A run's state, defined once (ftcluster.run.state), as `status` and `list` tell it: Slurm's
 answers are the test bed's own (Slurm 22.05, no accounting), recorded and played back."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster import status as status_module
+from ftcluster.observe import status as status_module
 from ftcluster.launchers.slurm import SlurmLauncher
-from ftcluster.run_state import STOPPED_REASON
-from ftcluster.status import live_states, run_status
-from ftcluster.store import RunRecord
+from ftcluster.run.state import STOPPED_REASON
+from ftcluster.observe.status import live_states, run_status
+from ftcluster.run.store import RunRecord
 from tests.unit.test_slurm import Scripted
 
 # Recorded on the bed: a job Slurm has forgotten (MinJobAge after its end, no slurmdbd).

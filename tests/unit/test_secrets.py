@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftcluster.launch import LaunchOptions, job_request
-from ftcluster.layout import RunPaths
-from ftcluster.store import RunStore
+from ftcluster.launch.run import LaunchOptions, job_request
+from ftcluster.run.layout import RunPaths
+from ftcluster.run.store import RunStore
 from tests.helpers_specs import run_cli
 from tests.unit.test_render import SPECS, _model, _plan, cluster
 

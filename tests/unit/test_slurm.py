@@ -10,9 +10,9 @@ import pytest
 from ftcluster.errors import LaunchError
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.slurm import PyxisSlurmLauncher, SlurmLauncher
-from ftcluster.layout import RunPaths
-from ftcluster.request import submit_argv
-from ftcluster.runner import CommandResult
+from ftcluster.run.layout import RunPaths
+from ftcluster.render.request import submit_argv
+from ftcluster.hosts.runner import CommandResult
 from ftcluster.slurm import JobInfo, JobState, Slurm
 from tests.fake_clock import FakeClock
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ftcluster.errors import SpecError
-from ftcluster.spec import ClusterSpec, ModelSpec, Mount, load_cluster, load_model
+from ftcluster.spec.models import ClusterSpec, ModelSpec, Mount, load_cluster, load_model
 from tests.helpers_specs import MODELS, REPO_ROOT, cluster
 
 CLUSTERS = sorted((REPO_ROOT / "configs" / "clusters").glob("*.yaml"))

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from ftcluster.errors import PlanError, SpecError
-from ftcluster.plan import plan_for
-from ftcluster.render import RenderOptions, RunPaths, pyxis_mounts, render
-from ftcluster.spec import ClusterSpec, Mount, load_cluster, with_image
-from ftcluster.store import RUN_NAME_MAX, new_run_id
-from ftcluster.visibility import check_checkpoint_visible, server_checkpoint_path
+from ftcluster.plan.parallel import plan_for
+from ftcluster.render.scripts import RenderOptions, RunPaths, pyxis_mounts, render
+from ftcluster.spec.models import ClusterSpec, Mount, load_cluster, with_image
+from ftcluster.run.store import RUN_NAME_MAX, new_run_id
+from ftcluster.plan.visibility import check_checkpoint_visible, server_checkpoint_path
 from tests.helpers_specs import ckpt, cluster, facts, model
 
 
@@ -229,7 +229,7 @@ def test_an_env_value_may_span_lines_and_hold_tabs_but_no_other_control() -> Non
 
 def test_a_nul_in_the_config_files_spec_path_is_one_line_naming_it(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from ftcluster.defaults import default_path
+    from ftcluster.spec.defaults import default_path
     from ftcluster.errors import UserError
 
     (tmp_path / "ftcluster").mkdir()
@@ -360,7 +360,7 @@ def test_launch_dry_run_with_a_90_character_model_name(tmp_path: Path) -> None:
 
 def test_images_folder_uses_the_expanded_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`$HOME/...` once made a literal `$HOME` folder (convert, image): the spec expands it."""
-    from ftcluster.image import images_dir
+    from ftcluster.service.image import images_dir
 
     monkeypatch.setenv("HOME", str(tmp_path))
     p = tmp_path / "c.yaml"
@@ -369,7 +369,7 @@ def test_images_folder_uses_the_expanded_workspace(tmp_path: Path, monkeypatch: 
 
 
 def test_pyxis_mount_path_problem_for_render_out() -> None:
-    from ftcluster.spec import pyxis_mount_path_problem
+    from ftcluster.spec.models import pyxis_mount_path_problem
 
     assert pyxis_mount_path_problem("/shared/runs/my-run_1") is None
     for path, shown in [("/shared/runs/my run 1", "a blank"), ("/r/$(x)", "$"), ("/r/a,b", ","), ("/r/a:b", ":"), ("/r/`x`", "`"), ('/r/"', '"'),
@@ -386,7 +386,8 @@ def test_default_workspace_is_expanded_too(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_a_forwarding_spec_leaves_the_workspace_to_the_login_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ftcluster import remote, spec
+    from ftcluster.hosts import login as remote
+    from ftcluster.spec import models as spec
 
     assert spec.ON_LOGIN_NODE_ENV == remote.HOP_ENV
     monkeypatch.delenv(remote.HOP_ENV, raising=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster.errors import UserError
-from ftcluster.local_mpi import find_local_mpi
+from ftcluster.launchers.local_mpi import find_local_mpi
 from tests.unit.test_rank_leftovers import _wrapper_of
 from tests.unit.test_request import _request
 
@@ -142,8 +142,8 @@ def _job_import(scripts: Path) -> list[str]:
 
 
 def test_the_supervisors_copies_come_with_their_bytecode(tmp_path: Path) -> None:
-    from ftcluster import bytecode
-    from ftcluster.render import SUPERVISOR_MODULES
+    from ftcluster.render import bytecode
+    from ftcluster.render.scripts import SUPERVISOR_MODULES
     from ftcluster.resources import package_path
 
     # The package's own cache, current, as an install leaves it.
@@ -172,7 +172,7 @@ def test_the_supervisors_copies_come_with_their_bytecode(tmp_path: Path) -> None
 def test_a_module_without_bytecode_yet_gets_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An editable install has bytecode only for what was imported: the first ship makes it where
     an import would have, unless Python is told to write none."""
-    from ftcluster.bytecode import ship_bytecode
+    from ftcluster.render.bytecode import ship_bytecode
 
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
     monkeypatch.setattr(sys, "pycache_prefix", None)
@@ -193,7 +193,7 @@ def test_a_module_without_bytecode_yet_gets_it_once(tmp_path: Path, monkeypatch:
 
 
 def test_a_cache_entry_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
-    from ftcluster.store import keep_in_cache
+    from ftcluster.run.store import keep_in_cache
 
     entry = tmp_path / "cache" / "mpi" / "k.txt"
     keep_in_cache(entry, "mpirun (Open MPI) 5.0.5\n")

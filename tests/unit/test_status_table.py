@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ftcluster import status as status_module
+from ftcluster.observe import status as status_module
 from ftcluster.cli.commands_runs import status_table
 from ftcluster.launchers.slurm import SlurmLauncher
-from ftcluster.runner import CommandResult
+from ftcluster.hosts.runner import CommandResult
 from ftcluster.slurm import Slurm
-from ftcluster.status import run_status
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.observe.status import run_status
+from ftcluster.run.store import RunRecord, RunStore
 from tests.unit.test_slurm import Scripted
 
 

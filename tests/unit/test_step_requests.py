@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 import yaml
 
-from ftcluster.convert import ConvertRequest, convert_launch
+from ftcluster.launch.convert import ConvertRequest, convert_launch
 from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.supervisor import Job
-from ftcluster.layout import RunPaths
-from ftcluster.plan import make_plan
-from ftcluster.preflight import PreflightOptions, preflight_launch, report_from_output
+from ftcluster.run.layout import RunPaths
+from ftcluster.plan.parallel import make_plan
+from ftcluster.launch.preflight import PreflightOptions, preflight_launch, report_from_output
 from ftcluster.rank.preflight import GpuInfo, RankReport, build_report
-from ftcluster.render import RenderOptions
-from ftcluster.request import JobRequest, build_request
-from ftcluster.spec import embedded_model_path, load_model
+from ftcluster.render.scripts import RenderOptions
+from ftcluster.render.request import JobRequest, build_request
+from ftcluster.spec.models import embedded_model_path, load_model
 from tests.helpers_specs import cluster
 from tests.unit.test_render import KNOWN_TEMPLATE_ISSUES
 
@@ -340,10 +340,10 @@ def test_local_preflight_ranks_see_their_own_gpu_slice(tmp_path: Path) -> None:
 
 def test_a_step_past_its_time_fails_naming_it(tmp_path: Path) -> None:
     # A step that would outlive its limit is stopped, and the run fails saying so.
-    from ftcluster.launch import Launch, LaunchOptions
-    from ftcluster.render import JobStep
-    from ftcluster.request import job_shape
-    from ftcluster.store import RunStore
+    from ftcluster.launch.run import Launch, LaunchOptions
+    from ftcluster.render.scripts import JobStep
+    from ftcluster.render.request import job_shape
+    from ftcluster.run.store import RunStore
 
     c = cluster(scheduler="local", workspace=str(tmp_path / "ws"))
     step = JobStep("preflight", "the preflight", ("sleep", "60"), per_node=False, timeout=1)
@@ -357,12 +357,12 @@ def test_a_step_past_its_time_fails_naming_it(tmp_path: Path) -> None:
 def test_hostile_paths_reach_the_step_as_data(tmp_path: Path) -> None:
     # A local conversion whose input path would run commands if it were ever evaluated: the
     # converter gets it as one argument, fails on it, and nothing ran.
-    from ftcluster.convert import run
+    from ftcluster.launch.convert import run
 
     weird = tmp_path / "in $(touch PWNED) `touch PWNED1` '; touch PWNED2 #"
     req = _convert_req(tmp_path, str(weird), scheduler="local", partition=None, python=None)
     req = ConvertRequest(req.cluster, req.model, 2, TEST_CONVERTER, str(weird), sys.executable)
-    from ftcluster.store import RunStore
+    from ftcluster.run.store import RunStore
 
     launch = convert_launch(req, store=RunStore(tmp_path / "runs.sqlite"))
     outcome = run(launch, req)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ftcluster.job.handover import submit_env
-from ftcluster.render import RenderOptions, RunPaths, render
-from ftcluster.successor import with_excluded
+from ftcluster.render.scripts import RenderOptions, RunPaths, render
+from ftcluster.launch.successor import with_excluded
 from tests.helpers_specs import assert_one_line_error, run_cli
 from tests.unit.test_render import PYTHON, RUN_DIR, SPECS, _model, _plan, cluster
 

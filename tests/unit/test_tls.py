@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from ftcluster.client.endpoint import Endpoint
-from ftcluster.proxy import access_problems, caddy_config, loopback_ports, tls_name
-from ftcluster.replicas import front_config, member_cluster
-from ftcluster.run_access import tls_cert_of
+from ftcluster.plan.endpoint import access_problems, caddy_config, loopback_ports, tls_name
+from ftcluster.plan.replicas import front_config, member_cluster
+from ftcluster.access.run_access import tls_cert_of
 from tests.helpers_specs import cluster
 
 
@@ -78,7 +78,7 @@ def test_an_https_or_grpcs_url_asks_for_tls(url: str, tls: bool) -> None:
 def test_a_run_s_certificate_is_found_for_its_clients(tmp_path: Path) -> None:
     """--run trusts what the run serves: a run's proxy (its rendered scripts/job.json), a set's
     front (scripts/front.json); nothing for a plain run."""
-    from ftcluster.replica_files import FRONT_SETTINGS
+    from ftcluster.run.replica_files import FRONT_SETTINGS
     from tests.unit.test_render import render_style
 
     cert, key = _cert(tmp_path, "/CN=x", "DNS:node1")

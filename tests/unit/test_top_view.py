@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ftcluster.cli.commands_top import render
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.run.store import RunRecord, RunStore
 
 VIEW = {"run_id": "gpt-20261202-101500-ab12", "endpoint": "node1:8000", "runs": [{
     "run_id": "gpt-20261202-101500-ab12", "replica": None, "phase": "serving", "in_rotation": None,

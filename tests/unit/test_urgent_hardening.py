@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ftcluster.envnames import env_name_problem, job_library_names
-from ftcluster.layout import RunPaths
-from ftcluster.procs import ProcessId
-from ftcluster.render import RenderOptions, render
-from ftcluster.store import RunRecord, RunStore
+from ftcluster.spec.envnames import env_name_problem, job_library_names
+from ftcluster.run.layout import RunPaths
+from ftcluster.run.procs import ProcessId
+from ftcluster.render.scripts import RenderOptions, render
+from ftcluster.run.store import RunRecord, RunStore
 from tests.helpers_specs import (
     REPO_ROOT,
     assert_one_line_error,
@@ -109,7 +109,7 @@ def test_the_scanner_reads_the_bash_in_jinja_expressions_and_the_jobs_bash_snipp
     """A Jinja expression's string literals become bash in the script (`{{ ' $proxy_pids' if x }}`),
     and the job runs the snippets of ftcluster/job/bash.py by `bash -c` with the user's env: the
     names in both are refused like the scripts' own."""
-    from ftcluster.envnames import job_bash_snippets, names_in_script
+    from ftcluster.spec.envnames import job_bash_snippets, names_in_script
 
     found = names_in_script("kill $pids{{ ' $only_in_jinja' if proxied }}\n{% set line = \"SET_IN_JINJA=1 run\" %}")
     assert {"pids", "only_in_jinja", "SET_IN_JINJA"} <= found and not {"proxied", "line", "set"} & found
@@ -175,7 +175,7 @@ def test_hostile_env_values_stay_data_in_every_style(style: str, tmp_path: Path)
 def test_a_job_variable_in_env_cannot_replace_the_jobs_value_even_past_validation(tmp_path: Path) -> None:
     """Defence in depth: were a job variable's name ever let through, the spec's env is exported
     before the job's own assignments, so the job's value wins and the payload stays a string."""
-    from ftcluster.plan import plan_for
+    from ftcluster.plan.parallel import plan_for
 
     c = cluster()
     c = c.model_copy(update={"env": {"NODES": PAYLOAD, "EXIT_GRACE": PAYLOAD}})  # skips validation
@@ -224,7 +224,7 @@ def test_render_out_that_enroot_would_evaluate_is_refused(bad: str, tmp_path: Pa
 
 def test_a_workspace_and_spec_mounts_go_through_the_same_check(tmp_path: Path) -> None:
     from ftcluster.errors import UserError
-    from ftcluster.render import pyxis_mount_problems
+    from ftcluster.render.scripts import pyxis_mount_problems
 
     c = cluster(scheduler="slurm", container={"runtime": "pyxis", "image": "/i.sqsh",
                                               "mounts": ["/data:/data"]})
@@ -238,7 +238,7 @@ def test_a_workspace_and_spec_mounts_go_through_the_same_check(tmp_path: Path) -
 
 
 def _plan(c: Any) -> Any:
-    from ftcluster.plan import plan_for
+    from ftcluster.plan.parallel import plan_for
 
     return plan_for(c, model(checkpoint_root="/ckpt"), facts(), ckpt(tp=1, layers=2), 1, 1)
 

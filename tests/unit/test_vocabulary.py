@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from ftcluster.events import EV
-from ftcluster.layout import FILES
-from ftcluster.render import templates_dir
+from ftcluster.run.events import EV
+from ftcluster.run.layout import FILES
+from ftcluster.render.scripts import templates_dir
 from tests.unit.test_render import STYLES, render_style
 
 KINDS = {v for k, v in vars(type(EV)).items() if not k.startswith("_") and isinstance(v, str)}
@@ -45,7 +45,7 @@ def test_per_rank_file_names() -> None:
 def test_every_template_needs_only_names_of_the_typed_context() -> None:
     from jinja2 import meta
 
-    from ftcluster.render import RenderContext, _env
+    from ftcluster.render.scripts import RenderContext, _env
 
     names = {f.name for f in dataclasses.fields(RenderContext)}
     env = _env()

@@ -1,6 +1,6 @@
 #!/bin/bash
 # ftcluster run gpt-2n (ssh_docker): 2 node(s), tensor_para_size=8, pipeline_para_size=2;
-# a Docker container per host over ssh (python -m ftcluster.fanout), mpirun over ssh from rank 0's.
+# a Docker container per host over ssh (python -m ftcluster.hosts.fanout), mpirun over ssh from rank 0's.
 # Runs on this host as its own process group:
 #   Start: setsid bash /shared/runs/gpt-2n/scripts/job.sh    Stop: kill -TERM -- -<its pid> (it tears down first)
 # This file only starts the run's job supervisor, scripts/ftcluster_job/ (Python, stdlib only),

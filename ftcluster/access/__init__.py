@@ -1,0 +1,1 @@
+"""Reaching a recorded run: its endpoint and token, a tunnel through the login node."""

@@ -1,0 +1,1 @@
+"""What a run says: its status, its report, its samples, the documented JSON objects."""
