@@ -119,6 +119,15 @@ def processes_matching(text: str) -> list[str]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is no zombie (a child not reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

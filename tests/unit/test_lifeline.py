@@ -18,18 +18,11 @@ import pytest
 from ftcluster.job.config import JobConfig
 from ftcluster.job.listeners import taken_ports
 from ftcluster.job.supervisor import Failed, Job
-from tests.launch_helpers import free_port_base, wait_for
+from tests.launch_helpers import alive, free_port_base, wait_for
 from tests.unit.test_render import render_style
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _job(state: Path, style: str = "local") -> Job:
@@ -49,10 +42,10 @@ def test_a_child_of_the_job_dies_with_a_supervisor_killed_without_its_teardown(t
     try:
         assert sup.stdout is not None
         child = int(sup.stdout.readline())
-        assert _alive(child)
+        assert alive(child)
         sup.kill()
         sup.wait()
-        assert wait_for(lambda: not _alive(child), 5), "the child outlived its supervisor"
+        assert wait_for(lambda: not alive(child), 5), "the child outlived its supervisor"
     finally:
         sup.kill()
         sup.wait()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ftcluster.job.bash import SESSION_GUARD
+from tests.launch_helpers import alive
 
 # A stand-in job: leads a session of its own (as the local launcher starts it), starts a child
 # in its session and a guard on a pipe only it holds, says both pids, then waits to be killed.
@@ -34,17 +35,10 @@ sys.stdin.read()
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 def _gone(pid: int, within: float = 10.0) -> bool:
     until = time.monotonic() + within
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > until:
             return False
         time.sleep(0.02)
@@ -76,7 +70,7 @@ def test_a_killed_job_leaves_nothing_of_its_session(tmp_path: Path) -> None:
         assert _gone(guard) and _gone(child)
         assert marked.wait(timeout=10) == -9
         assert not mpi.exists() and not shm.exists()
-        assert _alive(outside.pid)
+        assert alive(outside.pid)
     finally:
         outside.kill()
         outside.wait()
@@ -88,7 +82,7 @@ def test_a_job_that_tore_down_leaves_the_guard_nothing_to_do(tmp_path: Path) -> 
     job, child, guard, mpi, shm = _start(tmp_path, "lead", "done", run)
     try:
         assert job.stdout is not None and job.stdout.readline().strip() == "guard ended"
-        assert _alive(child) and mpi.exists() and shm.exists()
+        assert alive(child) and mpi.exists() and shm.exists()
     finally:
         job.kill()
         job.wait()
@@ -103,7 +97,7 @@ def test_a_job_in_a_terminal_session_gets_no_session_kill(tmp_path: Path) -> Non
         job.kill()
         job.wait()
         assert _gone(guard)
-        assert _alive(child) and not shm.exists()   # the marks' part still ran
+        assert alive(child) and not shm.exists()   # the marks' part still ran
     finally:
         os.kill(child, 9)
         shm.unlink(missing_ok=True)
