@@ -244,8 +244,10 @@ def test_no_gpu_on_a_cpu_machine(tmp_path: Path) -> None:
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     spec = tmp_path / "cpu.yaml"
-    spec.write_text("name: cpu\nscheduler: local\ngpus_per_node: auto\n")
-    env = child_env({"PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200"})
+    # Its own workspace and run store: the user's (~/ftcluster-runs) got a run folder per test.
+    spec.write_text(f"name: cpu\nscheduler: local\ngpus_per_node: auto\nworkspace: {tmp_path / 'ws'}\n")
+    env = child_env({"PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200",
+                     "FTCLUSTER_STATE_DIR": str(tmp_path / "state")})
     return subprocess.run([sys.executable, "-m", "ftcluster", "preflight", "--cluster", str(spec),
                            "--nodes", "2", *args], capture_output=True, text=True, env=env,
                           timeout=180, check=False)
