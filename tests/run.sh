@@ -34,7 +34,9 @@ if unshare --mount true 2>/dev/null; then
   others=$!
 fi
 rc=0
-python3 -m pytest -m "bed and not bed5" "$@" || rc=$?
+# Whoever started this script may have left SIGINT ignored (a background job of a shell does),
+# which Python would keep: the Ctrl-C tests' launches would never see theirs.
+env --default-signal=INT,QUIT python3 -m pytest -m "bed and not bed5" "$@" || rc=$?
 rco=0
 if [ -n "$others" ]; then
   wait "$others" || rco=$?
@@ -50,7 +52,7 @@ if (( rco != 5 && (rc == 0 || rc == 5) )); then rc=$rco; fi
 # pass's bed is down by then, and this pass starts one of 5 nodes (bare Slurm only: no Docker or
 # Pyxis there). "No test ran" (5: arguments that select none of them) is no failure.
 rc5=0
-FTC_TESTBED_NODES=5 python3 -m pytest -m bed5 "$@" || rc5=$?
+FTC_TESTBED_NODES=5 env --default-signal=INT,QUIT python3 -m pytest -m bed5 "$@" || rc5=$?
 (( rc5 == 5 )) && rc5=0
 # The whole suite that selected almost nothing fails, whatever the passes said. Options that
 # change only the output (CI's -q, -v, -x) still run the whole suite; a path, -k, -m or a

@@ -26,6 +26,11 @@ class SshDockerLauncher(RunKeysLauncher, LocalLauncher):
     # The node-side teardown over ssh: stop the ranks, docker rm -f on every host.
     teardown_grace = 90.0
 
+    def with_ports(self, cluster: ClusterSpec, plan: Plan) -> ClusterSpec:
+        # The ranks serve on the spec's hosts, not here: a port free on this machine says nothing
+        # of theirs, so the spec's ports (or the defaults) stand, as on Slurm.
+        return cluster
+
     def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
         if plan.nodes > len(cluster.hosts):
             raise UserError(f"{plan.nodes} nodes requested but hosts lists {len(cluster.hosts)}",
