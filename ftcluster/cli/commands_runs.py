@@ -183,10 +183,11 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
     if rec.job_id and not later:
         from ftcluster.launchers import launcher_for_record
         from ftcluster.run.state import run_state
-        from ftcluster.observe.status import paths_of, run_events
+        from ftcluster.observe.status import paths_of
+        from ftcluster.run.events import events_in
 
         launcher = launcher_for_record(rec)
-        info = run_state(launcher.info(rec.job_id, paths_of(rec)), run_events(paths_of(rec)), rec.status)
+        info = run_state(launcher.info(rec.job_id, paths_of(rec)), events_in(Path(rec.run_dir)), rec.status)
         if info.gone and launcher.identifies(rec.job_id):
             # Nothing to stop, but what the run left on this side (a Docker run's keys) goes.
             launcher.release_resources(paths_of(rec))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftcluster.errors import Interrupted, LaunchError, UserError
-from ftcluster.run.events import EV
+from ftcluster.run.events import EV, events_in
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch.run import Launch, LaunchOptions, Progress, run_paths, workspace_dir
 from ftcluster.render.launched import LaunchedSpecs, read_specs, write_specs
@@ -28,7 +28,7 @@ from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import access_of, new_token, proxy_binary
 from ftcluster.render.scripts import JobStep, handover_lead, write_private
 from ftcluster.run.replica_files import (FRONT_CADDY, FRONT_SETTINGS, MEMBERS_FILE, front_endpoint, read_members,
-                                     rotation_now, run_events)
+                                     rotation_now)
 from ftcluster.plan.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.render.request import job_shape
@@ -201,7 +201,7 @@ class ReplicaSet:
         while True:
             rotation = rotation_now(self.paths.run_dir)
             for rec in launched:
-                events = run_events(Path(rec.run_dir))
+                events = events_in(Path(rec.run_dir))
                 label = "balancer" if rec.replica is None else f"replica {rec.replica}"
                 for e in events:
                     if e.kind in (EV.job_started, EV.ready, EV.serving, EV.step_started) and (rec.run_id, e.kind) not in shown:
@@ -276,7 +276,7 @@ def wait_in_rotation(set_dir: Path, run_dir: str, limit: float, clock: Clock = C
         for m in rotation_now(set_dir).get("members", []):
             if m.get("run_dir") == run_dir and m.get("in"):
                 return None
-        failed = [e for e in run_events(Path(run_dir)) if e.kind in (EV.failed, EV.done)]
+        failed = [e for e in events_in(Path(run_dir)) if e.kind in (EV.failed, EV.done)]
         if failed:
             return f"run {Path(run_dir).name} ended before it was in rotation: {' '.join(failed[0].args)}"
         if check is not None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ftcluster.observe.documents import document, run_hosts
 from ftcluster.errors import UserError
-from ftcluster.run.events import EV, Event, parse_events
+from ftcluster.run.events import EV, events_in
 from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.run.phases import PHASES
@@ -155,7 +155,7 @@ def health_label(health: dict[str, Any]) -> str:
 def run_status(rec: RunRecord) -> dict[str, Any]:
     """The `status` object of a run (schema in docs/reference.md)."""
     paths = paths_of(rec)
-    events = run_events(paths)
+    events = events_in(paths.run_dir)
     phase_events = [e for e in events if e.kind in PHASES]
     phase = phase_events[-1].kind if phase_events else ("submitted" if rec.job_id else "created")
     ready = [e for e in events if e.kind == EV.ready]
@@ -292,7 +292,7 @@ def _successor(events: list[Any]) -> dict[str, Any] | None:
                      excluded=[n for n in (args[3] if len(args) > 3 else "").split(",") if n])
         rec = RunStore().exact(args[0])
         if rec is not None and rec.job_id:
-            info = run_state(launcher_for_record(rec).info(rec.job_id, paths_of(rec)), run_events(paths_of(rec)),
+            info = run_state(launcher_for_record(rec).info(rec.job_id, paths_of(rec)), events_in(Path(rec.run_dir)),
                              rec.status)
             found.update(state=info.state.value, reason=info.reason or None)
     return found
@@ -333,7 +333,7 @@ def successors(rec: RunRecord, store: RunStore) -> list[RunRecord]:
     seen = {rec.run_id}
     while True:
         paths = paths_of(chain[-1] if chain else rec)
-        events = run_events(paths)
+        events = events_in(paths.run_dir)
         submitted = [e for e in events if e.kind == EV.successor_submitted and e.args]
         nxt = store.exact(submitted[-1].args[0]) if submitted else None
         if nxt is None or nxt.run_id in seen:
@@ -383,16 +383,9 @@ def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
     states: dict[str, JobInfo] = {}
     for name, recs in groups.items():
         found = launcher_named(name).infos([(r.job_id or "", paths_of(r)) for r in recs])
-        states.update({r.run_id: run_state(found[r.job_id or ""], run_events(paths_of(r)), r.status) for r in recs})
+        states.update({r.run_id: run_state(found[r.job_id or ""], events_in(Path(r.run_dir)), r.status) for r in recs})
     return states
 
-
-def run_events(paths: RunPaths) -> list[Event]:
-    """The run's events so far ([] before the job wrote any, or with its folder gone)."""
-    try:
-        return parse_events(paths.events.read_text(errors="replace"))
-    except OSError:
-        return []
 
 
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:

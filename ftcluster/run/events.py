@@ -7,7 +7,9 @@ the servers from the login node.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from ftcluster.job.names import EV, Kinds  # noqa: F401  (defined with the supervisor, which writes them)
+from pathlib import Path
+
+from ftcluster.job.names import EV, FILES, Kinds  # noqa: F401  (defined with the supervisor, which writes them)
 from ftcluster.job.poll import CLOCK, EVENTS_LOOKUP, Clock
 
 
@@ -30,6 +32,15 @@ def parse_events(text: str) -> list[Event]:
             continue
         events.append(Event(t, parts[1], tuple(parts[2:])))
     return events
+
+
+def events_in(run_dir: Path) -> list[Event]:
+    """A run folder's events so far: none before the job wrote any, or where they cannot be read
+    (its folder gone)."""
+    try:
+        return parse_events((run_dir / "state" / FILES.events).read_text(errors="replace"))
+    except OSError:
+        return []
 
 
 def last(events: list[Event], kind: str) -> Event | None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ftcluster.run.events import EV, parse_events
+from ftcluster.run.events import EV, events_in
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.run.layout import RunPaths
@@ -42,10 +42,7 @@ def record_of_folder(folder: Path) -> RunRecord | None:
     style = style_name(scheduler, _text(cluster.get("runtime")) or "none")
     if style not in STYLES:
         return None
-    try:
-        events = parse_events((folder / "state" / FILES.events).read_text(errors="replace"))
-    except OSError:
-        events = []
+    events = events_in(folder)
     started = [e for e in events if e.kind == EV.job_started and len(e.args) > 1]
     job_id = started[-1].args[1] if started else None
     if job_id is not None and STYLES[style].runs_here:

@@ -9,21 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ftcluster.run.events import EV, Event, parse_events
-from ftcluster.job.names import FILES
+from ftcluster.run.events import EV, events_in
 
 MEMBERS_FILE = "replicas.json"       # in the front's run folder: the members it balances over
 ROTATION_FILE = "rotation.json"      # in the front's state/: what its balancer carries now
 FRONT_SETTINGS = "front.json"
 FRONT_CADDY = "front_caddy.json"
 
-
-def run_events(run_dir: Path) -> list[Event]:
-    """A run folder's events so far; none where they cannot be read."""
-    try:
-        return parse_events((run_dir / "state" / FILES.events).read_text(errors="replace"))
-    except OSError:
-        return []
 
 
 def read_members(set_dir: Path) -> list[dict[str, Any]]:
@@ -54,5 +46,5 @@ def front_endpoint(set_dir: Path) -> str | None:
     host, _, port = str(listen).rpartition(":")
     if host:
         return str(listen)
-    hosts = [e.args[0] for e in run_events(set_dir) if e.kind == EV.job_started and e.args]
+    hosts = [e.args[0] for e in events_in(set_dir) if e.kind == EV.job_started and e.args]
     return f"{hosts[-1]}:{port}" if hosts else None
