@@ -51,7 +51,7 @@ def request_successes(host: str, port: int, model: str, timeout: float = 2.0, vi
 
 class Probe:
     """One probe in a thread of its own: the job's loop keeps watching the ranks meanwhile. It is
-    over within the deadline, whatever rank 0 does."""
+    over within deadline + METRICS_S, whatever rank 0 does."""
 
     def __init__(self, cfg: LivenessConfig, host: str, port: int, via: Via = DIRECT):
         self.cfg, self.host, self.port, self.via = cfg, host, port, via

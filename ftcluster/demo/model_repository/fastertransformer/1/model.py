@@ -114,7 +114,7 @@ def _first_incarnation():
 
 def _die():
     """Like a crashing FT rank: the whole tritonserver goes, not just this stub."""
-    os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(_server_pid(), signal.SIGKILL)
     os._exit(137)
 
 
@@ -296,8 +296,8 @@ class TritonPythonModel:
         else:
             # FT returns its own types, whatever config.pbtxt declares (and Triton passes them
             # through): output_ids UINT32 (T5: INT32), sequence_length and response_input_lengths
-            # INT32 (ParallelGptTritonModelInstance.cc, T5TritonModelInstance.cc) -- under the
-            # shipped configs, which declare all of them UINT32.
+            # INT32 (ParallelGptTritonModelInstance.cc, T5TritonModelInstance.cc) -- where the
+            # shipped GPT config declares them all UINT32 (T5's declares INT32, as it returns).
             self.ids_dtype = np.int32 if self.model_type == "T5" else np.uint32
             self.len_dtype = np.int32
         if self.cuda is not None and not self.encoder:  # the CUDA decoder generates tokens only
