@@ -169,7 +169,10 @@ class Liveness:
             # read that got no answer is no progress.
             if self.misses == 0 or self.streak_from is None:
                 self.streak_from = probe.successes_before
-            after = probe.successes_after
+            # Later probes' reads before theirs count too: a loaded world shows its progress there.
+            seen = [x for x in (probe.successes_after, *(p.successes_before for p in self.in_flight))
+                    if x is not None]
+            after = max(seen) if seen else None
             progressed = after is not None and self.streak_from is not None and after > self.streak_from
             self.misses = 0 if progressed else self.misses + 1
             if self.misses == 1:
