@@ -141,6 +141,9 @@ class Liveness:
         # When the first probe of the run of misses was sent: the world has not answered since
         # (report's outage of a hung world starts there, not at the verdict).
         self.missed_since: float | None = None
+        # Whether any metrics read of the run of misses answered: a world whose metrics went
+        # silent too is stopped whole (or the host stalls it), which the verdict says.
+        self.streak_read = False
 
     def check(self) -> str | None:
         """None while the world answers (or may yet); the fault in words once `failures` probes in
@@ -174,6 +177,7 @@ class Liveness:
                     if x is not None]
             after = max(seen) if seen else None
             progressed = after is not None and self.streak_from is not None and after > self.streak_from
+            self.streak_read = after is not None or (self.misses > 0 and self.streak_read)
             self.misses = 0 if progressed else self.misses + 1
             if self.misses == 1:
                 self.missed_since = probe.started
@@ -186,7 +190,7 @@ class Liveness:
                    else "no probe was ever answered")
         return (f"the MPI world is hung: the liveness probe ({self.cfg.what}) got no answer within "
                 f"{self.cfg.deadline:g} s {self.misses} times in a row, and rank 0 completed no request "
-                f"meanwhile; {last_ok}")
+                f"meanwhile{'' if self.streak_read else ' (its metrics did not answer either)'}; {last_ok}")
 
     def health(self) -> dict[str, Any]:
         return {"probes": self.probes, "consecutive_misses": self.misses, "last_ok": self.last_ok,

@@ -91,6 +91,8 @@ def test_a_frozen_world_is_a_hang_after_failures_misses(rank0: _Rank0, tmp_path:
     rank0.frozen = True
     live, fault = _judge(rank0, tmp_path, 10)
     assert fault is not None and fault.startswith("the MPI world is hung") and live.probes == 2
+    # Its metrics answered: the verdict does not say they went silent.
+    assert "did not answer either" not in fault
 
 
 def test_a_world_that_freezes_after_answering_is_a_hang(rank0: _Rank0, tmp_path: Path) -> None:
@@ -129,6 +131,7 @@ def test_a_whole_process_freeze_is_found_within_the_formula(rank0: _Rank0, tmp_p
         time.sleep(0.02)
     found = time.time()
     assert live.missed_since is not None and fault.startswith("the MPI world is hung")
+    assert "(its metrics did not answer either)" in fault
     formula = (cfg.failures - 1) * cfg.interval + cfg.deadline
     assert formula - 0.1 < found - live.missed_since < formula + 1.0
     # The inference had its whole deadline, and no more.
