@@ -34,7 +34,7 @@ from ftcluster.client.rawhttp import HttpError, HttpTimeout
 from ftcluster.client.rawtriton import TritonError, TritonHttp
 from ftcluster.gateway import request as rq
 from ftcluster.gateway.schema import GenerateRequest, GenerateResponse, Health
-from ftcluster.gateway.tokenizer import Tokenizer, load_tokenizer
+from ftcluster.client.tokenizer import Tokenizer, load_tokenizer
 
 try:
     import orjson

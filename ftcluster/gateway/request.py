@@ -16,7 +16,7 @@ import numpy as np
 from ftcluster.client.modelio import ModelIO, TensorSpec, output_names
 from ftcluster.client.modelio import _shape as tensor_shape  # the client's batching rule, reused
 from ftcluster.gateway.schema import GenerateRequest
-from ftcluster.gateway.tokenizer import Tokenizer
+from ftcluster.client.tokenizer import Tokenizer
 
 # request field -> the names FT models (and FT's ensembles) use for it
 SAMPLING_INPUTS: dict[str, tuple[str, ...]] = {

@@ -8,7 +8,7 @@ run on every node, then the job ends by itself. Only after a grace period is it 
 
 from __future__ import annotations
 
-from ftcluster.launchers.run_keys import RunKeysLauncher
+from ftcluster.launchers.ssh_keys import RunKeysLauncher
 from ftcluster.launchers.slurm import SlurmLauncher
 
 

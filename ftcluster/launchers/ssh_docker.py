@@ -13,7 +13,7 @@ from ftcluster.errors import UserError
 from ftcluster.hosts.fanout import FanoutConfig
 from ftcluster.job.config import PROXY_STAGE
 from ftcluster.launchers.local import LocalLauncher
-from ftcluster.launchers.run_keys import RunKeysLauncher
+from ftcluster.launchers.ssh_keys import RunKeysLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.run.layout import RunPaths

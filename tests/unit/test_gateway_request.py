@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2
 from ftcluster.client.modelio import parse_config
 from ftcluster.gateway import request as rq
 from ftcluster.gateway.schema import GenerateRequest
-from ftcluster.gateway.tokenizer import ByteTokenizer
+from ftcluster.client.tokenizer import ByteTokenizer
 
 DEMO = Path(__file__).resolve().parents[2] / "ftcluster" / "demo"
 

@@ -14,7 +14,7 @@ from ftcluster.launchers import launcher_class, launcher_for_record, launcher_na
 from ftcluster.launchers.base import Launcher, Submission
 from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
 from ftcluster.launchers.local import LocalLauncher
-from ftcluster.launchers.run_keys import RunKeysLauncher
+from ftcluster.launchers.ssh_keys import RunKeysLauncher
 from ftcluster.launchers.slurm import SlurmLauncher
 from ftcluster.run.layout import RunPaths
 from ftcluster.plan.parallel import make_plan

@@ -1,4 +1,4 @@
-"""Per-run SSH keys for the Docker path: mpirun reaches the other containers over ssh.
+"""Per-run SSH keys for the Docker styles: mpirun reaches the other containers over ssh.
 
 The launcher makes, in the run folder's state/ssh/ (0700), before submission:
   id_ed25519 / .pub           the client key; authorized only inside this run's containers
@@ -14,6 +14,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ftcluster.launchers.base import Launcher, Submission
+
+if TYPE_CHECKING:
+    from ftcluster.run.layout import RunPaths
 
 SSH_SUBDIR = "ssh"
 CLIENT_KEY = "id_ed25519"
@@ -77,3 +83,13 @@ def remove(state_dir: Path) -> bool:
         return False
     shutil.rmtree(d, ignore_errors=True)
     return not d.exists()
+
+
+class RunKeysLauncher(Launcher):
+    """A launcher whose job needs per-run ssh keys: made before submission, removed at the end."""
+
+    def prepare_resources(self, request: Submission) -> None:
+        generate(request.paths.state, request.paths.run_id)
+
+    def release_resources(self, paths: RunPaths) -> None:
+        remove(paths.state)
