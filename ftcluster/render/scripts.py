@@ -67,11 +67,9 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # Files copied into scripts/ under another name than their module's in ftcluster/rank/: a
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
-# The job supervisor's modules, shipped into scripts/ftcluster_job/ (ftcluster/job/).
-SUPERVISOR_MODULES = ("__init__.py", "__main__.py", "bash.py", "config.py", "exporter.py", "front.py",
-                      "gpu_sampler.py", "gpu_samples.py", "handover.py", "lifeline.py", "listeners.py", "liveness.py",
-                      "metrics.py", "names.py", "nvml.py", "poll.py", "ranks.py", "restarts.py", "rotation.py",
-                      "styles.py", "submit.py", "supervisor.py", "text.py")
+# The job supervisor's modules, shipped into scripts/ftcluster_job/: every module of
+# ftcluster/job/, read from the folder (a module added there travels without a list to keep).
+SUPERVISOR_MODULES = tuple(sorted(p.name for p in package_path("job").glob("*.py")))
 # The port offset between ranks: distinct ports only when ranks share one host.
 LOCAL_PORT_STRIDE = 10
 
