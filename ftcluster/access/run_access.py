@@ -7,6 +7,7 @@ scripts/token (0600; a successor keeps its predecessor's token).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING
 from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
-from ftcluster.run.store import RunRecord
+from ftcluster.run.replica_files import FRONT_SETTINGS
+from ftcluster.run.store import RunRecord, RunStore
 
 if TYPE_CHECKING:   # the client's module loads numpy and tritonclient: only when a client runs
     from ftcluster.client.endpoint import Endpoint
@@ -52,13 +54,12 @@ def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeou
             raise UserError(f"cannot read {token_file}: {getattr(exc, 'strerror', None) or exc}",
                             field="--token-file") from None
     if run_ref is not None:
-        from ftcluster.run.store import RunStore
-
         rec = RunStore().get(run_ref)
         url = endpoint_of(rec, protocol)
         token = token or token_of(rec)
         ca = ca or tls_cert_of(Path(rec.run_dir))
     assert url is not None
+    # optional extra: client (tritonclient's HTTP/gRPC clients, numpy) only when a client is made
     from ftcluster.client.endpoint import Endpoint
 
     return Endpoint.parse(url, protocol, timeout, token, tls=ca is not None, ca=ca, option=url_option)
@@ -70,8 +71,6 @@ def model_to_query(model: str | None, run_ref: str | None, default: str | None =
     if model:
         return model
     if run_ref is not None:
-        from ftcluster.run.store import RunStore
-
         name = RunStore().get(run_ref).model
         if name:
             return name
@@ -84,10 +83,6 @@ def model_to_query(model: str | None, run_ref: str | None, default: str | None =
 def tls_cert_of(run_dir: Path) -> str | None:
     """The certificate a run's endpoint serves TLS with (proxy.tls_cert): a run's proxy, or a
     replica set's front; None for plain HTTP."""
-    import json
-
-    from ftcluster.run.replica_files import FRONT_SETTINGS
-
     scripts = run_dir / "scripts"
     try:
         front = json.loads((scripts / FRONT_SETTINGS).read_text())
@@ -103,6 +98,7 @@ def tls_cert_of(run_dir: Path) -> str | None:
 
 def endpoint_of(rec: RunRecord, protocol: str) -> str:
     """HOST:PORT of the run's endpoint for `protocol` (http or grpc)."""
+    # startup: the run's status (launchers, the scheduler's queries) only when a run's endpoint is looked up
     from ftcluster.observe.status import run_status
 
     st = run_status(rec)

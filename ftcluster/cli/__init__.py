@@ -12,10 +12,12 @@ that the table matches the real commands.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import signal
 import sys
+import threading
 from typing import Any, NoReturn
 
 import click
@@ -207,9 +209,6 @@ def _exit(code: str | int | None) -> NoReturn:
     machine. What an exit must still do is done: the atexit functions (finalizers included),
     the standard streams flushed, a message code printed as sys.exit prints it. A command that
     left threads running ends as Python ends it (they are waited for)."""
-    import atexit
-    import threading
-
     if threading.active_count() > 1:
         sys.exit(code)
     atexit._run_exitfuncs()
@@ -262,9 +261,11 @@ def fail(line: str, code: int, message: str, field: str | None = None, hint: str
     where a program reading the JSON looks (docs/reference.md, "JSON output"), unless the command printed
     its own object already (a failed launch's). One line: JSON Lines readers (`logs --json`) too."""
     click.echo(line, err=True)
+    # import cycle: ftcluster.cli.output imports this package
     from ftcluster.cli.output import JSON_SAID
 
     if json_asked() and not JSON_SAID:
+        # startup: only an error under --json needs these
         import json
 
         from ftcluster.observe.documents import document

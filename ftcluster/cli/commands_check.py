@@ -11,6 +11,7 @@ from ftcluster.cli.commands_launch import maybe_forward, run_launch
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.errors import UserError
 from ftcluster.launch.run import LaunchOptions
+from ftcluster.spec.launch_styles import style_of
 
 
 @cli.command("check")
@@ -26,7 +27,6 @@ def check_cmd(as_json: bool, **kw: Any) -> None:
     if maybe_forward(kw):
         return
     planned = load_and_plan(**kw)
-    from ftcluster.spec.launch_styles import style_of
 
     if style_of(planned.cluster).one_host:
         raise UserError("local ranks are separate processes, not an MPI world; nothing to check",

@@ -136,6 +136,7 @@ def identity_cmd(endpoint: Endpoint, model: str, batch_size: int | None,
       ftcluster client identity --url localhost:8000 --save tp1.json      # one plan...
       ftcluster client identity --url localhost:8000 --against tp1.json   # ...then another
     """
+    # startup: each subcommand's code only when it runs, not for `client --help`
     from ftcluster.client.identity import (
         check_against,
         format_identity,
@@ -183,6 +184,7 @@ def bench_cmd(endpoint: Endpoint, model: str, batch_size: int | None, input_len:
     Example:
       ftcluster client bench --url localhost:8000 --concurrency 1,4,16 --rate 200 --csv bench.csv
     """
+    # startup: each subcommand's code only when it runs, not for `client --help`
     from ftcluster.client.bench import format_table, parse_steps, run_bench, write_csv, write_plot
 
     steps = parse_steps(concurrency if concurrency or rate else "1,2,4,8,16", rate)
@@ -231,6 +233,7 @@ def text_cmd(endpoint: Endpoint, model: str, prompts_path: str, tokenizer: str |
       ftcluster client text --url node1:8000 --model t5 --tokenizer t5-small --prompts en.txt \\
           --reference de.txt --output-len 64
     """
+    # startup: each subcommand's code only when it runs, not for `client --help`
     from ftcluster.client.text import format_text, read_prompts, read_references, run_text
 
     _writable(result_file=result_file)

@@ -8,6 +8,8 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.output import echo_json
+from ftcluster.errors import UserError, all_problems
+from ftcluster.observe.documents import document
 
 
 @cli.command("config")
@@ -31,8 +33,8 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
       ftcluster config                                   # what applies, and from where
       ftcluster config --unset cluster
     """
+    # startup: YAML and the spec models (pydantic) only when the command runs, not for its --help
     from ftcluster.spec.defaults import KEYS, config_path, default_with_source, write_config
-    from ftcluster.errors import UserError, all_problems
     from ftcluster.spec.models import load_cluster, load_model
 
     changes: dict[str, str | None] = {key: None for key in unset}
@@ -56,8 +58,6 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
         path, source = default_with_source(key)
         shown[key] = {"path": str(path), "from": source}
     if as_json:
-        from ftcluster.observe.documents import document
-
         echo_json(document("config", {"file": str(config_path()), **shown}))
         return
     for key, v in shown.items():

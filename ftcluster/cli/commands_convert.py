@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -10,8 +11,10 @@ from ftcluster.launch import convert as conv
 from ftcluster.plan.checkpoint_check import checkpoint_problems
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
+from ftcluster.cli.output import echo_json
 from ftcluster.cli.words import Word
 from ftcluster.errors import PlanError
+from ftcluster.observe.documents import document, run_json
 from ftcluster.spec.models import (
     MAX_GPUS_PER_NODE,
     default_cluster_path,
@@ -72,9 +75,6 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     outcome = conv.run(launch, req)
     rec = outcome.record if detach else conv.finish(launch, outcome)
     if as_json:
-        from ftcluster.cli.output import echo_json
-        from ftcluster.observe.documents import document, run_json
-
         echo_json(document("convert", {"run": run_json(rec), "output": str(out), "detached": detach,
                                        "checked": not detach}))
         return
@@ -98,11 +98,6 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
     model = load_model(model_path or default_model_path())
     problems = checkpoint_problems(model.checkpoint_root, model.model_type, gpus)
     if as_json:
-        import sys
-
-        from ftcluster.cli.output import echo_json
-        from ftcluster.observe.documents import document
-
         echo_json(document("checkpoint", {"folder": str(model.checkpoint_root / f"{gpus}-gpu"), "gpus": gpus,
                                           "ok": not problems, "problems": problems}))
         if problems:

@@ -11,7 +11,9 @@ import click
 
 from ftcluster.cli import cli
 from ftcluster.cli.folders import refuse_dangling_link
+from ftcluster.cli.output import echo_json
 from ftcluster.errors import UserError
+from ftcluster.observe.documents import document
 from ftcluster.resources import tree_path, tree_root
 
 # Spec keys whose relative values are paths relative to the spec file.
@@ -95,9 +97,6 @@ def examples_cmd(dest: str, force: bool, as_json: bool) -> None:
     refuse_dangling_link(Path(dest), "DIR")
     written = write_examples(Path(dest), force)
     if as_json:
-        from ftcluster.cli.output import echo_json
-        from ftcluster.observe.documents import document
-
         echo_json(document("examples", {"files": [str(p) for p in written]}))
         return
     for path in written:

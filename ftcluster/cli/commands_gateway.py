@@ -43,12 +43,14 @@ def gateway_cmd(triton_url: str | None, run_ref: str | None, token_file: str | N
           -d '{"prompt": "Hello", "max_tokens": 8}'
     """
     try:
+        # optional extra: gateway (fastapi, uvicorn)
         import uvicorn
 
         from ftcluster.gateway.app import GatewayConfig, create_app
         from ftcluster.gateway.request import Limits
     except ImportError as exc:
         raise UserError(f"the gateway needs {exc.name}", hint="pip install 'ftcluster[gateway]'") from None
+    # startup: only once the gateway's extra is found
     from ftcluster.access.run_access import model_to_query, resolve_endpoint
 
     # A bad --triton, run or token file fails here, naming its option.

@@ -22,6 +22,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
 from ftcluster.errors import UserError
+from ftcluster.observe.documents import document
 from ftcluster.spec.models import ClusterSpec, default_cluster_path, load_cluster
 
 
@@ -116,9 +117,6 @@ def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: 
     script = img.write_import_script(cluster, name, sqsh)
 
     def said(imported: bool) -> None:
-        from ftcluster.cli.output import echo_json
-        from ftcluster.observe.documents import document
-
         echo_json(document("image_import", {"image": name, "sqsh": str(sqsh), "script": str(script),
                                             "command": img.enroot_argv(name, sqsh), "imported": imported}))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 import time
 from dataclasses import replace
@@ -21,9 +23,11 @@ from ftcluster.errors import LaunchError, UserError, all_problems, every_problem
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.run.phases import PHASES
 from ftcluster.hosts.login import forward, needs_forwarding
+from ftcluster.plan.endpoint import same_host_note
 from ftcluster.run.layout import FILES
 from ftcluster.spec.models import MAX_RESTARTS, ClusterSpec, default_cluster_path, load_cluster
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
+from ftcluster.spec.defaults import user_default
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,6 +41,7 @@ def err() -> Console:
 
 
 def _progress(phase: str, t: float, detail: str) -> None:
+    # startup: rich only when there is progress to print (~30 ms)
     from rich.markup import escape
 
     if phase == "log":
@@ -47,6 +52,7 @@ def _progress(phase: str, t: float, detail: str) -> None:
 
 
 def _report(outcome: LaunchOutcome) -> None:
+    # startup: rich only when there is progress to print (~30 ms)
     from rich.markup import escape
 
     out = console()
@@ -176,6 +182,7 @@ def launch_cmd(keep_serving: bool, detach: bool, dry_run: bool, no_client: bool,
 
 
 def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: bool, run_id: str | None) -> None:
+    # startup: a replica set's code only for --replicas
     from ftcluster.launch.replica_set import ReplicaSet
 
     rs = ReplicaSet(planned.cluster, planned.model, planned.plan, opts, replicas,
@@ -202,8 +209,6 @@ def run_replicas(planned: Planned, opts: LaunchOptions, replicas: int, as_json: 
 def _same_host(cluster: ClusterSpec, opts: LaunchOptions) -> None:
     """A private run whose rank 0 may share its node: who can reach its Triton without the token,
     on stderr after what the launch says (`status` says it again; `--json` has it in `status`)."""
-    from ftcluster.plan.endpoint import same_host_note
-
     note = same_host_note(cluster) if opts.servers and opts.step is None else ""
     if note:
         click.echo(f"note: {note}", err=True)
@@ -211,8 +216,6 @@ def _same_host(cluster: ClusterSpec, opts: LaunchOptions) -> None:
 
 def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
     """With a login_host in the cluster spec, run this very command on the login node."""
-    from ftcluster.spec.defaults import user_default
-
     path = kw.get("cluster_path") or user_default("cluster")
     if not path:
         return False
@@ -241,6 +244,7 @@ def maybe_forward(kw: dict[str, Any], record_run: bool = False) -> bool:
 
 def preflight_gate(kw: dict[str, Any]) -> int | None:
     """Run the GPU preflight on the planned nodes; refuse on any problem; the GPUs per node."""
+    # startup: the preflight's code only for --preflight
     from ftcluster.cli.commands_preflight import report_errors
     from ftcluster.launch.preflight import run_preflight
     from ftcluster.rank.preflight import InventoryError, RankReport, detect_gpus_per_node
@@ -307,9 +311,7 @@ def run_launch(planned: Planned, opts: LaunchOptions, as_json: bool, run_id: str
 def successor_cmd(run_dir: str, exclude: str, faults: tuple[str, ...], took_over: str | None) -> None:
     """Submit a serving run's successor (the job does this before its time limit); prints
     {"run_id", "job_id", "run_dir"} as one JSON line."""
-    import json
-    import re
-
+    # startup: the successor's code only in the job's own `successor` call
     from ftcluster.launch.successor import record_job, submit_successor
 
     if took_over is not None:

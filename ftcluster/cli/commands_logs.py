@@ -16,7 +16,7 @@ from ftcluster.launchers import launcher_for_record
 from ftcluster.run.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
 from ftcluster.run.state import STOPPED_REASON
 from ftcluster.slurm import JobState
-from ftcluster.observe.status import paths_of
+from ftcluster.observe.status import member_records, paths_of, successors
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import STEP_STYLES
 
@@ -106,7 +106,7 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         follow(follower, lambda: True, emit)
         click.echo(f"(run {rec.run_id} has no job: it was never submitted, nothing to follow)", err=True)
         sys.exit(EXIT_FAILED)
-    from ftcluster.observe.status import successors
+    # startup: the job watch only to follow a job (-f), not for `logs` alone
     from ftcluster.launchers.watch import JobWatch
 
     # The service, not one job: a run that handed over (its time limit, a lost node) is followed
@@ -140,7 +140,6 @@ def _member(rec: RunRecord, store: RunStore, replica: int) -> RunRecord:
     """The run serving as member `replica` of the set `rec` (its newest in a hand-over's chain)."""
     if rec.style != "front":
         raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
-    from ftcluster.observe.status import member_records
 
     found = member_records(rec, store, replica)
     if not found:

@@ -11,7 +11,7 @@ from ftcluster.cli import cli
 from ftcluster.cli.folders import new_folder, out_folder
 from ftcluster.cli.options import load_and_plan, plan_options
 from ftcluster.cli.output import cell, console, echo_json, table
-from ftcluster.observe.documents import plan_json
+from ftcluster.observe.documents import document, plan_json
 from ftcluster.errors import UserError
 from ftcluster.run.layout import RunPaths
 from ftcluster.render.modelrepo import prepare_repository
@@ -65,8 +65,6 @@ def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
     with new_folder(out_folder(out)) as folder:
         prepared = prepare_repository(planned.model, planned.plan, folder)
     if as_json:
-        from ftcluster.observe.documents import document
-
         echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.ft_model,
                                        "parameters": dict(prepared.parameters)}))
         return
@@ -93,6 +91,7 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, as_json: bool, **k
           --nodes 2 --out /shared/runs/demo-2n && sbatch /shared/runs/demo-2n/scripts/job.sbatch
       ftcluster status /shared/runs/demo-2n
     """
+    # startup: the launch code only for `render`, not `plan` or `prepare`
     from ftcluster.launch.run import LaunchOptions, job_request, write_run
 
     planned = load_and_plan(**kw)
@@ -108,8 +107,6 @@ def render_cmd(out: str, keep_serving: bool, no_client: bool, as_json: bool, **k
     with new_folder(run_dir):
         written = write_run(request, planned.cluster, planned.model, planned.plan)
     if as_json:
-        from ftcluster.observe.documents import document
-
         echo_json(document("render", {"run_id": paths.run_id, "run_dir": str(run_dir),
                                       "files": [str(p) for p in written], "submit": request.command()}))
         return

@@ -17,7 +17,7 @@ from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.options import echo_json
 from ftcluster.errors import UserError
 from ftcluster.launch.preflight import PreflightOptions, preflight_launch, run_preflight
-from ftcluster.rank.preflight import RankReport, check_inventory, human_size
+from ftcluster.rank.preflight import RankReport, check_inventory, human_size, parse_sizes
 from ftcluster.spec.models import ClusterSpec, default_cluster_path, load_cluster
 
 
@@ -59,8 +59,6 @@ def _tables(report: dict[str, Any], cluster: ClusterSpec) -> list[Table]:
 
 def _sizes(text: str) -> str:
     """--sizes checked here as the ranks will read it, before anything is submitted."""
-    from ftcluster.rank.preflight import parse_sizes
-
     try:
         sizes = parse_sizes(text)
     except ValueError as exc:

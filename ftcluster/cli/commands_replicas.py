@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from ftcluster.cli import cli
-from ftcluster.cli.output import complete_run
+from ftcluster.cli.output import complete_run, echo_json
 from ftcluster.cli.commands_launch import _progress
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
 from ftcluster.errors import UserError
+from ftcluster.observe.documents import document
 from ftcluster.run.store import RunRecord, RunStore
 
 
@@ -36,6 +37,7 @@ def scale_cmd(run: str | None, replicas: int, as_json: bool) -> None:
     Example:
       ftcluster scale gpt-20261121-101500-ab12 --replicas 3
     """
+    # startup: the replica set's code only when the command runs, not for its --help
     from ftcluster.launch.replica_set import scale
 
     rec = _set(run)
@@ -50,9 +52,6 @@ def scale_cmd(run: str | None, replicas: int, as_json: bool) -> None:
 
 
 def _said(kind: str, rec: RunRecord, changes: list[str], **more: object) -> None:
-    from ftcluster.cli.output import echo_json
-    from ftcluster.observe.documents import document
-
     echo_json(document(kind, {"run_id": rec.run_id, **more, "changes": list(changes)}))
 
 
@@ -79,6 +78,7 @@ def restart_cmd(run: str | None, model_path: str | None, image: str | None, surg
       ftcluster restart gpt-20261121-101500-ab12
       ftcluster restart gpt-20261121-101500-ab12 --image registry/ft-triton:23.04
     """
+    # startup: the replica set's code only when the command runs, not for its --help
     from ftcluster.launch.replica_set import rolling_restart
 
     rec = _set(run)

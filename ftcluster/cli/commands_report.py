@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -9,6 +10,7 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.output import complete_run, echo_json
+from ftcluster.observe.documents import document
 from ftcluster.run.store import RunRecord, RunStore
 
 
@@ -31,9 +33,7 @@ def report_cmd(run: str | None, plot_path: str | None, as_json: bool) -> None:
       ftcluster report gpt-20261121-101500-ab12 --plot gpt.png
       ftcluster report --json > history.json
     """
-    import time
-
-    from ftcluster.observe.documents import document
+    # startup: the samples' readers and the run's status only when the command runs, not for its --help
     from ftcluster.observe.report import front_spans, plot, service_history, summary
     from ftcluster.observe.status import live_states, successors
 

@@ -5,6 +5,8 @@ Light imports only (store, layout, the launcher of the run's kind): these start 
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,7 +17,8 @@ import click
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import cell, complete_run, console, echo_json, table
-from ftcluster.observe.documents import run_json
+from ftcluster.errors import UserError
+from ftcluster.observe.documents import document, run_json
 from ftcluster.run.store import RUN_STATUSES, RunRecord, RunStore
 
 if TYPE_CHECKING:
@@ -26,6 +29,7 @@ def forward_record(rec: RunRecord, args: list[str]) -> bool:
     """Pass a command about a run launched through a login node on to that node."""
     if rec.scheduler != "remote":
         return False
+    # startup: ssh and the spec models (pydantic) only for a run made through a login node
     from ftcluster.hosts.login import forward
     from ftcluster.spec.models import load_cluster
 
@@ -45,6 +49,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
+    # startup: the status readers (launchers, the scheduler) only for `status`, not `list` or `--help`
     from ftcluster.observe.status import run_status
 
     rec = RunStore().get(run)
@@ -62,6 +67,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
 def status_table(st: dict[str, Any]) -> Table:
     """`status`'s table of a status object: one row a fact, whole values (a long one wraps at
     word boundaries on a terminal); a replica set's balancer and a row per member."""
+    # startup: the status readers only for `status`, not `list` or `--help`
     from ftcluster.observe.status import health_label, successor_label
 
     t = table(f"run {st['run_id']}", show_header=False)
@@ -106,7 +112,7 @@ def token_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster token gpt-20261121-101500-ab12 > ~/.gpt-token && chmod 600 ~/.gpt-token
     """
-    from ftcluster.errors import UserError
+    # startup: only `token` reads a run's access
     from ftcluster.access.run_access import token_of
 
     rec = RunStore().get(run)
@@ -117,8 +123,6 @@ def token_cmd(run: str | None, as_json: bool) -> None:
         raise UserError(f"run {rec.run_id} has no token: its endpoint is open to the cluster (access: cluster)",
                         field="RUN", hint="launch with access: private for a token")
     if as_json:
-        from ftcluster.observe.documents import document
-
         echo_json(document("token", {"run_id": rec.run_id, "token": token}))
         return
     click.echo(token)
@@ -145,8 +149,6 @@ def stop_cmd(run: str | None, replica: int | None, yes: bool, as_json: bool) -> 
     rec = store.get(run)
     if run is None and not yes:
         # A guessed run is never stopped unasked: another terminal may have launched a newer one.
-        from ftcluster.errors import UserError
-
         if not sys.stdin.isatty():
             raise UserError(f"no RUN given: the newest is {rec.run_id}", field="RUN",
                             hint=f"name it (ftcluster stop {rec.run_id}) or add --yes")
@@ -168,19 +170,20 @@ def stop_cmd(run: str | None, replica: int | None, yes: bool, as_json: bool) -> 
 def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[RunRecord], str | None]:
     """Stop a run (a replica set: its members, or one), its successors too; the runs stopped, and
     for a run that had ended already, its job's end in words."""
+    # startup: the stopping code only for `stop`, not `list` or `--help`
     from ftcluster.observe.status import LIVE_STATUSES, stop_run, successors
 
     if rec.style == "front":
+        # startup: a replica set's code (the launch, the specs) only to stop a set
         from ftcluster.launch.replica_set import stop_set
 
         return stop_set(rec, store, replica), None
     if replica is not None:
-        from ftcluster.errors import UserError
-
         raise UserError(f"run {rec.run_id} is not a replica set", field="--replica", hint="leave --replica out")
     # Its successors too (a hand-over before the time limit): the one serving now, or pending.
     later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
     if rec.job_id and not later:
+        # startup: the run's launcher and state only when a run is stopped
         from ftcluster.launchers import launcher_for_record
         from ftcluster.run.state import run_state
         from ftcluster.observe.status import paths_of
@@ -215,6 +218,7 @@ def list_cmd(as_json: bool, limit: int, statuses: tuple[str, ...], cluster_name:
       ftcluster list --limit 5
       ftcluster list --status SERVING --cluster selene
     """
+    # startup: the scheduler's queries only for `list`, not `--help`
     from ftcluster.observe.status import live_states
 
     wanted = {s.upper() for s in statuses}
@@ -255,14 +259,12 @@ def prune_cmd(days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
     Example:
       ftcluster prune --older-than 14 --dry-run
     """
-    import shutil
-    import time as _time
-
+    # startup: the status readers only for `prune`, not `list` or `--help`
     from ftcluster.observe.status import LIVE_STATUSES, live_states, still_needed
 
     store = RunStore()
     every = list(store.all())
-    old = [r for r in every if r.created < _time.time() - days * 86400 and r.scheduler != "remote"]
+    old = [r for r in every if r.created < time.time() - days * 86400 and r.scheduler != "remote"]
     live = live_states([r for r in old if r.status in LIVE_STATUSES])
     ended = [r for r in old if r.status not in LIVE_STATUSES or (r.run_id in live and live[r.run_id].gone)]
     gone = {r.run_id for r in ended}
@@ -288,8 +290,6 @@ def prune_cmd(days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
         return
     if not yes:
         if not sys.stdin.isatty():
-            from ftcluster.errors import UserError
-
             raise UserError(f"{len(ended)} run(s) to remove", field="--yes", hint="add --yes (or --dry-run to look)")
         click.confirm(f"remove these {len(ended)} run(s), folders and records?", abort=True, err=True)
     for r in ended:
@@ -302,8 +302,6 @@ def prune_cmd(days: float, yes: bool, dry_run: bool, as_json: bool) -> None:
 def _names_run(folder: Path, run_id: str) -> bool:
     """The folder is that run's own: its scripts/job.json names it (a record may point at a
     path reused since)."""
-    import json
-
     try:
         return bool(json.loads((folder / "scripts" / "job.json").read_text()).get("run_id") == run_id)
     except (OSError, ValueError, AttributeError):

@@ -13,6 +13,8 @@ from ftcluster.cli.folders import new_folder
 from ftcluster.cli.numbers import seconds, tcp_port
 from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
+from ftcluster.errors import every
+from ftcluster.observe.documents import document
 from ftcluster.spec.models import ClusterSpec, default_cluster_path, default_model_path, load_cluster, load_model, load_specs
 
 
@@ -42,8 +44,8 @@ def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _checked(cluster: ClusterSpec, gpus: str | None, ulimits: tuple[str, ...]) -> tuple[tuple[str, ...] | None, dict[str, int]]:
     """--gpus and --ulimit as the service takes them, or one error saying both problems."""
+    # startup: the service code only when the command runs, not for its --help
     from ftcluster.service.compose import parse_gpus, parse_ulimits
-    from ftcluster.errors import every
 
     gpu_ids, limits = every(lambda: parse_gpus(gpus, cluster), lambda: parse_ulimits(ulimits))
     return gpu_ids, limits
@@ -52,6 +54,7 @@ def _checked(cluster: ClusterSpec, gpus: str | None, ulimits: tuple[str, ...]) -
 def _build(out: Path, cluster_path: str | None, model_path: str | None, gpus: str | None,
            http_port: int | None, grpc_port: int | None, metrics_port: int | None,
            image: str | None, name: str | None, network_host: bool, ulimits: tuple[str, ...]) -> Any:
+    # startup: the service code only when the command runs, not for its --help
     from ftcluster.service.compose import prepare_service
 
     cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path())
@@ -85,8 +88,6 @@ def compose_cmd(out: str, as_json: bool, **kw: Any) -> None:
     _, _, svc, files = _build(Path(out), **kw)
     tp = len(svc.device_ids) if svc.device_ids else 1
     if as_json:
-        from ftcluster.observe.documents import document
-
         echo_json(document("compose", {"files": [str(p) for p in files], "tensor_para_size": tp,
                                        "pipeline_para_size": 1, "gpus": list(svc.device_ids or []),
                                        "ports": dict(svc.ports)}))
@@ -114,6 +115,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
       ftcluster serve --cluster configs/clusters/slurm-docker.yaml --model configs/models/gpt.yaml --gpus 0,1
       ftcluster serve --model configs/models/gpt.yaml --stop
     """
+    # startup: the Docker service code only for `serve`/`down`, not `compose` or --help
     from ftcluster.service import serve
 
     if stop:
@@ -145,6 +147,7 @@ def serve_cmd(out: str | None, docker_host: str | None, timeout: float | None, s
 
 def _down(name: str | None, model_path: str | None, cluster_path: str | None, docker_host: str | None,
           as_json: bool = False) -> None:
+    # startup: the Docker service code only for `serve`/`down`, not `compose` or --help
     from ftcluster.service import serve
 
     template = load_cluster(cluster_path).container.docker_host if cluster_path else None
@@ -153,8 +156,6 @@ def _down(name: str | None, model_path: str | None, cluster_path: str | None, do
     client = serve.docker_client(serve.resolve_docker_host(docker_host, template))
     removed = serve.remove(client, name)
     if as_json:
-        from ftcluster.observe.documents import document
-
         echo_json(document("down", {"name": name, "removed": bool(removed)}))
     elif removed:
         click.echo(f"removed {name}")

@@ -12,6 +12,8 @@ from ftcluster.cli import cli
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import seconds
 from ftcluster.cli.output import complete_run, echo_json
+from ftcluster.cli.output import console as make_console
+from ftcluster.observe.documents import document
 from ftcluster.run.store import RunRecord, RunStore
 
 
@@ -19,7 +21,7 @@ def top_view(rec: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     """The `top` object: per serving run (each member of a set), its state, health, restarts,
     models' rates and GPUs. Of the service: a run that handed over (its time limit, a lost node)
     is shown as its successor; with the run shown."""
-    from ftcluster.observe.documents import document
+    # startup: the status and samples readers only when the command runs, not for its --help
     from ftcluster.observe.samples import run_view
     from ftcluster.observe.status import moved_to, run_status
 
@@ -56,6 +58,7 @@ WIDE = 200
 
 def render(view: dict[str, Any], width: int = WIDE) -> Any:
     """`top`'s view: one row a model where `width` columns hold it, else a block a model."""
+    # startup: rich only when a table is drawn (not under --json)
     from rich.console import Group
     from rich.table import Table
 
@@ -138,9 +141,8 @@ def top_cmd(run: str | None, once: bool, every: float, as_json: bool) -> None:
     if as_json:
         echo_json(view)
         return
+    # startup: rich only when a table is drawn (not under --json)
     from rich.live import Live
-
-    from ftcluster.cli.output import console as make_console
 
     # Piped or redirected: lines as long as their values (never cut at 80 columns), the wide table.
     out = make_console()

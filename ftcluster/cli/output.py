@@ -29,6 +29,7 @@ def echo_json(data: Any) -> None:
 
 def console(stderr: bool = False) -> Console:
     """A rich Console; off a terminal (piped, redirected) lines are as long as their values."""
+    # startup: rich (~30 ms) only when something is printed with it; `list --json`, `status --json` never load it
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
@@ -39,6 +40,7 @@ def console(stderr: bool = False) -> Console:
 
 def table(title: str | None = None, columns: tuple[str, ...] = (), show_header: bool = True) -> Table:
     """A table whose cells are never wrapped or cut where the console is wide enough."""
+    # startup: rich only when a table is printed
     from rich.table import Table
 
     # NO_COLOR (no-color.org) asks for no styling at all: rich drops colours but keeps a title's italics.
@@ -53,6 +55,7 @@ def table(title: str | None = None, columns: tuple[str, ...] = (), show_header: 
 
 def cell(value: Any) -> Any:
     """A table cell shown as is (no rich markup: paths may hold '[')."""
+    # startup: rich only when a table is printed
     from rich.text import Text
 
     return Text("" if value is None else str(value))
@@ -61,6 +64,7 @@ def cell(value: Any) -> Any:
 def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """Shell completion of a RUN argument: the recorded run ids, newest first (the store only;
     no scheduler is asked at a TAB)."""
+    # startup: completion's code and the run store only at a TAB
     from click.shell_completion import CompletionItem
 
     from ftcluster.run.store import RunStore

@@ -14,6 +14,7 @@ class Word(click.ParamType):
     name = "text"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        # startup: only when an option's value is checked, not for --help
         from ftcluster.spec.plaintext import not_text
 
         text = str(value)
@@ -30,6 +31,7 @@ class DockerRef(click.ParamType):
     name = "image"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        # startup: the spec models (pydantic) only when an image option is given
         from ftcluster.spec.models import DOCKER_REF_RE
 
         if not DOCKER_REF_RE.fullmatch(str(value)):

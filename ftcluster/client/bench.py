@@ -366,6 +366,7 @@ def format_table(result: BenchResult) -> str:
 
 
 def write_csv(result: BenchResult, path: str) -> None:
+    # startup: only --csv writes one
     import csv
 
     rows = result.csv_rows()
@@ -378,10 +379,11 @@ def write_csv(result: BenchResult, path: str) -> None:
 def write_plot(result: BenchResult, path: str) -> None:
     """Latency (p50, p99) against throughput, one line per mode; needs matplotlib."""
     try:
+        # optional extra: plot (matplotlib)
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional extra: plot (after the backend is chosen)
     except ImportError:
         raise UserError("--plot needs matplotlib", field="--plot", hint="pip install 'ftcluster[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))

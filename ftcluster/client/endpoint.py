@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import numpy as np
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype, serialize_byte_tensor
 
 from ftcluster.errors import UserError
+from ftcluster.extras import need
 
 Protocol = Literal["http", "grpc"]
 PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
@@ -114,10 +115,10 @@ class AsyncTriton:
     def __init__(self, endpoint: Endpoint, max_connections: int = 100):
         self.endpoint = endpoint
         self.protocol = endpoint.protocol
-        from ftcluster.extras import need
 
         if self.protocol == "http":
             mod = need("tritonclient.http", "the Triton client over HTTP")
+            # optional extra: client (tritonclient[http]: gevent)
             from tritonclient.http import aio
 
             self._mod: Any = mod
@@ -126,6 +127,7 @@ class AsyncTriton:
                 **({"ssl": True, "ssl_context": endpoint.ssl_context()} if endpoint.tls else {}))
         else:
             gmod = need("tritonclient.grpc", "the Triton client over gRPC")
+            # optional extra: client (tritonclient[grpc]: grpcio)
             import tritonclient.grpc.aio as gaio
 
             self._mod = gmod
@@ -188,6 +190,7 @@ class AsyncTriton:
                          hint="--run RUN, --token-file FILE or $FTCLUSTER_TOKEN (`ftcluster token RUN`)")
 
     async def _http_status(self, path: str) -> int | None:
+        # startup: the raw HTTP client only for an http endpoint (the gRPC one never needs it)
         from ftcluster.client.rawhttp import HttpError, HttpPool, request_head
 
         pool = HttpPool(self.endpoint.url, self.endpoint.timeout_s,
@@ -287,6 +290,7 @@ class AsyncTriton:
 
     def _http_sender(self, model: str, arrays: dict[str, np.ndarray],
                      output_names: list[str]) -> Callable[[], Awaitable[int]]:
+        # startup: the raw HTTP client only for an http endpoint (the gRPC one never needs it)
         from ftcluster.client.rawhttp import HttpError
         from ftcluster.client.rawtriton import TritonHttp, error_message
 
@@ -312,6 +316,7 @@ class AsyncTriton:
 
     def _grpc_sender(self, model: str, arrays: dict[str, np.ndarray],
                      output_names: list[str]) -> Callable[[], Awaitable[int]]:
+        # optional extra: client (tritonclient[grpc]: grpcio)
         import grpc
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -322,8 +327,6 @@ class AsyncTriton:
             tensor.datatype = np_to_triton_dtype(arr.dtype)
             tensor.shape.extend(arr.shape)
             if arr.dtype == np.object_:
-                from tritonclient.utils import serialize_byte_tensor
-
                 request.raw_input_contents.append(serialize_byte_tensor(arr).item())
             else:
                 request.raw_input_contents.append(np.ascontiguousarray(arr).tobytes())

@@ -122,6 +122,7 @@ def read_references(path: str | Path, n_prompts: int) -> list[str]:
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
     """(BLEU score 0-100, sacrebleu's signature) of one reference per hypothesis."""
     try:
+        # optional extra: text (sacrebleu)
         from sacrebleu.metrics import BLEU
     except ImportError:
         raise UserError("--reference (BLEU) needs sacrebleu", field="--reference",

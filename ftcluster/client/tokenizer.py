@@ -40,6 +40,7 @@ class HFTokenizer:
         # Without torch, transformers warns on import that models are unavailable; we only tokenize.
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         try:
+            # optional extra: text (transformers)
             from transformers import AutoTokenizer
         except ImportError:
             raise UserError(f"--tokenizer {name_or_path!r} needs transformers", field="--tokenizer",

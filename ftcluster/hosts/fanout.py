@@ -86,6 +86,7 @@ class Fanout:
         self._closing = False
 
     def _connect(self, host: str) -> Any:
+        # optional extra: ssh (paramiko) only when a host is dialled
         from ftcluster.hosts.login import SshTarget, connect
 
         target = SshTarget(host, self.cfg.user, self.cfg.port, self.cfg.identity_file, self.cfg.known_hosts)
@@ -153,6 +154,7 @@ def exit_code(results: Sequence[HostResult]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # startup: only the module's own command line (`python -m ftcluster.hosts.fanout`) parses arguments
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m ftcluster.hosts.fanout", description=__doc__,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ftcluster.errors import UserError
+from ftcluster.extras import need
 from ftcluster.hosts.runner import CommandResult
 from ftcluster.spec.models import ClusterSpec
 
@@ -47,8 +48,6 @@ class SshTarget:
 
 
 def connect(target: SshTarget, field: str = "login_host", timeout: float = 20) -> Any:
-    from ftcluster.extras import need
-
     fabric = need("fabric", "SSH (login_host, the ssh scheduler, tunnel)")
     paramiko = need("paramiko", "SSH (login_host, the ssh scheduler, tunnel)")
 
@@ -87,6 +86,7 @@ class SSHRunner:
     @property
     def sftp(self) -> Any:
         if self._sftp is None:
+            # optional extra: ssh (paramiko)
             import paramiko
 
             try:

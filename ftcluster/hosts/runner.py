@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,4 @@ class LocalRunner:
         return open(path, "rb")
 
     def which(self, name: str) -> str | None:
-        import shutil
-
         return shutil.which(name)

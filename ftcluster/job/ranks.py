@@ -238,10 +238,11 @@ class Via(NamedTuple):
         whose certificate names the endpoint's host, not necessarily what the job dials (the
         loopback): not verified. http.client (with ssl, 10-15 ms) is imported at the first
         request, not on the way to the servers' start."""
+        # job start-up: http.client (with ssl, 10-15 ms) at the first request (see the docstring)
         import http.client
 
         if self.tls:
-            import ssl
+            import ssl  # job start-up: as http.client, at the first request
 
             return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl._create_unverified_context())
         return http.client.HTTPConnection(host, port, timeout=timeout)
@@ -253,6 +254,7 @@ DIRECT = Via()
 def http_get(host: str, port: int, path: str, timeout: float = 2.0, via: Via = DIRECT) -> Optional[bytes]:
     """The body of GET http://HOST:PORT/PATH (https:// where `via` asks for TLS, unverified: see
     Via), with what `via` carries, when the answer is 200, else None."""
+    # job start-up: http.client (with ssl, 10-15 ms) at the first request (see the docstring)
     import http.client
 
     conn = via.connection(host, port, timeout)

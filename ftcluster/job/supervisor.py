@@ -31,6 +31,7 @@ from .names import EV, FILES
 from .poll import LOG_CUT_S, RANK_FILES
 from .restarts import Faults, faults_of_events
 from .rotation import Rotation
+from .styles import style_for
 from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_log, cut_server_logs, cut_words, http_get,
                     keep_incarnation, load_progress, rank0_ready)
 from .text import (ROOM_NEEDED, Room, append_line, free_bytes, keep_last_alive, last_line, mtime, no_room_in,
@@ -92,8 +93,6 @@ ANSWERS_S = 1.0
 
 class Job:
     def __init__(self, cfg: JobConfig):
-        from .styles import style_for
-
         self.cfg = cfg
         self.room = Room()   # the run folder's filesystem: full or not (its records wait)
         self.room_retry_at = 0.0
@@ -1172,6 +1171,7 @@ class Job:
         return rc
 
     def report_bug(self, e: Exception) -> None:
+        # job start-up: traceback only when the supervisor reports its own bug
         import traceback
 
         try:

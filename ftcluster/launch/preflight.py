@@ -18,7 +18,7 @@ from typing import Any
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.launch.run import Launch, LaunchOptions, Progress, workspace_dir
 from ftcluster.run.layout import FILES, RunPaths
-from ftcluster.rank.preflight import REPORT_FILE, build_report, parse_tagged
+from ftcluster.rank.preflight import REPORT_FILE, build_report, collect_inventory, parse_tagged
 from ftcluster.render.scripts import JobStep
 from ftcluster.render.request import job_shape
 from ftcluster.spec.models import ClusterSpec
@@ -62,8 +62,6 @@ def gpus_for_shape(cluster: ClusterSpec, nodes: int, probe: bool) -> int:
     if isinstance(cluster.gpus_per_node, int):
         return cluster.gpus_per_node
     if style_of(cluster).one_host and probe:
-        from ftcluster.rank.preflight import collect_inventory
-
         return len(collect_inventory().gpus) // nodes
     return 0
 

@@ -17,22 +17,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from ftcluster.access.run_access import read_token
 from ftcluster.errors import Interrupted, LaunchError, UserError
 from ftcluster.run.events import EV, events_in
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch.run import Launch, LaunchOptions, Progress, run_paths, workspace_dir
+from ftcluster.launch.successor import run_specs
 from ftcluster.render.launched import LaunchedSpecs, read_specs, write_specs
 from ftcluster.launchers import launcher_for
 from ftcluster.run.layout import FILES, RunPaths
-from ftcluster.plan.parallel import Plan
+from ftcluster.plan.parallel import Plan, make_plan
 from ftcluster.plan.endpoint import access_of, new_token, proxy_binary
-from ftcluster.render.scripts import JobStep, handover_lead, write_private
+from ftcluster.render.scripts import LOCAL_PORT_STRIDE, JobStep, handover_lead, write_private
 from ftcluster.run.replica_files import (FRONT_CADDY, FRONT_SETTINGS, MEMBERS_FILE, front_endpoint, read_members,
                                      rotation_now)
 from ftcluster.plan.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.render.request import job_shape
-from ftcluster.spec.models import ClusterSpec, Container, ModelSpec
+from ftcluster.spec.models import ClusterSpec, Container, ModelSpec, load_model, with_image
 from ftcluster.observe.status import member_records, stop_run
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 from ftcluster.spec.launch_styles import style_of
@@ -118,8 +120,6 @@ class ReplicaSet:
         return LaunchedSpecs(self.cluster, self.model, self.plan)
 
     def problems(self, replicas: int, nodes_known: int | None) -> list[str]:
-        from ftcluster.render.scripts import LOCAL_PORT_STRIDE
-
         one_host = style_of(self.cluster).one_host
         return replica_problems(self.cluster, self.plan, replicas, one_host, LOCAL_PORT_STRIDE, nodes_known)
 
@@ -293,10 +293,6 @@ def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str |
                  progress: Progress | None = None) -> ReplicaSet:
     """The ReplicaSet a recorded set was launched as (the specs its folder keeps, never the
     files again), with a new model spec or container image where given."""
-    from ftcluster.plan.parallel import make_plan
-    from ftcluster.spec.models import load_model, with_image
-    from ftcluster.launch.successor import run_specs
-
     members = [r for r in member_records(set_rec, RunStore()) if Path(r.run_dir, "run.json").is_file()]
     if not members:
         raise UserError(f"replica set {set_rec.run_id} has no member left to take its specs from", field="RUN")
@@ -330,8 +326,6 @@ def free_indices(have: set[int], count: int) -> list[int]:
 def start_member(rs: ReplicaSet, set_rec: RunRecord, k: int, store: RunStore) -> RunRecord:
     """Launch member k of a serving set (its next generation), add it to the front's members
     and wait until it is in rotation; a member that does not get there is stopped."""
-    from ftcluster.access.run_access import read_token
-
     set_dir = Path(set_rec.run_dir)
     launch = rs.member(k, _next_generation(store, rs.set_id, k), token=read_token(set_dir))
     out = launch.run()

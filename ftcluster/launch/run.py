@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from ftcluster import __version__
 from ftcluster.errors import Interrupted, PlanError, UserError, every, os_error_words
 from ftcluster.run.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
@@ -23,6 +24,7 @@ from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
 from ftcluster.render.launched import LaunchedSpecs, write_specs
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
+from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
 from ftcluster.run.layout import FILES
 from ftcluster.run.logs import Follower, LogSource
 from ftcluster.render.modelrepo import prepare_repository
@@ -123,6 +125,7 @@ def resolve_tritonserver(cluster: ClusterSpec, build: bool = True) -> str:
         return cluster.server.binary
     if not build:
         return shutil.which("tritonserver") or "tritonserver"
+    # startup: the tritonserver bundle's lookup (~3 ms) only when server.binary is "auto"
     from ftcluster.service.triton_local import find_tritonserver
 
     return str(find_tritonserver())
@@ -133,6 +136,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
     """What the templates need beyond the specs: the binaries found on this machine."""
     mpi: dict[str, Any] = {}
     if style_of(cluster).one_host and build and (opts.step is None or opts.step.per_node):
+        # startup: Open MPI's lookup (ctypes) only for the local style
         from ftcluster.launchers.local_mpi import find_local_mpi
 
         local = find_local_mpi()
@@ -188,8 +192,6 @@ def _read_only(folder: Path) -> bool:
 
 
 def _check_local_gpus(cluster: ClusterSpec, plan: Plan) -> None:
-    from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
-
     visible = cluster.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     problem = local_gpu_problem(plan.nodes, plan.gpus_per_node, visible, host_gpus())
     if problem:
@@ -543,7 +545,7 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
 def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str,
                  replica: dict[str, Any] | None = None) -> dict[str, Any]:
     """What served a run: specs, plan, image (with what `image build` recorded for it), versions."""
-    from ftcluster import __version__
+    # startup: the image code (~5 ms) only when a run's record is written, not for --dry-run
     from ftcluster.service.image import image_metadata, image_tag
 
     built = image_metadata(cluster) if cluster.container.runtime != "none" or cluster.image.tag else None

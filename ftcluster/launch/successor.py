@@ -20,6 +20,7 @@ from ftcluster.job.names import FILES
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.render.launched import LaunchedSpecs, read_specs
 from ftcluster.plan.parallel import make_plan
+from ftcluster.plan.replicas import member_cluster
 from ftcluster.access.run_access import read_token
 from ftcluster.spec.models import load_cluster, load_model
 from ftcluster.run.store import RunRecord, RunStore
@@ -111,7 +112,6 @@ def successor_launch(run_dir: Path, exclude: list[str], faults: tuple[str, ...] 
                                          "sbatch_args": with_excluded(cluster.sbatch_args, exclude)})
     replica = specs.replica
     if replica:   # a replica set's member: its ports, and in its balancer's rotation
-        from ftcluster.plan.replicas import member_cluster
 
         cluster = member_cluster(cluster, int(replica["index"]))
     # The same token as the predecessor's: clients of a private run keep theirs across the hand-over.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from ftcluster.errors import UserError
 from ftcluster.launchers.base import Launcher
 from ftcluster.hosts.runner import LocalRunner, Runner
 from ftcluster.spec.launch_styles import LAUNCHERS, launcher_name, style_name
@@ -17,8 +18,6 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
 
 def launcher_class(name: str) -> type[Launcher]:
     if name not in LAUNCHERS:
-        from ftcluster.errors import UserError
-
         raise UserError(f"launching with {name!r} is not supported", field="scheduler",
                         hint="use 'slurm', 'ssh' or 'local'")
     module, _, cls = LAUNCHERS[name].partition(":")

@@ -66,6 +66,7 @@ def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str
     """Every port the run's servers take on this machine: (name, port, whose, the field that
     sets it). access: private -- the proxy takes the spec's HTTP and gRPC ports, Triton the
     loopback's."""
+    # startup: the specs and scripts (pydantic, jinja2) only when ports are given out, not when a run's status is read
     from ftcluster.plan.endpoint import access_of, loopback_ports
     from ftcluster.render.scripts import LOCAL_PORT_STRIDE
 

@@ -41,6 +41,7 @@ def find_local_mpi() -> LocalMpi:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise UserError(f"{mpirun} --version failed: {exc}", field="scheduler: local", hint=_HINT) from None
         if "Open MPI" in version and kept is not None:
+            # startup: the run store (sqlite3) only when the answer is kept
             from ftcluster.run.store import keep_in_cache
 
             keep_in_cache(kept, version)
@@ -54,6 +55,7 @@ def find_local_mpi() -> LocalMpi:
 # Its answer is kept per installed file: another path, or the same one rewritten (an upgrade, a
 # reinstall: a new mtime, size or inode), is asked again. Only Open MPI's answer is kept.
 def _version_path(mpirun: str) -> Path | None:
+    # startup: the run store (sqlite3) only when the cache is looked at
     from ftcluster.run.store import cache_root
 
     try:

@@ -58,6 +58,7 @@ class SlurmLauncher(Launcher):
     def cancel(self, job_id: str, paths: RunPaths, grace: float = 10.0) -> None:
         """End the job and wait until Slurm has let it go: the job's `done` says when to look
         (watch.JobWatch), so the wait costs the scheduler a few queries, not one per 0.2 s."""
+        # startup: the job watch only when a job is cancelled
         from ftcluster.launchers.watch import JobWatch
 
         watch = JobWatch(self, job_id, paths, self.clock)

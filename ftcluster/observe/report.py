@@ -276,6 +276,7 @@ def summary(run_id: str, hist: dict[str, Any]) -> list[str]:
 
 
 def _clock(t: float) -> str:
+    # startup: datetime only when times are shown as clock times
     import datetime as dt
 
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
@@ -286,15 +287,17 @@ def plot(hist: dict[str, Any], title: str, path: str) -> None:
     if not path.lower().endswith((".png", ".svg", ".pdf")):
         raise UserError(f"{path}: matplotlib writes .png, .svg or .pdf", field="--plot", hint="name a .png file")
     try:
+        # optional extra: plot (matplotlib)
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional extra: plot (after the backend is chosen)
     except ImportError:
         raise UserError("--plot needs matplotlib", field="--plot", hint="pip install 'ftcluster[plot]'") from None
     if not hist["models"]:
         raise UserError("the run has fewer than two samples of one incarnation: nothing to plot yet", field="RUN",
                         hint="wait a few server.metrics_interval (or set it lower)")
+    # startup: datetime only when times are shown as clock times
     import datetime as dt
 
     def when(ts: list[float]) -> list[dt.datetime]:

@@ -110,6 +110,7 @@ def _progress(paths: RunPaths, rank: int) -> LoadProgress | None:
 def rank_exit(state: Path, rank: int) -> tuple[str, str] | None:
     """(exit code, 'died' | 'stopped') from state/rank<R>.exit; None when the rank was killed
     outright (its wrapper too) and wrote none, or not whole."""
+    # startup: the rank-side readers only when a rank has exited (`status` stays light)
     from ftcluster.job.ranks import parse_exit
 
     try:
@@ -131,6 +132,7 @@ def _health(paths: RunPaths) -> dict[str, Any] | None:
 def _room(paths: RunPaths) -> str | None:
     """Words when the run folder's filesystem is nearly full: the running job then skips its
     records (health, metrics), keeps its events in memory, and a restart waits for room."""
+    # startup: the job side's text helpers only when a run folder is looked at (`list` stays light)
     from ftcluster.job.text import ROOM_NEEDED, free_bytes
 
     free = free_bytes(str(paths.state))
@@ -219,6 +221,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
 def same_host_note(paths: RunPaths) -> str | None:
     """Who besides the run can reach a private run's Triton on rank 0's loopback, without the
     token, as the run's values record it (ftcluster.plan.endpoint.same_host_note); None: nobody."""
+    # startup: the job's values (~3 ms) only when a private run's note is asked for (`list` stays light)
     from ftcluster.job.config import JobConfig
 
     try:

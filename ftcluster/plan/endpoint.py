@@ -52,6 +52,7 @@ def access_of(cluster: ClusterSpec) -> str:
 def tls_name(cert: str) -> str | None:
     """The first name a PEM certificate is for (its subjectAltName's DNS or IP entries, else its
     CN), or None where it cannot be read."""
+    # startup: ssl (~15 ms) only when a TLS certificate is read
     import ssl
 
     # The standard library decodes a certificate file only through this (getpeercert decodes a

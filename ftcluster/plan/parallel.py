@@ -15,6 +15,7 @@ from ftcluster.plan.checkpoint import CheckpointFacts, read_checkpoint
 from ftcluster.plan.checkpoint_check import verify_checkpoint
 from ftcluster.errors import PlanError, UserError, all_problems
 from ftcluster.spec.ftconfig import find_ft_model, get_param, scan_repository
+from ftcluster.spec.launch_styles import style_of
 from ftcluster.spec.modeltypes import BACKEND_TYPES, backend_type
 from ftcluster.spec.models import ClusterSpec, ModelSpec
 
@@ -82,8 +83,6 @@ def option_problems(cluster: ClusterSpec | None, nodes: int, gpus_per_node: int 
     if nodes < 1:
         problems.append(PlanError("must be >= 1", field="--nodes"))
     elif cluster is not None and nodes > cluster.max_nodes:
-        from ftcluster.spec.launch_styles import style_of
-
         fix = ("add hosts to the cluster spec's hosts" if style_of(cluster).host_list
                and cluster.max_nodes == len(cluster.hosts) else "raise max_nodes in the cluster spec")
         problems.append(PlanError(f"{nodes} nodes requested but cluster {cluster.name!r} allows "
@@ -106,8 +105,6 @@ def _resolve_gpus(cluster: ClusterSpec, gpus_per_node: int | None) -> int:
 
 def node_names(cluster: ClusterSpec, nodes: int) -> list[str | None]:
     """The nodes known before submission: a host list's, this machine's ranks; else the scheduler picks."""
-    from ftcluster.spec.launch_styles import style_of
-
     style = style_of(cluster)
     if style.host_list:
         return list(cluster.hosts[:nodes])
@@ -302,6 +299,7 @@ def read_model_facts(model: ModelSpec) -> ModelFacts:
     models = scan_repository(model.repository)
     ft = find_ft_model(models, model.ft_model, model.name)
     cfg = ft.config
+    # startup: Triton's config schema (protobuf) only when a model's facts are read
     from ftcluster.spec.ftconfig import model_config_pb2
 
     groups = tuple(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftcluster.errors import PlanError
+from ftcluster.spec.launch_styles import style_of
 from ftcluster.spec.models import ClusterSpec, ModelSpec
 
 
@@ -59,8 +60,6 @@ def server_checkpoint_path(model: ModelSpec, tp: int) -> str:
 
 def check_checkpoint_visible(cluster: ClusterSpec, model: ModelSpec, tp: int, run_dir: Path | None = None) -> None:
     """Refuse a checkpoint the rank containers cannot see; no-op for ranks that run on the hosts."""
-    from ftcluster.spec.launch_styles import style_of
-
     if not style_of(cluster).in_image:
         return
     path = server_checkpoint_path(model, tp)

@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -452,6 +453,7 @@ def _read_nccl_log(d: str) -> list[str]:
 def run_allreduce(sizes: Sequence[int], rank_env: RankEnv, group: Any, dtype_name: str,
                   warmup: int, iters: int) -> dict[str, float]:
     """Seconds per all-reduce at each size on this rank (CUDA events around `iters` calls)."""
+    # the NCCL test's torch is the image's, on the nodes only
     import torch
     import torch.distributed as dist
 
@@ -539,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_ok = False
     if skipped is None:
         try:
+            # the NCCL test's torch is the image's, on the nodes only
             import torch
             import torch.distributed as dist
             torch_ok = True
@@ -546,8 +549,6 @@ def main(argv: list[str] | None = None) -> int:
             skipped = "torch is not importable on this rank"
     reports: list[RankReport] = [rep]
     if torch_ok:
-        from datetime import timedelta
-
         nccl_dir = _nccl_debug_to_file()
         # Gloo first: it works on every rank, so ranks agree whether NCCL can run at all.
         dist.init_process_group("gloo", init_method=rank_env.init_method, rank=rank_env.rank,

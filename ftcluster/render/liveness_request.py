@@ -17,9 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.json_format import MessageToDict
+
 from ftcluster.errors import UserError
 from ftcluster.job.config import LivenessConfig
 from ftcluster.plan.parallel import Plan
+from ftcluster.render.modelrepo import ft_parameters
+from ftcluster.spec.ftconfig import read_model_config
 from ftcluster.spec.models import ClientDefaults, Liveness, ModelSpec
 
 # The probe's own sequence (sequence-batching models): far from the ids clients count up from 1.
@@ -35,10 +39,6 @@ def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, livene
     """The job's probe for a serving run; None when the spec turns it off (interval 0)."""
     if not liveness.interval:
         return None
-    from google.protobuf.json_format import MessageToDict
-
-    from ftcluster.spec.ftconfig import read_model_config
-    from ftcluster.render.modelrepo import ft_parameters
 
     path = model.repository / model.name / "config.pbtxt"
     try:
@@ -61,6 +61,7 @@ def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, livene
 
 def _made(cfg: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
     """The probe's body (base64), JSON header length and the request in words."""
+    # startup: numpy and the client's encoders only when a probe request is made (it is cached)
     from ftcluster.client.modelio import build_request, output_names, parse_config
     from ftcluster.client.rawtriton import encode_infer
 
@@ -86,6 +87,7 @@ _SOURCES = ("render/liveness_request.py", "client/modelio.py", "client/rawtriton
 def _cached(cfg: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
     """_made's answer, from the cache when this config was probed before (a damaged or
     unwritable cache only costs the making)."""
+    # startup: the run store (sqlite3) only when the cache is used
     from ftcluster.run.store import cache_root, keep_in_cache
 
     key = hashlib.sha256(json.dumps([cfg, hidden_size], sort_keys=True).encode())

@@ -61,6 +61,7 @@ from ftcluster.job.config import (
     StepConfig,
 )
 from ftcluster.job.bash import UNMARK_PYTHON_ENVS
+from ftcluster.render.liveness_request import liveness_config
 from ftcluster.spec.launch_styles import STYLES, style_name, style_of
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -112,6 +113,7 @@ class _TemplateCache(jinja2.FileSystemBytecodeCache):
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
+    # startup: the run store (sqlite3) only when templates are rendered
     from ftcluster.run.store import cache_root
 
     env = jinja2.Environment(
@@ -599,8 +601,6 @@ def render(
     variables = ctx.variables()
     liveness = None
     if model is not None and ctx.keep_serving and ctx.servers and opts.step is None:
-        from ftcluster.render.liveness_request import liveness_config
-
         liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, ctx.triton_ports.metrics)
     cfg = job_config(ctx, liveness)
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),

@@ -54,6 +54,7 @@ class EventFollower:
     """Incrementally reads an events file that another process appends to (a Follower of one file)."""
 
     def __init__(self, path: str, clock: Clock = CLOCK):
+        # startup: the log followers only when events are followed, not when they are read once (`status`)
         from ftcluster.run.logs import Follower, LogSource
 
         self.path = path

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, BinaryIO
 from ftcluster.job.poll import CLOCK, EVENTS, LOG_LOOKUP, LOGS, Cadence, Clock
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.hosts.runner import LocalRunner, Runner
+from ftcluster.run.events import EV
+from ftcluster.run.state import ended, run_state, this_attempt
+from ftcluster.slurm import JobState
 
 if TYPE_CHECKING:
-    from ftcluster.slurm import JobState
     from ftcluster.launchers.watch import JobWatch
 
 _BLOCK = 64 * 1024
@@ -228,10 +230,6 @@ def follow_job(follower: Follower, watch: JobWatch, emit: Callable[[LogSource, s
     A job told to stop (its `interrupted`) other than by `ftcluster stop` may be one Slurm
     requeues (preemption, `scontrol requeue`): after its `done` the scheduler is asked, and a
     job back in the queue is followed into its next attempt (`notice` says so once per requeue)."""
-    from ftcluster.run.events import EV
-    from ftcluster.run.state import ended, run_state, this_attempt
-    from ftcluster.slurm import JobState
-
     final: list[JobState] = []
     relabel_at = 0.0
     requeued = False   # this attempt of the job was seen back in the queue

@@ -11,6 +11,7 @@ import os
 import re
 import sqlite3
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -41,8 +42,6 @@ def cache_root() -> Path:
 def keep_in_cache(path: Path, text: str) -> None:
     """Write a cache entry (under cache_root) whole or not at all: launches may race. A cache
     that cannot be written only costs the making again."""
-    import tempfile
-
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +245,7 @@ class RunStore:
                 return None
         except OSError:   # a name too long to be a path (ENAMETOOLONG), one behind a folder not ours
             return None
+        # import cycle: ftcluster.run.folder imports this module
         from ftcluster.run.folder import record_of_folder
 
         rec = record_of_folder(folder)

@@ -215,6 +215,7 @@ def write_compose(out: Path, svc: ServiceSpec) -> list[Path]:
 def prepare_service(cluster: ClusterSpec, model: ModelSpec, out: Path, *, gpus: tuple[str, ...] | None,
                     **opts: Any) -> tuple[ServiceSpec, list[Path]]:
     """Plan one node, write the per-run repository and the compose files under `out`."""
+    # startup: the model repository's code (protobuf) only when a service is prepared
     from ftcluster.render.modelrepo import prepare_repository
 
     plan = plan_single_node(cluster, model, gpus)

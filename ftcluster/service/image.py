@@ -127,6 +127,7 @@ def check_backend(ft_backend: Path) -> Path:
 
 def docker_client() -> Any:
     """A Docker SDK client for DOCKER_HOST (or the default socket); builds take their time."""
+    # startup: the Docker service code only when a daemon is asked
     from ftcluster.service.serve import docker_client as client_for
 
     return client_for(None, timeout=600, field="DOCKER_HOST")
@@ -163,6 +164,7 @@ def build_events(stream: Iterable[dict[str, Any]]) -> Iterator[BuildEvent]:
 def build_image(client: Any, ft_backend: Path, tag: str, triton_version: str,
                 on_event: Callable[[BuildEvent], None], network_mode: str | None = None) -> str:
     """Build docker/Dockerfile of the checkout; the new image's id."""
+    # optional extra: docker (the Docker SDK)
     from docker.errors import APIError
 
     check_backend(ft_backend)
@@ -180,6 +182,7 @@ def build_image(client: Any, ft_backend: Path, tag: str, triton_version: str,
 
 def push_image(client: Any, tag: str, registry: str, on_line: Callable[[str], None]) -> str:
     """Tag `tag` under `registry` and push it; the pushed reference."""
+    # optional extra: docker (the Docker SDK)
     from docker.errors import APIError
     from docker.utils import parse_repository_tag
 

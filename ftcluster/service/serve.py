@@ -16,12 +16,14 @@ from urllib.parse import urlparse
 from ftcluster.service.compose import LABEL, ServiceSpec
 from ftcluster.errors import UserError
 from ftcluster.client.ready import ours_ready
+from ftcluster.extras import need
 
 _NS = 1_000_000_000  # the Engine API counts healthcheck durations in nanoseconds
 
 
 def sdk_kwargs(svc: ServiceSpec) -> dict[str, Any]:
     """containers.run() keyword arguments with the compose file's settings; pure."""
+    # optional extra: docker (the Docker SDK)
     from docker.types import DeviceRequest, Mount, Ulimit
 
     kw: dict[str, Any] = {
@@ -51,8 +53,6 @@ def sdk_kwargs(svc: ServiceSpec) -> dict[str, Any]:
 def docker_client(docker_host: str | None, timeout: int | None = None, field: str = "--docker-host") -> Any:
     """A Docker SDK client for `docker_host` (else DOCKER_HOST, else the default socket) that
     answered a ping, or one user error naming where it looked and the option that sets it."""
-    from ftcluster.extras import need
-
     docker = need("docker", "the Docker SDK (image build, serve, down)")
     opts = {"timeout": timeout} if timeout else {}
     try:
@@ -82,6 +82,7 @@ def endpoint_host(docker_host: str | None) -> str:
 
 
 def _ours(client: Any, name: str) -> Any | None:
+    # optional extra: docker (the Docker SDK)
     import docker.errors
 
     try:
@@ -96,6 +97,7 @@ def _ours(client: Any, name: str) -> Any | None:
 
 def start(client: Any, svc: ServiceSpec) -> Any:
     """Replace an earlier container of ours with the same name, then create and start it."""
+    # optional extra: docker (the Docker SDK)
     import docker.errors
 
     old = _ours(client, svc.name)
@@ -114,6 +116,7 @@ def start(client: Any, svc: ServiceSpec) -> Any:
 
 def _have_image(client: Any, image: str) -> None:
     """Pull only when missing; an air-gapped daemon gets a clear message instead of a DNS error."""
+    # optional extra: docker (the Docker SDK)
     import docker.errors
 
     try:

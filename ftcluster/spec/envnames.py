@@ -23,6 +23,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from ftcluster.job import bash
 from ftcluster.resources import package_path, tree_path
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -104,8 +105,6 @@ def job_library_files() -> list[Path]:
 
 def job_bash_snippets() -> list[str]:
     """The bash the job runs by `bash -c` (ftcluster/job/bash.py: constants only, a light import)."""
-    from ftcluster.job import bash
-
     return [v for k, v in vars(bash).items() if k.isupper() and isinstance(v, str)]
 
 

@@ -30,12 +30,13 @@ def _model_config_module() -> ModuleType:
     name = "tritonclient.grpc.model_config_pb2"
     if name in sys.modules:
         return sys.modules[name]
+    # startup: only tritonclient's package, to find the schema file (see the docstring)
     import tritonclient
 
     path = Path(next(iter(tritonclient.__path__))) / "grpc" / "model_config_pb2.py"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # pragma: no cover - a broken install
-        from tritonclient.grpc import model_config_pb2
+        from tritonclient.grpc import model_config_pb2  # startup: as above (grpc, numpy only here)
 
         return model_config_pb2
     module = importlib.util.module_from_spec(spec)

@@ -156,11 +156,13 @@ def _cuda_module():
     if os.environ.get("FTCLUSTER_TEST_DEVICE", "").lower() == "cpu":
         return None
     try:
+        # only with a GPU: torch is in the serving image, not in the CPU test bed
         import torch
     except ImportError:
         return None
     if not torch.cuda.is_available():
         return None
+    # needs torch (above): the GPU decoder beside this file
     import gpt_cuda
     return gpt_cuda
 
