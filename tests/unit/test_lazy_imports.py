@@ -113,7 +113,7 @@ def test_rank_states_from_one_listing(tmp_path: Path) -> None:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     ranks = {r["rank"]: r for r in st["ranks"]}
-    assert st["state"] == "RUNNING"
+    assert st["state"] == "RUNNING", st
     assert [ranks[r]["state"] for r in range(6)] == ["ready", "loaded", "loading", "died", "not_started",
                                                     "not_started"]
     assert ranks[2]["progress"] == {"read_bytes": 2500000, "log_bytes": 4000, "gpu_mib": 0, "still_s": 7.0}
