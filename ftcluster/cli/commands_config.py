@@ -33,7 +33,7 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
     """
     from ftcluster.spec.defaults import KEYS, config_path, default_with_source, write_config
     from ftcluster.errors import UserError, all_problems
-    from ftcluster.spec.models import load_cluster, load_model
+    from ftcluster.spec.load import load_cluster, load_model
 
     changes: dict[str, str | None] = {key: None for key in unset}
     problems: list[UserError] = []

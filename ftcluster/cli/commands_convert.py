@@ -12,13 +12,9 @@ from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.words import Word
 from ftcluster.errors import PlanError
-from ftcluster.spec.models import (
-    MAX_GPUS_PER_NODE,
-    default_cluster_path,
-    default_model_path,
-    load_specs,
-    load_model,
-)
+from ftcluster.spec.cluster import MAX_GPUS_PER_NODE
+from ftcluster.spec.defaults import default_cluster_path, default_model_path
+from ftcluster.spec.load import load_model, load_specs
 
 
 @cli.command("convert")

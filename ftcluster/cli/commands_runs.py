@@ -27,7 +27,7 @@ def forward_record(rec: RunRecord, args: list[str]) -> bool:
     if rec.scheduler != "remote":
         return False
     from ftcluster.hosts.login import forward
-    from ftcluster.spec.models import load_cluster
+    from ftcluster.spec.load import load_cluster
 
     rc = forward(load_cluster(rec.cluster_source), args, {})
     if rc:

@@ -36,7 +36,7 @@ def tunnel_cmd(run: str | None, local_port: int | None, protocol: str, remote_po
       FTCLUSTER_TOKEN=$(ftcluster token gpt-20261121-101500-ab12) \\
           ftcluster client identity --url 127.0.0.1:18000
     """
-    from ftcluster.spec.models import load_cluster
+    from ftcluster.spec.load import load_cluster
     from ftcluster.run.store import RunStore
     from ftcluster.access.tunnel import serve_tunnel
 

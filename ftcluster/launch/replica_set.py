@@ -32,7 +32,8 @@ from ftcluster.run.replica_files import (FRONT_CADDY, FRONT_SETTINGS, MEMBERS_FI
 from ftcluster.plan.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.render.request import job_shape
-from ftcluster.spec.models import ClusterSpec, Container, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec, Container
+from ftcluster.spec.model import ModelSpec
 from ftcluster.observe.status import member_records, stop_run
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 from ftcluster.spec.launch_styles import style_of
@@ -294,7 +295,7 @@ def recorded_set(set_rec: RunRecord, model_path: str | None = None, image: str |
     """The ReplicaSet a recorded set was launched as (the specs its folder keeps, never the
     files again), with a new model spec or container image where given."""
     from ftcluster.plan.parallel import make_plan
-    from ftcluster.spec.models import load_model, with_image
+    from ftcluster.spec.load import load_model, with_image
     from ftcluster.launch.successor import run_specs
 
     members = [r for r in member_records(set_rec, RunStore()) if Path(r.run_dir, "run.json").is_file()]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftcluster.errors import PlanError
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from typing import Any
 from ftcluster.errors import UserError
 from ftcluster.job.config import LivenessConfig
 from ftcluster.plan.parallel import Plan
-from ftcluster.spec.models import ClientDefaults, Liveness, ModelSpec
+from ftcluster.spec.cluster import Liveness
+from ftcluster.spec.model import ClientDefaults, ModelSpec
 
 # The probe's own sequence (sequence-batching models): far from the ids clients count up from 1.
 PROBE_SEQUENCE_ID = 7_340_000_000_000_000_001
