@@ -24,7 +24,7 @@ from typing import Any
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, access_of, guarded_routes, tls_policy
-from ftcluster.spec.models import ClusterSpec, Ports
+from ftcluster.spec.cluster import ClusterSpec, Ports
 
 # A member's run id: the set's, then -r<K>; a member started again (restart, scale) adds .<N>.
 MEMBER_MARK = "-r"

@@ -16,7 +16,8 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.plan.parallel import Plan
-from ftcluster.spec.models import RESOLVED, ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import RESOLVED, ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 SPECS_FILE = "specs.json"   # in scripts/ (0600: the cluster's env may hold secrets)
 _VERSION = 1

@@ -39,17 +39,16 @@ from ftcluster.run.layout import (  # noqa: F401
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import access_of, caddy_config_text, loopback_ports, same_host_note
 from ftcluster.resources import package_path, tree_path
-from ftcluster.spec.models import (
-    ClientDefaults,
+from ftcluster.spec.cluster import (
     DEFAULT_SERVING_RESTARTS,
     ClusterSpec,
     Container,
-    ModelSpec,
     Ports,
     Server,
     pyxis_mount_path_problem,
     slurm_time_seconds,
 )
+from ftcluster.spec.model import ClientDefaults, ModelSpec
 from ftcluster.job.config import (
     CONTAINER_PROXY_DIR,
     PROXY_BINARY,
