@@ -131,7 +131,7 @@ def test_the_default_cluster_serves_on_ports_free_at_launch(tmp_path: Path) -> N
 
 def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """A stale server on rank 1's port: refused up front, naming the field, nothing started."""
-    from ftcluster.render.scripts import LOCAL_PORT_STRIDE
+    from ftcluster.plan.facts import LOCAL_PORT_STRIDE
     from ftcluster.service.triton_local import find_tritonserver
 
     cluster = write_cluster(tmp_path)
