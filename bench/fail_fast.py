@@ -34,7 +34,8 @@ from ftcluster.launch.run import Launch, LaunchOptions
 from ftcluster.launchers import launcher_for
 from ftcluster.plan.parallel import make_plan
 from ftcluster.render.scripts import RunPaths
-from ftcluster.spec.models import embedded_model_path, load_cluster, load_model
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_cluster, load_model
 from ftcluster.service.triton_local import find_tritonserver
 from tests.launch_helpers import processes_matching
 

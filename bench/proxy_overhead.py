@@ -41,7 +41,7 @@ from load import Result, closed_loop
 from ftcluster.client.endpoint import AsyncTriton, Endpoint
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan.endpoint import caddy_config_text, new_token, proxy_binary
-from ftcluster.spec.models import Ports, Proxy
+from ftcluster.spec.cluster import Ports, Proxy
 from tests.triton_server import free_ports, running_tritonserver, slow_demo_model
 
 DEMO = ROOT / "ftcluster" / "demo"

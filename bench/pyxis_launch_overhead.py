@@ -38,7 +38,8 @@ import report
 import yaml  # noqa: E402
 from launch_overhead import COLUMNS, PHASES, ftcluster_once  # noqa: E402
 
-from ftcluster.spec.models import embedded_model_path, load_model  # noqa: E402
+from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
+from ftcluster.spec.load import load_model  # noqa: E402
 from tests.pyxis import bed, image  # noqa: E402
 
 TRITON = "/opt/tritonserver/bin/tritonserver"

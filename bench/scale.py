@@ -50,7 +50,8 @@ from ftcluster.launch.run import Launch, LaunchOptions  # noqa: E402
 from ftcluster.launchers import launcher_for  # noqa: E402
 from ftcluster.plan.parallel import make_plan  # noqa: E402
 from ftcluster.render.scripts import RunPaths  # noqa: E402
-from ftcluster.spec.models import embedded_model_path, load_cluster, load_model  # noqa: E402
+from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
+from ftcluster.spec.load import load_cluster, load_model  # noqa: E402
 from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 
 CLI = [sys.executable, "-m", "ftcluster"]

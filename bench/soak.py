@@ -50,7 +50,7 @@ from serving_restart import Client, supervisor_pid  # noqa: E402
 from ftcluster.run.events import EV, parse_events  # noqa: E402
 from ftcluster.job.names import FILES  # noqa: E402
 from ftcluster.job.ranks import KEEP_INCARNATIONS  # noqa: E402
-from ftcluster.spec.models import embedded_model_path  # noqa: E402
+from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
 from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 
 BASE_PORT = 28100

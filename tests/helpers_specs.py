@@ -13,7 +13,8 @@ from typing import Any
 
 from ftcluster.plan.checkpoint import CheckpointFacts, Split
 from ftcluster.plan.parallel import ModelFacts
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "tests" / "data"

@@ -16,7 +16,7 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.hosts.login import HOP_ENV, SshTarget, connect
-from ftcluster.spec.models import ClusterSpec
+from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.observe.status import moved_to
 
 @dataclass(frozen=True)

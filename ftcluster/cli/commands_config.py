@@ -35,7 +35,7 @@ def config_cmd(cluster_path: str | None, model_path: str | None, unset: tuple[st
     """
     # startup: YAML and the spec models (pydantic) only when the command runs, not for its --help
     from ftcluster.spec.defaults import KEYS, config_path, default_with_source, write_config
-    from ftcluster.spec.models import load_cluster, load_model
+    from ftcluster.spec.load import load_cluster, load_model
 
     changes: dict[str, str | None] = {key: None for key in unset}
     problems: list[UserError] = []

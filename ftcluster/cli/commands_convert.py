@@ -15,13 +15,9 @@ from ftcluster.cli.output import echo_json
 from ftcluster.cli.words import Word
 from ftcluster.errors import PlanError
 from ftcluster.observe.documents import document, run_json
-from ftcluster.spec.models import (
-    MAX_GPUS_PER_NODE,
-    default_cluster_path,
-    default_model_path,
-    load_specs,
-    load_model,
-)
+from ftcluster.spec.cluster import MAX_GPUS_PER_NODE
+from ftcluster.spec.defaults import default_cluster_path, default_model_path
+from ftcluster.spec.load import load_model, load_specs
 
 
 @cli.command("convert")

@@ -23,7 +23,9 @@ from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
 from ftcluster.errors import UserError
 from ftcluster.observe.documents import document
-from ftcluster.spec.models import ClusterSpec, default_cluster_path, load_cluster
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.defaults import default_cluster_path
+from ftcluster.spec.load import load_cluster
 
 
 def _cluster(path: str | None) -> ClusterSpec:

@@ -25,7 +25,9 @@ from ftcluster.run.phases import PHASES
 from ftcluster.hosts.login import forward, needs_forwarding
 from ftcluster.plan.endpoint import same_host_note
 from ftcluster.run.layout import FILES
-from ftcluster.spec.models import MAX_RESTARTS, ClusterSpec, default_cluster_path, load_cluster
+from ftcluster.spec.cluster import MAX_RESTARTS, ClusterSpec
+from ftcluster.spec.defaults import default_cluster_path
+from ftcluster.spec.load import load_cluster
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 from ftcluster.spec.defaults import user_default
 

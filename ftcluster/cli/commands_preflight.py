@@ -18,7 +18,9 @@ from ftcluster.cli.options import echo_json
 from ftcluster.errors import UserError
 from ftcluster.launch.preflight import PreflightOptions, preflight_launch, run_preflight
 from ftcluster.rank.preflight import RankReport, check_inventory, human_size, parse_sizes
-from ftcluster.spec.models import ClusterSpec, default_cluster_path, load_cluster
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.defaults import default_cluster_path
+from ftcluster.spec.load import load_cluster
 
 
 def report_errors(cluster: ClusterSpec, report: dict[str, Any], require_gpus: bool) -> list[str]:

@@ -31,7 +31,7 @@ def forward_record(rec: RunRecord, args: list[str]) -> bool:
         return False
     # startup: ssh and the spec models (pydantic) only for a run made through a login node
     from ftcluster.hosts.login import forward
-    from ftcluster.spec.models import load_cluster
+    from ftcluster.spec.load import load_cluster
 
     rc = forward(load_cluster(rec.cluster_source), args, {})
     if rc:

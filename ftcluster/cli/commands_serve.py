@@ -15,7 +15,9 @@ from ftcluster.cli.options import echo_json
 from ftcluster.cli.words import DockerRef
 from ftcluster.errors import every
 from ftcluster.observe.documents import document
-from ftcluster.spec.models import ClusterSpec, default_cluster_path, default_model_path, load_cluster, load_model, load_specs
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.defaults import default_cluster_path, default_model_path
+from ftcluster.spec.load import load_cluster, load_model, load_specs
 
 
 def service_options(fn: Callable[..., Any]) -> Callable[..., Any]:

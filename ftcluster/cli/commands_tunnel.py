@@ -37,7 +37,7 @@ def tunnel_cmd(run: str | None, local_port: int | None, protocol: str, remote_po
           ftcluster client identity --url 127.0.0.1:18000
     """
     # startup: the specs (pydantic) and ssh only when the command runs, not for its --help
-    from ftcluster.spec.models import load_cluster
+    from ftcluster.spec.load import load_cluster
     from ftcluster.run.store import RunStore
     from ftcluster.access.tunnel import serve_tunnel
 

@@ -12,14 +12,10 @@ from ftcluster.cli.numbers import count
 from ftcluster.cli.output import echo_json  # noqa: F401  (re-exported for the command modules)
 from ftcluster.errors import UserError, all_problems
 from ftcluster.plan.parallel import Plan, make_plan, option_problems
-from ftcluster.spec.models import (
-    MAX_GPUS_PER_NODE,
-    ClusterSpec,
-    ModelSpec,
-    default_cluster_path,
-    default_model_path,
-    load_specs,
-)
+from ftcluster.spec.cluster import MAX_GPUS_PER_NODE, ClusterSpec
+from ftcluster.spec.defaults import default_cluster_path, default_model_path
+from ftcluster.spec.load import load_specs
+from ftcluster.spec.model import ModelSpec
 
 # The cluster spec's fields that plan_options override, by the option that does.
 OVERRIDE_OPTIONS = {"partition": "--partition", "account": "--account", "qos": "--qos", "time_limit": "--time"}

@@ -26,13 +26,13 @@ class Word(click.ParamType):
 
 
 class DockerRef(click.ParamType):
-    """An image reference as the spec's image fields take it (ftcluster.spec.models.DOCKER_REF_RE)."""
+    """An image reference as the spec's image fields take it (ftcluster.spec.cluster.DOCKER_REF_RE)."""
 
     name = "image"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         # startup: the spec models (pydantic) only when an image option is given
-        from ftcluster.spec.models import DOCKER_REF_RE
+        from ftcluster.spec.cluster import DOCKER_REF_RE
 
         if not DOCKER_REF_RE.fullmatch(str(value)):
             self.fail(f"{value!r}: use letters, digits and '_.:/@-' only (a Docker reference)", param, ctx)

@@ -19,7 +19,7 @@ from typing import IO, Any
 from ftcluster.errors import UserError
 from ftcluster.extras import need
 from ftcluster.hosts.runner import CommandResult
-from ftcluster.spec.models import ClusterSpec
+from ftcluster.spec.cluster import ClusterSpec
 
 # Set on the login node so that the forwarded command does not forward again.
 HOP_ENV = "FTCLUSTER_ON_LOGIN_NODE"

@@ -24,7 +24,8 @@ from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome, Progress
 from ftcluster.plan.parallel import _resolve_gpus
 from ftcluster.render.scripts import JobStep
 from ftcluster.render.request import job_shape
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import style_of
 

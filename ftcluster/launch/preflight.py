@@ -21,7 +21,7 @@ from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.rank.preflight import REPORT_FILE, build_report, collect_inventory, parse_tagged
 from ftcluster.render.scripts import JobStep
 from ftcluster.render.request import job_shape
-from ftcluster.spec.models import ClusterSpec
+from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.run.store import new_run_id
 from ftcluster.spec.launch_styles import style_of
 

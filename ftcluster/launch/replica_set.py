@@ -35,7 +35,9 @@ from ftcluster.run.replica_files import (FRONT_CADDY, FRONT_SETTINGS, MEMBERS_FI
 from ftcluster.plan.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
                                 replica_problems)
 from ftcluster.render.request import job_shape
-from ftcluster.spec.models import ClusterSpec, Container, ModelSpec, load_model, with_image
+from ftcluster.spec.cluster import ClusterSpec, Container
+from ftcluster.spec.load import load_model, with_image
+from ftcluster.spec.model import ModelSpec
 from ftcluster.observe.status import member_records, stop_run
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 from ftcluster.spec.launch_styles import style_of

@@ -36,7 +36,8 @@ from ftcluster.render.scripts import JobStep, RenderOptions, RunPaths
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.render.request import JobRequest, build_request
 from ftcluster.slurm import JobInfo, JobState
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 from ftcluster.launchers.watch import JobWatch
 from ftcluster.plan.visibility import check_checkpoint_visible

@@ -22,7 +22,7 @@ from ftcluster.render.launched import LaunchedSpecs, read_specs
 from ftcluster.plan.parallel import make_plan
 from ftcluster.plan.replicas import member_cluster
 from ftcluster.access.run_access import read_token
-from ftcluster.spec.models import load_cluster, load_model
+from ftcluster.spec.load import load_cluster, load_model
 from ftcluster.run.store import RunRecord, RunStore
 
 

@@ -12,7 +12,7 @@ from ftcluster.hosts.runner import LocalRunner, Runner
 from ftcluster.spec.launch_styles import LAUNCHERS, launcher_name, style_name
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
-    from ftcluster.spec.models import ClusterSpec
+    from ftcluster.spec.cluster import ClusterSpec
     from ftcluster.run.store import RunRecord
 
 

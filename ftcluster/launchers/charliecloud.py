@@ -15,7 +15,7 @@ from ftcluster.launchers.slurm import SlurmLauncher
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.plan.parallel import Plan
-    from ftcluster.spec.models import ClusterSpec
+    from ftcluster.spec.cluster import ClusterSpec
 
 
 def mount_points(cluster: ClusterSpec) -> list[tuple[str, str]]:

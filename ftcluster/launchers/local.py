@@ -25,7 +25,7 @@ from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.run.layout import RunPaths
     from ftcluster.plan.parallel import Plan
-    from ftcluster.spec.models import ClusterSpec
+    from ftcluster.spec.cluster import ClusterSpec
 
 
 def _job_process(job_id: str) -> ProcessId | None:
@@ -124,7 +124,7 @@ class LocalLauncher(Launcher):
         run (each rank's, the proxy's) is free."""
         if cluster.ports_given:
             return cluster
-        from ftcluster.spec.models import Ports   # pydantic: imported by a launch that picks, not at start-up
+        from ftcluster.spec.cluster import Ports   # pydantic: imported by a launch that picks, not at start-up
 
         for _ in range(PORT_PICKS):
             base = random.randrange(*PICKED_PORTS)

@@ -21,7 +21,7 @@ from ftcluster.slurm import JobInfo, JobState, Slurm
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.run.layout import RunPaths
     from ftcluster.plan.parallel import Plan
-    from ftcluster.spec.models import ClusterSpec
+    from ftcluster.spec.cluster import ClusterSpec
 
 
 # The node-side teardown: one srun step over every node.

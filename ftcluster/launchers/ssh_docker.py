@@ -18,7 +18,7 @@ from ftcluster.launchers.ssh_keys import RunKeysLauncher
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.run.layout import RunPaths
     from ftcluster.plan.parallel import Plan
-    from ftcluster.spec.models import ClusterSpec
+    from ftcluster.spec.cluster import ClusterSpec
 
 
 class SshDockerLauncher(RunKeysLauncher, LocalLauncher):

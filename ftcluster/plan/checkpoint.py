@@ -14,7 +14,7 @@ from pathlib import Path
 from ftcluster.errors import PlanError
 from ftcluster.spec.ftconfig import read_ini
 from ftcluster.spec.modeltypes import kind
-from ftcluster.spec.models import INT32_MAX
+from ftcluster.spec.model import INT32_MAX
 
 GPU_DIR = re.compile(r"([0-9]+)-gpu", re.ASCII)   # <root>/<N>-gpu/
 

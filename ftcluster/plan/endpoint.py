@@ -24,7 +24,7 @@ from typing import Any
 from ftcluster.errors import UserError
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan.facts import access_of, loopback_ports
-from ftcluster.spec.models import ClusterSpec, Ports, Proxy
+from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy
 from ftcluster.spec.launch_styles import STYLES, style_name
 
 # KServe v2 endpoints that change the server or read its host, not inference: the repository

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ftcluster.spec.launch_styles import STYLES, style_name
 
 if TYPE_CHECKING:
-    from ftcluster.spec.models import ClusterSpec, Ports, Proxy, Server
+    from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy, Server
 
 ACCESS = ("private", "cluster")
 # The port offset between ranks: distinct ports only when ranks share one host.
@@ -73,7 +73,7 @@ def port_stride(cluster: ClusterSpec) -> int:
 def serving_restarts(server: Server, keep_serving: bool) -> int:
     """How often the job restarts its world on a fault while serving."""
     # startup: the spec models (pydantic) are loaded by whoever has a Server to give
-    from ftcluster.spec.models import DEFAULT_SERVING_RESTARTS
+    from ftcluster.spec.cluster import DEFAULT_SERVING_RESTARTS
 
     if not keep_serving:
         return 0
@@ -108,7 +108,7 @@ class RunFacts:
     def from_dict(cls, data: dict[str, Any]) -> RunFacts:
         """The facts back as saved (ValueError, KeyError, TypeError: not such a mapping)."""
         # startup: the spec models (pydantic) only where saved facts are read whole, not for status
-        from ftcluster.spec.models import Ports
+        from ftcluster.spec.cluster import Ports
 
         if data["access"] not in ACCESS:
             raise ValueError(f"access: {data['access']!r} is not one of {', '.join(ACCESS)}")

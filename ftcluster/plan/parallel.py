@@ -17,7 +17,8 @@ from ftcluster.errors import PlanError, UserError, all_problems
 from ftcluster.spec.ftconfig import find_ft_model, get_param, scan_repository
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.spec.modeltypes import BACKEND_TYPES, backend_type
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 
 @dataclass(frozen=True)

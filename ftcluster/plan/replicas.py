@@ -25,7 +25,7 @@ from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, guarded_routes, tls_policy
 from ftcluster.plan.facts import loopback_shift, member_cluster, member_ports, member_shift, resolve
-from ftcluster.spec.models import ClusterSpec
+from ftcluster.spec.cluster import ClusterSpec
 
 # A member's run id: the set's, then -r<K>; a member started again (restart, scale) adds .<N>.
 MEMBER_MARK = "-r"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ftcluster.errors import PlanError
 from ftcluster.spec.launch_styles import style_of
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 
 @dataclass(frozen=True)

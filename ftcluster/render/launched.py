@@ -22,7 +22,8 @@ from ftcluster.errors import UserError
 from ftcluster.plan.facts import FACTS_KEY, RunFacts, member_cluster, resolve
 from ftcluster.plan.parallel import Plan
 from ftcluster.run.layout import FILES
-from ftcluster.spec.models import RESOLVED, ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import RESOLVED, ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 SPECS_FILE = FILES.specs   # in scripts/ (0600: the cluster's env may hold secrets)
 _VERSION = 2

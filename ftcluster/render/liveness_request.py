@@ -24,7 +24,8 @@ from ftcluster.job.config import LivenessConfig
 from ftcluster.plan.parallel import Plan
 from ftcluster.render.modelrepo import ft_parameters
 from ftcluster.spec.ftconfig import read_model_config
-from ftcluster.spec.models import ClientDefaults, Liveness, ModelSpec
+from ftcluster.spec.cluster import Liveness
+from ftcluster.spec.model import ClientDefaults, ModelSpec
 
 # The probe's own sequence (sequence-batching models): far from the ids clients count up from 1.
 PROBE_SEQUENCE_ID = 7_340_000_000_000_000_001

@@ -21,7 +21,7 @@ from ftcluster.errors import UserError
 from ftcluster.spec.ftconfig import dump_model_config, read_model_config, scan_repository, set_param
 from ftcluster.spec.modeltypes import backend_type
 from ftcluster.plan.parallel import Plan
-from ftcluster.spec.models import ModelSpec
+from ftcluster.spec.model import ModelSpec
 
 _COPY_LIMIT = 1 << 20  # bytes; bigger files are linked, not copied
 

@@ -21,7 +21,8 @@ from ftcluster.plan.facts import RunFacts
 from ftcluster.render.scripts import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.resources import package_path
 from ftcluster.slurm import Slurm
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 from ftcluster.spec.launch_styles import STYLES, style_name
 
 # What a request runs: the servers (and the client), only the MPI world check (`check`), or a

@@ -40,16 +40,15 @@ from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import caddy_config_text, same_host_note
 from ftcluster.plan.facts import RunFacts, resolve
 from ftcluster.resources import package_path, tree_path
-from ftcluster.spec.models import (
-    ClientDefaults,
+from ftcluster.spec.cluster import (
     ClusterSpec,
     Container,
-    ModelSpec,
     Ports,
     Server,
     pyxis_mount_path_problem,
     slurm_time_seconds,
 )
+from ftcluster.spec.model import ClientDefaults, ModelSpec
 from ftcluster.job.config import (
     CONTAINER_PROXY_DIR,
     PROXY_BINARY,

@@ -18,7 +18,8 @@ import yaml
 
 from ftcluster.errors import UserError
 from ftcluster.plan.parallel import Plan, make_plan
-from ftcluster.spec.models import DOCKER_REF_RE, MAX_GPUS_PER_NODE, ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import DOCKER_REF_RE, MAX_GPUS_PER_NODE, ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 # Inside the container (bridge networking): Triton's defaults; the host side is remappable.
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ftcluster.errors import UserError
-from ftcluster.spec.models import ClusterSpec
+from ftcluster.spec.cluster import ClusterSpec
 
 DEFAULT_REPO = "ftcluster/triton_with_ft"
 DOCKERFILE = "docker/Dockerfile"

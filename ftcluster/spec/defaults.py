@@ -28,6 +28,16 @@ def embedded(key: str) -> Path:
     return package_path("demo", "local-cluster.yaml" if key == "cluster" else "model.yaml")
 
 
+def embedded_cluster_path() -> Path:
+    """The embedded local cluster: ranks as local processes on this machine."""
+    return embedded("cluster")
+
+
+def embedded_model_path() -> Path:
+    """The embedded FT-shaped test model shipped with the package."""
+    return embedded("model")
+
+
 def read_config() -> dict[str, str]:
     path = config_path()
     try:
@@ -64,6 +74,18 @@ def default_with_source(key: str) -> tuple[Path, str]:
 
 def default_path(key: str) -> Path:
     return default_with_source(key)[0]
+
+
+def default_cluster_path() -> Path:
+    """The cluster spec used when none is named: $FTCLUSTER_CLUSTER, the user's config file, else
+    the embedded local cluster."""
+    return default_path("cluster")
+
+
+def default_model_path() -> Path:
+    """The model spec used when none is named: $FTCLUSTER_MODEL, the user's config file, else the
+    embedded FT-shaped test model."""
+    return default_path("model")
 
 
 def user_default(key: str) -> Path | None:

@@ -28,7 +28,8 @@ from pydantic_core import PydanticUndefined
 
 # The roots: (the spec's name, the option that takes it, its model). Every other spec object is
 # found through their fields.
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 
 ROOTS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("cluster", "--cluster", ClusterSpec),

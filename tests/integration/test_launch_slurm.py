@@ -521,7 +521,7 @@ def test_weird_workspace_path(weird_tmp_path: Path, slurm_cluster: Any) -> None:
 def test_a_rendered_folder_submitted_by_hand_is_followed(spec_dir: Path, tmp_path: Path) -> None:
     """`render --out DIR`, then plain `sbatch DIR/scripts/job.sbatch` from another directory (a
     Slurm user's way): the job runs in its folder, and `status`, `logs` and `stop DIR` follow it."""
-    from ftcluster.spec.models import embedded_model_path
+    from ftcluster.spec.defaults import embedded_model_path
 
     cluster = _write_spec(spec_dir, setup=["export FTC_SITE_SETUP=ran"])
     out = spec_dir / "by-hand"

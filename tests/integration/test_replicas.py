@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ftcluster.spec.models import embedded_model_path
+from ftcluster.spec.defaults import embedded_model_path
 from tests.launch_helpers import ftcluster, free_port_base, launch_json, processes_matching, wait_for, write_cluster
 
 LIVENESS = {"interval": 1, "deadline": 1, "failures": 2}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.spec.models import embedded_model_path
+from ftcluster.spec.defaults import embedded_model_path
 from tests.launch_helpers import ftcluster, launch_json, processes_matching, wait_for, write_cluster
 
 pytestmark = pytest.mark.triton

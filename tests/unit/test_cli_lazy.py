@@ -14,7 +14,8 @@ import click
 from ftcluster.cli import COMMANDS, HIDDEN_COMMANDS, cli, load
 
 HEAVY = ("pydantic", "jinja2", "tritonclient", "docker", "fabric", "numpy", "submitit", "rich",
-         "ftcluster.spec.models", "ftcluster.render.scripts")
+         "ftcluster.spec.base", "ftcluster.spec.cluster", "ftcluster.spec.model", "ftcluster.spec.load",
+         "ftcluster.render.scripts")
 
 
 def _modules_after(args: list[str], env: dict[str, str] | None = None) -> tuple[int, set[str], str]:

@@ -177,7 +177,7 @@ def test_status_and_logs_load_no_specs_or_templates(live_run: tuple[Path, RunRec
     for args in (["status", rec.run_id], ["logs", "--tail", "100", rec.run_id]):
         rc, mods, _ = _modules_after(args, env={"FTCLUSTER_STATE_DIR": str(state)})
         assert rc == 0
-        assert not {"pydantic", "jinja2", "ftcluster.spec.models", "ftcluster.render.scripts", "numpy"} & mods, args
+        assert not {"pydantic", "jinja2", "ftcluster.spec.base", "ftcluster.spec.cluster", "ftcluster.spec.model", "ftcluster.render.scripts", "numpy"} & mods, args
 
 
 def test_replica_commands_refuse_a_run_that_is_no_set(tmp_path: Path) -> None:

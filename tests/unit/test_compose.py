@@ -14,7 +14,8 @@ import yaml
 from ftcluster.service.compose import compose_files, parse_gpus, parse_ulimits, plan_single_node, service_spec
 from ftcluster.errors import UserError
 from ftcluster.service.serve import sdk_kwargs
-from ftcluster.spec.models import ClusterSpec, load_model
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.load import load_model
 
 
 DEMO = Path(__file__).resolve().parents[2] / "ftcluster" / "demo"

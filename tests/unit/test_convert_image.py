@@ -22,7 +22,9 @@ from ftcluster.errors import PlanError
 from ftcluster.spec.ftconfig import read_ini
 from ftcluster.spec.modeltypes import MODEL_TYPES
 from ftcluster.plan.parallel import make_plan
-from ftcluster.spec.models import ClusterSpec, ModelSpec, load_cluster, load_model
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.load import load_cluster, load_model
+from ftcluster.spec.model import ModelSpec
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"

@@ -20,7 +20,7 @@ from ftcluster.plan.checkpoint import read_checkpoint
 from ftcluster.spec.ftconfig import read_ini
 from ftcluster.render.modelrepo import prepare_repository
 from ftcluster.plan.parallel import make_plan
-from ftcluster.spec.models import ModelSpec
+from ftcluster.spec.model import ModelSpec
 from tests.helpers_specs import FT_FIXTURES, cluster
 
 pytestmark = [pytest.mark.skipif(not FT_FIXTURES.is_dir(), reason="../shared/fixtures absent")]

@@ -17,7 +17,9 @@ from ftcluster.run.layout import RunPaths
 from ftcluster.plan.parallel import Plan, make_plan
 from ftcluster.hosts.runner import LocalRunner
 from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
-from ftcluster.spec.models import ClusterSpec, embedded_model_path, load_model
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_model
 from ftcluster.run.store import RunStore
 from tests.fake_clock import START, FakeClock, World, most_in_a_minute
 from tests.helpers_specs import cluster

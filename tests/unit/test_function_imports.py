@@ -19,14 +19,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "ftcluster"
 
 # Imports inside functions that have no reason yet, by file: each one named, so that any other
-# fails. spec/models.py is being split into spec/cluster.py and spec/model.py; its three are to
-# be given their reason (or moved to the top) there.
-UNEXPLAINED: dict[str, set[str]] = {
-    "spec/models.py": {
-        "from ftcluster.errors import every",
-        "from ftcluster.spec.defaults import default_path",
-    },
-}
+# fails.
+UNEXPLAINED: dict[str, set[str]] = {}
 
 _PRAGMA = re.compile(r"^(noqa\b.*|type:\s*ignore\b.*|pragma\b.*|nosec\b.*)$")
 

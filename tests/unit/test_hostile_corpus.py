@@ -194,7 +194,8 @@ def nul_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, st
 
 def _text_fields(model: Any, prefix: str = "") -> set[str]:
     """Every field of a spec model (nested ones dotted) that holds text or paths."""
-    from ftcluster.spec.models import _kinds, _Strict
+    from ftcluster.spec.base import SpecModel as _Strict
+    from ftcluster.spec.base import annotation_kinds as _kinds
 
     out = set()
     for name, f in model.model_fields.items():
@@ -216,7 +217,8 @@ NOT_PATHS = {"account", "container.mounts.flags", "container.mpi_if_include", "c
 
 def test_every_path_field_is_in_the_nul_corpus() -> None:
     """A text field added to a spec is either a path (and gets the NUL) or named here as none."""
-    from ftcluster.spec.models import ClusterSpec, ModelSpec
+    from ftcluster.spec.cluster import ClusterSpec
+    from ftcluster.spec.model import ModelSpec
 
     paths = {p.removesuffix(".0").replace("mounts", "mounts.src") if p == "container.mounts.0" else p.removesuffix(".0")
              for p in CLUSTER_PATHS + MODEL_PATHS}

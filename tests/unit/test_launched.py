@@ -15,7 +15,7 @@ from ftcluster.render.launched import SPECS_FILE, LaunchedSpecs, read_specs
 from ftcluster.plan.parallel import make_plan
 from ftcluster.launch.replica_set import ReplicaSet, recorded_set, write_members
 from ftcluster.plan.replicas import member_cluster
-from ftcluster.spec.models import load_cluster, load_model, load_specs
+from ftcluster.spec.load import load_cluster, load_model, load_specs
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.launch.successor import successor_launch
 from tests.helpers_specs import run_cli

@@ -12,7 +12,8 @@ from ftcluster.hosts.runner import LocalRunner
 from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.ssh_docker import SshDockerLauncher
 from ftcluster.plan.parallel import make_plan
-from ftcluster.spec.models import embedded_model_path, load_cluster, load_model
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_cluster, load_model
 
 
 def _spec(tmp_path: Path, **values: object) -> Path:

@@ -78,7 +78,7 @@ def test_spec_models_built_without_plugin_lookup_and_the_environment_left_as_it_
     stands."""
     code = ("import os, pydantic.plugin._loader as L; seen = []; get = L.get_plugins\n"
             "L.get_plugins = lambda: (seen.append(os.environ.get('PYDANTIC_DISABLE_PLUGINS')), get())[1]\n"
-            "import ftcluster.spec.models\n"
+            "import ftcluster.spec.cluster, ftcluster.spec.model\n"
             "print(sorted(set(map(str, seen))), len(seen), os.environ.get('PYDANTIC_DISABLE_PLUGINS'))")
     env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,

@@ -9,7 +9,7 @@ import pytest
 from ftcluster.plan.checkpoint import Split, read_checkpoint
 from ftcluster.errors import PlanError
 from ftcluster.plan.parallel import Plan, make_plan, plan_for, read_model_facts
-from ftcluster.spec.models import load_cluster, load_model
+from ftcluster.spec.load import load_cluster, load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
 
 

@@ -12,7 +12,10 @@ import pytest
 from ftcluster.errors import UserError
 from ftcluster.plan.parallel import make_plan
 from ftcluster.render.liveness_request import PROBE_SEQUENCE_ID, liveness_config
-from ftcluster.spec.models import ClientDefaults, Liveness, ModelSpec, embedded_model_path, load_model
+from ftcluster.spec.cluster import Liveness
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_model
+from ftcluster.spec.model import ClientDefaults, ModelSpec
 from tests.helpers_specs import cluster
 from tests.unit.test_zoo import IDS, REPOS, make_checkpoint, spec_for
 
@@ -73,7 +76,9 @@ _IN_A_FRESH_PROCESS = """
 import json, sys
 from ftcluster.plan.parallel import make_plan
 from ftcluster.render.liveness_request import liveness_config
-from ftcluster.spec.models import Liveness, embedded_model_path, load_model
+from ftcluster.spec.cluster import Liveness
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_model
 from tests.helpers_specs import cluster
 demo = load_model(embedded_model_path())
 cfg = liveness_config(demo, make_plan(cluster(gpus_per_node=1), demo, 1), demo.client, Liveness(), 8002)

@@ -18,7 +18,7 @@ from ftcluster.plan.endpoint import (
     caddy_config,
     loopback_ports,
 )
-from ftcluster.spec.models import Ports, Proxy
+from ftcluster.spec.cluster import Ports, Proxy
 from tests.helpers_specs import run_cli
 from tests.unit.test_render import SPECS, cluster
 

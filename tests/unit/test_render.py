@@ -17,7 +17,8 @@ import pytest
 
 from ftcluster.plan.parallel import Plan, plan_for
 from ftcluster.render.scripts import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts, RenderOptions, RunPaths, render, templates_dir
-from ftcluster.spec.models import ClusterSpec, ModelSpec
+from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.model import ModelSpec
 from tests.helpers_specs import REPO_ROOT, ckpt, cluster, facts, model
 
 

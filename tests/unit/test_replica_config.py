@@ -202,7 +202,8 @@ def test_the_front_takes_its_time_limit_notice_itself_on_slurm() -> None:
     from ftcluster.launch.run import LaunchOptions
     from ftcluster.plan.parallel import make_plan
     from ftcluster.launch.replica_set import ReplicaSet
-    from ftcluster.spec.models import embedded_model_path, load_model
+    from ftcluster.spec.defaults import embedded_model_path
+    from ftcluster.spec.load import load_model
 
     demo = load_model(embedded_model_path())
 

@@ -22,7 +22,8 @@ from ftcluster.render.scripts import RenderOptions
 from ftcluster.render.request import JobRequest, build_request
 from ftcluster.hosts.runner import LocalRunner
 from ftcluster.slurm import JobInfo, JobState
-from ftcluster.spec.models import embedded_model_path, load_model
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_model
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import LAUNCHERS, STYLES
 from tests.helpers_specs import cluster

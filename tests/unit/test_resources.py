@@ -15,7 +15,7 @@ from ftcluster.cli.commands_examples import example_files, examples_root
 from ftcluster.spec.envnames import job_library_files
 from ftcluster.render.scripts import templates_dir
 from ftcluster.resources import TOP_LEVEL, package_path, tree_path, tree_root
-from ftcluster.spec.models import embedded_cluster_path, embedded_model_path
+from ftcluster.spec.defaults import embedded_cluster_path, embedded_model_path
 
 REPO = Path(__file__).resolve().parents[2]
 

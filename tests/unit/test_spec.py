@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from ftcluster.errors import SpecError
-from ftcluster.spec.models import ClusterSpec, ModelSpec, Mount, load_cluster, load_model
+from ftcluster.spec.cluster import ClusterSpec, Mount
+from ftcluster.spec.load import load_cluster, load_model
+from ftcluster.spec.model import ModelSpec
 from tests.helpers_specs import MODELS, REPO_ROOT, cluster
 
 CLUSTERS = sorted((REPO_ROOT / "configs" / "clusters").glob("*.yaml"))

@@ -17,7 +17,8 @@ import pytest
 from ftcluster.errors import PlanError, SpecError
 from ftcluster.plan.parallel import plan_for
 from ftcluster.render.scripts import RenderOptions, RunPaths, pyxis_mounts, render
-from ftcluster.spec.models import ClusterSpec, Mount, load_cluster, with_image
+from ftcluster.spec.cluster import ClusterSpec, Mount
+from ftcluster.spec.load import load_cluster, with_image
 from ftcluster.run.store import RUN_NAME_MAX, new_run_id
 from ftcluster.plan.visibility import check_checkpoint_visible, server_checkpoint_path
 from tests.helpers_specs import ckpt, cluster, facts, model
@@ -369,7 +370,7 @@ def test_images_folder_uses_the_expanded_workspace(tmp_path: Path, monkeypatch: 
 
 
 def test_pyxis_mount_path_problem_for_render_out() -> None:
-    from ftcluster.spec.models import pyxis_mount_path_problem
+    from ftcluster.spec.cluster import pyxis_mount_path_problem
 
     assert pyxis_mount_path_problem("/shared/runs/my-run_1") is None
     for path, shown in [("/shared/runs/my run 1", "a blank"), ("/r/$(x)", "$"), ("/r/a,b", ","), ("/r/a:b", ":"), ("/r/`x`", "`"), ('/r/"', '"'),
@@ -387,7 +388,7 @@ def test_default_workspace_is_expanded_too(tmp_path: Path, monkeypatch: pytest.M
 
 def test_a_forwarding_spec_leaves_the_workspace_to_the_login_node(monkeypatch: pytest.MonkeyPatch) -> None:
     from ftcluster.hosts import login as remote
-    from ftcluster.spec import models as spec
+    from ftcluster.spec import cluster as spec
 
     assert spec.ON_LOGIN_NODE_ENV == remote.HOP_ENV
     monkeypatch.delenv(remote.HOP_ENV, raising=False)

@@ -31,7 +31,8 @@ from ftcluster.launch.preflight import PreflightOptions, preflight_launch, repor
 from ftcluster.rank.preflight import GpuInfo, RankReport, build_report
 from ftcluster.render.scripts import RenderOptions
 from ftcluster.render.request import JobRequest, build_request
-from ftcluster.spec.models import embedded_model_path, load_model
+from ftcluster.spec.defaults import embedded_model_path
+from ftcluster.spec.load import load_model
 from tests.helpers_specs import cluster
 from tests.unit.test_render import KNOWN_TEMPLATE_ISSUES
 

@@ -30,7 +30,7 @@ from ftcluster.spec.ftconfig import read_ini, read_model_config
 from ftcluster.render.modelrepo import prepare_repository
 from ftcluster.spec.modeltypes import KINDS
 from ftcluster.plan.parallel import make_plan
-from ftcluster.spec.models import ModelSpec
+from ftcluster.spec.model import ModelSpec
 from tests.helpers_specs import DATA, FT_FIXTURES, cluster
 from tests.unit.test_fixtures_ft import check_prepared
 

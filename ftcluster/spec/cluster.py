@@ -1,39 +1,27 @@
-"""Cluster and model specs: YAML files validated with pydantic.
-
-Errors name the file and the field (``cluster.yaml: container.runtime: ...``) and are raised
-as `SpecError`, so the CLI prints one line and no traceback. Relative paths in a spec are
-resolved against the spec file's folder, so specs can be moved together with their models.
-"""
+"""The cluster spec (ClusterSpec) and its parts: where and how the ranks run (scheduler, hosts,
+Slurm's options, the container runtime and its mounts), the endpoint (ports, access, proxy,
+balancer), the server (liveness, restarts, hand-over) and the image `ftcluster image` makes.
+Each model checks what it alone can (a Slurm option ftcluster sets itself, a path Pyxis cannot
+mount, a workspace expanded once); reading the file is ftcluster.spec.load's."""
 
 from __future__ import annotations
 
-import errno
 import getpass
 import os
 import re
-import stat
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ftcluster.spec import yaml_text
-from ftcluster.errors import SpecError
-from ftcluster.spec.plaintext import MULTI_LINE, not_text
-from ftcluster.resources import package_path
-from ftcluster.spec.errors import Problems, checked, cut, format_errors
+from ftcluster.spec.base import NAME_RE, SpecModel, plugin_lookup_back, plugin_lookup_off
+from ftcluster.spec.errors import Problems, cut
+from ftcluster.spec.plaintext import not_text
+
+_PLUGINS_WERE = plugin_lookup_off()   # back after the last model (ftcluster.spec.base)
 
 _LOGIN_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::(?P<port>[0-9]{1,5}))?",
                             re.ASCII)
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A host name as DNS (and Python's IDNA codec, before any lookup) takes it: labels of 1-63
 # characters, 253 in all.
 _HOST_NAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?", re.ASCII)
@@ -117,79 +105,6 @@ def slurm_time_seconds(text: str) -> int | None:
     else:                          # M, M:S
         h, m, s = 0, parts[0], (parts[1] if len(parts) > 1 else 0)
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
-INT32_MAX = 2**31 - 1
-
-
-# pydantic looks for third-party plugins (every installed distribution's entry points) as it
-# builds each model: 5-25 ms of every command's start-up, growing with the environment, for
-# validation hooks that the spec models never use. Off while they are built (below), then as it
-# was, so that nothing this process starts (the job, the user's model code in the python
-# backend) inherits the setting.
-_PLUGINS_VAR = "PYDANTIC_DISABLE_PLUGINS"
-_PLUGINS_WERE = os.environ.get(_PLUGINS_VAR)
-os.environ.setdefault(_PLUGINS_VAR, "__all__")
-
-
-class _Strict(BaseModel):
-    """Every spec object: unknown keys refused, numbers finite (no .inf or .nan), a boolean never
-    taken for a number, and no string holding what is not visible text (ftcluster.spec.plaintext: a
-    NUL, an escape sequence for the terminal, a newline or U+2028 that a script, a regex or
-    str.splitlines would split on, a lone surrogate no path can hold)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    # Mappings whose values are text that scripts carry as quoted data (the env: a certificate
-    # spans lines): a newline, tab or CR is kept there (the Docker sshd path refuses them itself).
-    _TEXT_VALUES: ClassVar[frozenset[str]] = frozenset({"env"})
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _plain_values(cls, v: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        kinds = _kinds(field.annotation) if field is not None else set()
-        if isinstance(v, bool) and bool not in kinds and kinds & {int, float}:
-            raise ValueError(f"expected a number, got {v!r}")
-        # A spec object checks its own fields, which then name themselves in the error.
-        if any(isinstance(k, type) and issubclass(k, _Strict) for k in kinds):
-            return v
-        bad = _control_in(v, text=info.field_name in cls._TEXT_VALUES)
-        if bad is not None:
-            raise ValueError(f"{bad} (no spec string may hold one): write the value without it")
-        return v
-
-
-def _kinds(annotation: Any) -> set[Any]:
-    """The plain types an annotation admits (Optional, unions and containers looked into)."""
-    args = get_args(annotation)
-    if not args:
-        return {annotation}
-    return {k for a in args for k in _kinds(a)} | ({get_origin(annotation)} if get_origin(annotation) else set())
-
-
-def _control_in(v: Any, text: bool = False) -> str | None:
-    """The first string in v (itself, or inside lists, tuples and mappings, keys too) that holds
-    what is not visible text (ftcluster.spec.plaintext), in words, else None. A mapping's value is
-    named by its key and never shown: an env value may be a secret. text: a mapping's values may
-    span lines (newlines, tabs and CRs)."""
-    if isinstance(v, str):
-        bad = not_text(v)
-        return None if bad is None else f"{cut(repr(v))} holds {bad}"
-    if isinstance(v, dict):
-        for key, val in v.items():
-            found = _control_in(key)
-            if found is not None:
-                return f"the key {found}"
-            if isinstance(val, str):
-                bad = not_text(val, MULTI_LINE if text else frozenset())
-                if bad is not None:
-                    return f"the value of {key} holds {bad}"
-            elif (found := _control_in(val, text)) is not None:
-                return f"the value of {key}: {found}"
-    if isinstance(v, (list, tuple)):
-        for item in v:
-            found = _control_in(item)
-            if found is not None:
-                return found
-    return None
 
 
 # Enroot's mount options (enroot-mount.c `mount_opts`, plus the x-create/nofail/silent options it
@@ -228,7 +143,7 @@ def pyxis_mount_path_problem(path: str) -> str | None:
             "at blanks; Enroot's bash expands $ ` \" \\)")
 
 
-class Mount(_Strict):
+class Mount(SpecModel):
     """One bind mount; rendered as Pyxis ``SRC:DST[:FLAGS]`` or docker ``-v``."""
 
     src: str
@@ -261,7 +176,7 @@ class Mount(_Strict):
         return v
 
     @classmethod
-    def parse(cls, text: str) -> "Mount":
+    def parse(cls, text: str) -> Mount:
         return cls(**cls.fields_of(text))
 
     @staticmethod
@@ -302,7 +217,7 @@ def pyxis_image_problem(image: str) -> str | None:
     return None
 
 
-class Container(_Strict):
+class Container(SpecModel):
     runtime: Literal["pyxis", "docker", "charliecloud", "none"] = "none"
     image: str | None = None
     mounts: tuple[Mount, ...] = ()
@@ -372,7 +287,7 @@ class Container(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _image_needed(self) -> "Container":
+    def _image_needed(self) -> Container:
         problems = self._runtime_problems()
         if problems:
             raise Problems(problems)
@@ -436,7 +351,7 @@ class Container(_Strict):
 LOCAL_PORTS = {"http": 18000, "grpc": 18001, "metrics": 18002}
 
 
-class Ports(_Strict):
+class Ports(SpecModel):
     http: int = Field(8000, ge=1, le=65535)
     grpc: int = Field(8001, ge=1, le=65535)
     metrics: int = Field(8002, ge=1, le=65535)
@@ -445,19 +360,19 @@ class Ports(_Strict):
     gpus: int | None = Field(None, ge=1, le=65535)
 
     @model_validator(mode="after")
-    def _distinct(self) -> "Ports":
+    def _distinct(self) -> Ports:
         taken = [p for p in (self.http, self.grpc, self.metrics, self.gpus) if p is not None]
         if len(set(taken)) != len(taken):
             raise ValueError("http, grpc, metrics (and gpus) ports must differ")
         return self
 
-    def shifted(self, by: int) -> "Ports":
+    def shifted(self, by: int) -> Ports:
         """Every port `by` higher (a member's, Triton's on the loopback behind a proxy)."""
         return Ports(http=self.http + by, grpc=self.grpc + by, metrics=self.metrics + by,
                      gpus=None if self.gpus is None else self.gpus + by)
 
 
-class Proxy(_Strict):
+class Proxy(SpecModel):
     """The proxy in front of a private endpoint (`access: private`): Caddy on rank 0's node
     serves the spec's HTTP and gRPC ports with the run's bearer token; Triton itself listens on
     that node's loopback, `loopback_offset` above the spec's ports."""
@@ -475,13 +390,13 @@ class Proxy(_Strict):
     expose_metrics: bool = False
 
     @model_validator(mode="after")
-    def _tls_pair(self) -> "Proxy":
+    def _tls_pair(self) -> Proxy:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
         return self
 
 
-class Balancer(_Strict):
+class Balancer(SpecModel):
     """The front of a replica set (`replicas` > 1, or `always`): Caddy on the spec's ports, the
     members on ports `port_step` x (K+1) above them."""
 
@@ -505,7 +420,7 @@ MAX_RESTARTS = 10_000
 MAX_GPUS_PER_NODE = 1024
 
 
-class Liveness(_Strict):
+class Liveness(SpecModel):
     """While a run serves (`--keep-serving`): a small real inference through rank 0 every
     `interval` seconds with a `deadline`; `failures` misses in a row, with no request completed
     meanwhile, mean the MPI world is hung. interval 0: no probe (rank deaths are still seen)."""
@@ -515,7 +430,7 @@ class Liveness(_Strict):
     failures: int = Field(3, ge=1, le=1000)
 
 
-class Server(_Strict):
+class Server(SpecModel):
     # "auto": tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel
     binary: str = Field("tritonserver", min_length=1)
     ready_timeout: float = Field(900.0, gt=0, le=7 * DAY)
@@ -553,7 +468,7 @@ class Server(_Strict):
     metrics_max_mb: float = Field(64.0, gt=0, le=1024 * 1024)
 
 
-class ImageSpec(_Strict):
+class ImageSpec(SpecModel):
     """The Triton + FT image `ftcluster image build/import` makes (all optional)."""
 
     # Image name[:tag]; default: container.image when that is an image name, else
@@ -575,7 +490,7 @@ class ImageSpec(_Strict):
         return v
 
 
-class NodeSsh(_Strict):
+class NodeSsh(SpecModel):
     """How ftcluster reaches the hosts of scheduler 'ssh' (not the containers' own sshd on
     ssh_port). Unset fields come from the user's ssh config; unknown host keys are refused."""
 
@@ -634,7 +549,7 @@ def expand_workspace(value: str, base: Path | None = None) -> str:
     return os.path.normpath(path)
 
 
-class ClusterSpec(_Strict):
+class ClusterSpec(SpecModel):
     name: str = "cluster"
     scheduler: Literal["slurm", "ssh", "local"]
     partition: str | None = None
@@ -692,7 +607,7 @@ class ClusterSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.fullmatch(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError("use letters, digits, '.', '_' and '-' only")
         return v
 
@@ -805,12 +720,12 @@ class ClusterSpec(_Strict):
     @field_validator("mpi")
     @classmethod
     def _mpi(cls, v: str) -> str:
-        if not _NAME_RE.fullmatch(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError("an srun --mpi plugin name such as pmix, pmix_v4 or pmi2")
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ClusterSpec":
+    def _consistent(self) -> ClusterSpec:
         problems = []
         if self.scheduler == "ssh" and not self.hosts:
             problems.append("scheduler 'ssh' needs hosts: [node1, node2, ...]")
@@ -854,252 +769,4 @@ class ClusterSpec(_Strict):
         return problems
 
 
-# What users call the model (ftcluster.spec.modeltypes.KINDS); config.pbtxt gets the backend's name
-# for it (BLOOM and OPT are served as GPT).
-ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "T5-Encoder", "bert", "BLOOM", "OPT"]
-
-
-class ClientDefaults(_Strict):
-    batch_size: int = Field(2, ge=1, le=INT32_MAX)
-    input_len: int = Field(8, ge=1, le=INT32_MAX)
-    output_len: int = Field(8, ge=1, le=INT32_MAX)
-    protocol: Literal["http", "grpc"] = "http"
-    # bert's input is hidden states [batch, seq, hidden]; unset: the checkpoint's hidden size.
-    hidden_size: int | None = Field(None, ge=1, le=INT32_MAX)
-
-
-class ModelSpec(_Strict):
-    name: str
-    backend: Literal["fastertransformer"] = "fastertransformer"
-    model_type: ModelType
-    repository: Path
-    # Folder of the FT model inside the repository; default: the one whose backend is
-    # fastertransformer, else `name`.
-    ft_model: str | None = None
-    checkpoint_root: Path
-    # The path of checkpoint_root as the server sees it (inside a container); default: same.
-    checkpoint_mount: str | None = None
-    # Unset (None): config.pbtxt keeps what the source says (data_type, when the source has
-    # none, becomes the checkpoint's weight_data_type: the backend cannot start without it).
-    data_type: Literal["fp32", "fp16", "bf16"] | None = None
-    int8_mode: int | None = Field(None, ge=0, le=2)
-    enable_custom_all_reduce: bool | None = None
-    # config.pbtxt's max_batch_size is a protobuf int32.
-    max_batch_size: int | None = Field(None, ge=0, le=INT32_MAX)
-    parameters: dict[str, str] = Field(default_factory=dict)
-    client: ClientDefaults = ClientDefaults()
-    # Which FT converter `ftcluster convert` runs when the type has several (GPT: Megatron
-    # checkpoints); unset: the Hugging Face one.
-    converter: Literal["megatron"] | None = None
-    source: str | None = Field(None, exclude=True)
-
-    @field_validator("name", "ft_model")
-    @classmethod
-    def _name(cls, v: str | None) -> str | None:
-        if v is not None and not _NAME_RE.fullmatch(v):
-            raise ValueError("use letters, digits, '.', '_' and '-' only")
-        return v
-
-    @field_validator("parameters", mode="before")
-    @classmethod
-    def _params(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): str(val) for k, val in v.items()}
-        return v
-
-    @model_validator(mode="after")
-    def _converter(self) -> ModelSpec:
-        if self.converter == "megatron" and self.model_type != "GPT":
-            raise ValueError(f"converter: megatron converts GPT checkpoints, not {self.model_type} "
-                             "(leave converter out)")
-        return self
-
-
-if _PLUGINS_WERE is None:   # every spec model is built: the variable as it was
-    del os.environ[_PLUGINS_VAR]
-
-_S = TypeVar("_S", bound=BaseModel)
-
-
-# A spec is a few KB: a larger file is not one (nor one whose aliases expand past
-# yaml_text.MAX_VALUES values).
-SPEC_MAX_BYTES = 1 << 20
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        st = path.stat()
-    except (OSError, ValueError):   # ValueError: a NUL in the path (the config file's)
-        raise SpecError(f"spec file {path} does not exist",
-                        hint="check the path given to --cluster/--model, $FTCLUSTER_CLUSTER/$FTCLUSTER_MODEL "
-                             "or `ftcluster config`") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise SpecError(f"spec file {path} is not a regular file", hint="give a YAML file")
-    if st.st_size > SPEC_MAX_BYTES:
-        raise SpecError(f"{path}: {st.st_size} bytes is too large for a spec (at most {SPEC_MAX_BYTES})")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(SPEC_MAX_BYTES + 1)
-        if len(raw) > SPEC_MAX_BYTES:
-            raise SpecError(f"{path}: too large for a spec (at most {SPEC_MAX_BYTES} bytes)")
-        data = yaml_text.load(raw.decode())
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: {yaml_text.problem(exc)}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file") from None
-    if data is None:
-        raise SpecError(f"{path}: the file is empty", hint="see configs/ for examples")
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
-    return data
-
-
-def _validate(cls: type[_S], path: Path, data: dict[str, Any], names: dict[str, str] | None = None) -> _S:
-    # Relative paths in a spec (the cluster's workspace) are taken from the spec's folder.
-    spec, errors = checked(cls, data, {"base": str(path.resolve().parent)})
-    if spec is None:
-        raise SpecError(format_errors(path, errors, names))
-    return spec
-
-
-def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
-                 options: dict[str, str] | None = None) -> ClusterSpec:
-    """The cluster spec, with top-level values replaced (command-line overrides), checked
-    together: an error names the file's fields, and the options' (options: field -> option)."""
-    p = Path(path).expanduser()
-    data = _read_yaml(p)
-    _refuse_the_other_kind(p, data, ClusterSpec, ModelSpec)
-    # The default name comes from the file name, made a valid name (it names jobs and folders).
-    data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
-    given = "ports" in {**data, **(overrides or {})}
-    if not given and {**data, **(overrides or {})}.get("scheduler") == "local":
-        # What a render or dry run shows, and a run folder started by hand takes; a launch
-        # picks a free block (launchers.local).
-        data = {**data, "ports": LOCAL_PORTS}
-    spec = _with_values(p, data, overrides or {}, options)
-    return spec.model_copy(update={"source": str(p.resolve()), "ports_given": given})
-
-
-def _with_values(path: Path, data: dict[str, Any], values: dict[str, Any],
-                 options: dict[str, str] | None) -> ClusterSpec:
-    """`data` with top-level `values` replaced, checked together; a problem of a value given is
-    named by the option that gave it (options: dotted field -> option)."""
-    named = {field: opt for field, opt in (options or {}).items() if field.split(".")[0] in values}
-    return _validate(ClusterSpec, path, {**data, **values}, named)
-
-
-def with_values(cluster: ClusterSpec, values: dict[str, Any], options: dict[str, str] | None = None) -> ClusterSpec:
-    """The spec with top-level values replaced (command-line overrides), each checked as the
-    spec's own would be; an error names the field, or the option that gave it (options:
-    dotted field -> option)."""
-    path = Path(cluster.source or "cluster.yaml")
-    return _with_values(path, cluster.model_dump(), values, options).model_copy(
-        update={"source": cluster.source, "ports_given": cluster.ports_given or "ports" in values})
-
-
-def with_image(cluster: ClusterSpec, image: str, option: str | None = None) -> ClusterSpec:
-    """The spec with another container.image, checked as the spec's own value is."""
-    return with_values(cluster, {"container": {**cluster.container.model_dump(), "image": image}},
-                       {"container.image": option} if option else None)
-
-
-def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
-    """The model spec; its folders must exist, but for those in `to_make`, which the caller
-    makes (`convert` writes checkpoint_root): those only must not be something else."""
-    p = Path(path).expanduser()
-    data = _read_yaml(p)
-    _refuse_the_other_kind(p, data, ModelSpec, ClusterSpec)
-    base = p.resolve().parent
-    for key in ("repository", "checkpoint_root"):
-        val = data.get(key)
-        if isinstance(val, str) and val:
-            data[key] = str((base / Path(val).expanduser()))
-    spec, errors = checked(ModelSpec, data, {"base": str(base)})
-    problems = [format_errors(None, errors)] if errors else []
-    failed = {err["loc"][0] for err in errors if err["loc"]}
-    # The folders are checked also when another field is wrong: every problem at once (a folder
-    # whose own value was refused, a NUL in it, is said once, by that).
-    for key, hint in (("repository", "point it at the Triton model repository holding config.pbtxt"),
-                      ("checkpoint_root", "point it at the converter output that holds the N-gpu/ folders")):
-        folder = data.get(key)
-        if key in failed:
-            continue
-        if folder == "":
-            problems.append(f"{key}: an empty path ({hint})")
-        elif isinstance(folder, str) and (why := _not_a_folder(Path(folder))) and not (
-                key in to_make and why == "does not exist"):
-            problems.append(f"{key}: folder {cut(folder)} {why} ({hint})")
-    if problems:
-        raise SpecError(f"{p}: " + "; ".join(problems))
-    assert spec is not None
-    return spec.model_copy(update={"source": str(p.resolve())})
-
-
-# The words for each kind of spec: what it is, the option that takes it.
-_KINDS = {"ClusterSpec": ("a cluster spec", "--cluster"), "ModelSpec": ("a model spec", "--model")}
-
-
-def _refuse_the_other_kind(path: Path, data: dict[str, Any], wanted: type[BaseModel], other: type[BaseModel]) -> None:
-    """One line for a model spec given where a cluster spec goes (or the other way round, the
-    options swapped), instead of a line per key it does not know."""
-    keys = {str(k) for k in data} - {"name"}
-    if not keys or keys & set(wanted.model_fields) or not keys <= set(other.model_fields):
-        return
-    (is_, its_option), (want, option) = _KINDS[other.__name__], _KINDS[wanted.__name__]
-    named = ", ".join(sorted(keys)[:4]) + (", ..." if len(keys) > 4 else "")
-    raise SpecError(f"{path}: this is {is_} ({named}), not {want}",
-                    hint=f"give it as {its_option}, and {want} as {option}")
-
-
-def load_specs(cluster_path: str | Path, model_path: str | Path,
-               overrides: dict[str, Any] | None = None,
-               options: dict[str, str] | None = None, to_make: tuple[str, ...] = ()) -> tuple[ClusterSpec, ModelSpec]:
-    """Both specs (the cluster's with command-line overrides), or one error saying every
-    problem of both (`to_make`: as load_model's)."""
-    from ftcluster.errors import every
-
-    found, model = every(lambda: load_cluster(cluster_path, overrides, options),
-                         lambda: load_model(model_path, to_make))
-    return found, model
-
-
-def _not_a_folder(path: Path) -> str | None:
-    """Why a spec's folder cannot be used, or None. A name too long for the filesystem, or one
-    behind a folder the user may not enter, is the spec's problem to report, not a crash."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return "does not exist"
-        return f"cannot be used: {exc.strerror or exc}"
-    except ValueError:   # a NUL, or a surrogate the file system's encoding cannot take
-        return "cannot be a path: it holds a character no path can"
-    return None if stat.S_ISDIR(st.st_mode) else "is not a folder"
-
-
-def default_cluster_path() -> Path:
-    """The cluster spec used when none is named: $FTCLUSTER_CLUSTER, the user's config file, else
-    the embedded local cluster (ftcluster.spec.defaults)."""
-    from ftcluster.spec.defaults import default_path
-
-    return default_path("cluster")
-
-
-def default_model_path() -> Path:
-    """The model spec used when none is named: $FTCLUSTER_MODEL, the user's config file, else the
-    embedded FT-shaped test model."""
-    from ftcluster.spec.defaults import default_path
-
-    return default_path("model")
-
-
-def embedded_cluster_path() -> Path:
-    """The embedded local cluster: ranks as local processes on this machine."""
-    return package_path("demo", "local-cluster.yaml")
-
-
-def embedded_model_path() -> Path:
-    """The embedded FT-shaped test model shipped with the package."""
-    return package_path("demo", "model.yaml")
+plugin_lookup_back(_PLUGINS_WERE)
