@@ -31,7 +31,7 @@ from ftcluster.render.modelrepo import prepare_repository
 from ftcluster.run.phases import PHASES
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import access_problems, proxy_binary
-from ftcluster.plan.facts import resolve
+from ftcluster.plan.facts import RunFacts, resolve
 from ftcluster.render.scripts import JobStep, RenderOptions, RunPaths
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.render.request import JobRequest, build_request
@@ -63,6 +63,9 @@ class LaunchOptions:
     # replica set's member's are those of the launch they come from (the spec this run gets is
     # derived from them: excluded nodes, a member's ports); None: this run's own spec and plan.
     specs: LaunchedSpecs | None = None
+    # The run's facts (ftcluster.plan.facts) as the run it continues saved them: a successor's
+    # are its predecessor's (its ports, access, restarts); None: resolved from its spec.
+    facts: RunFacts | None = None
 
 
 @dataclass
@@ -157,13 +160,14 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         problems = access_problems(cluster)
         if problems:
             raise UserError("; ".join(problems))
-        if build and resolve(cluster).private:
+        if build and (opts.facts or resolve(cluster)).private:
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
                          servers=opts.servers, rotation=opts.member_of is not None, carried_faults=opts.carried_faults,
                          service=opts.service or opts.member_of or "",
                          front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
-                         if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
+                         if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build),
+                         facts=opts.facts, **mpi)
 
 
 def workspace_error(run_dir: Path, why: str) -> UserError:

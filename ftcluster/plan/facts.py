@@ -1,6 +1,6 @@
 """A run's facts, resolved once from its specs: the one place that applies the rules (which runs
-are private, where Triton listens behind a proxy, a replica set's member's ports, the port
-stride of ranks that share one host, how often a serving world restarts).
+are private, where Triton listens behind a proxy, a replica set's member's ports and every port
+the set takes, the port stride of ranks that share one host, how often a serving world restarts).
 
 render, the launchers, status, replica sets and successors read a `RunFacts`; none works a fact
 out again. A launch saves its run's facts beside its specs (scripts/specs.json, `facts`), so
@@ -63,6 +63,25 @@ def member_cluster(cluster: ClusterSpec, k: int) -> ClusterSpec:
     front: the members' doors speak plain HTTP to it, with the set's token where private."""
     proxy = cluster.proxy.model_copy(update={"tls_cert": None, "tls_key": None})
     return cluster.model_copy(update={"ports": member_ports(cluster, k), "replicas": 1, "proxy": proxy})
+
+
+def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stride: int) -> list[tuple[str, int]]:
+    """Every port the set takes, named: the front's, each member's (and Triton's loopback ones
+    behind a member's proxy; on one machine, every rank's)."""
+    names = ("http", "grpc", "metrics")
+    taken = [(f"the balancer's {n}", getattr(cluster.ports, n)) for n in names[:2]]
+    # Plain numbers: one past 65535 is a problem to name, not a Ports to build.
+    for k in range(replicas):
+        off = member_shift(cluster, k)
+        # A member's Triton listens on the loopback, proxy.loopback_offset above, behind its proxy.
+        for what, extra in (("", 0), (" (loopback)", loopback_shift(cluster.proxy))):
+            for r in range(ranks_per_host):
+                for n in names:
+                    who = f"replica {k}" + (f" rank {r}" if ranks_per_host > 1 else "")
+                    taken.append((f"{who}'s {n}{what}", getattr(cluster.ports, n) + off + extra + r * rank_stride))
+            if cluster.ports.gpus is not None:   # one GPU exporter a member: its job's
+                taken.append((f"replica {k}'s gpus{what}", cluster.ports.gpus + off + extra))
+    return taken
 
 
 def port_stride(cluster: ClusterSpec) -> int:

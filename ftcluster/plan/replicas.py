@@ -24,7 +24,7 @@ from typing import Any
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, guarded_routes, tls_policy
-from ftcluster.plan.facts import loopback_shift, member_cluster, member_ports, member_shift, resolve
+from ftcluster.plan.facts import member_cluster, member_ports, ports_of, resolve
 from ftcluster.spec.cluster import ClusterSpec
 
 # A member's run id: the set's, then -r<K>; a member started again (restart, scale) adds .<N>.
@@ -36,25 +36,6 @@ GRPC_UNARY_RETRIED = "/inference.GRPCInferenceService/ModelInfer"
 
 def member_id(set_id: str, k: int, generation: int = 0) -> str:
     return f"{set_id}{MEMBER_MARK}{k}" + (f".{generation}" if generation else "")
-
-
-def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stride: int) -> list[tuple[str, int]]:
-    """Every port the set takes, named: the front's, each member's (and Triton's loopback ones
-    behind a member's proxy; on one machine, every rank's)."""
-    names = ("http", "grpc", "metrics")
-    taken = [(f"the balancer's {n}", getattr(cluster.ports, n)) for n in names[:2]]
-    # Plain numbers: one past 65535 is a problem to name, not a Ports to build.
-    for k in range(replicas):
-        off = member_shift(cluster, k)
-        # A member's Triton listens on the loopback, proxy.loopback_offset above, behind its proxy.
-        for what, extra in (("", 0), (" (loopback)", loopback_shift(cluster.proxy))):
-            for r in range(ranks_per_host):
-                for n in names:
-                    who = f"replica {k}" + (f" rank {r}" if ranks_per_host > 1 else "")
-                    taken.append((f"{who}'s {n}{what}", getattr(cluster.ports, n) + off + extra + r * rank_stride))
-            if cluster.ports.gpus is not None:   # one GPU exporter a member: its job's
-                taken.append((f"replica {k}'s gpus{what}", cluster.ports.gpus + off + extra))
-    return taken
 
 
 def replica_problems(cluster: ClusterSpec, plan: Plan, replicas: int, one_host: bool, rank_stride: int,
@@ -178,5 +159,5 @@ def front_config_text(cluster: ClusterSpec, listen_host: str) -> str:
     return json.dumps(front_config(cluster, listen_host), indent=1, sort_keys=True) + "\n"
 
 
-__all__ = ["PROXY_TOKEN_ENV", "FrontSettings", "front_config", "member_cluster", "member_id", "member_ports",
+__all__ = ["PROXY_TOKEN_ENV", "FrontSettings", "front_config", "member_cluster", "member_id", "member_ports", "ports_of",
            "replica_problems"]

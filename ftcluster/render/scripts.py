@@ -232,6 +232,9 @@ class RenderOptions:
     front_rotation: str = ""             # ... and its front's state/rotation.json
     carried_faults: tuple[str, ...] = ()  # a successor's: its predecessor's faults still counted
     service: str = ""                    # the service's name in metrics labels ("": the run id)
+    # The run's facts as the run it continues saved them (a successor's: its predecessor's);
+    # None: resolved from the spec (ftcluster.plan.facts.resolve).
+    facts: RunFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -374,7 +377,10 @@ def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
 
 
 def run_facts(cluster: ClusterSpec, opts: RenderOptions) -> RunFacts:
-    """The run's facts (ftcluster.plan.facts) as these options launch it."""
+    """The run's facts (ftcluster.plan.facts) as these options launch it: those it continues
+    with, else resolved from its spec."""
+    if opts.facts is not None:
+        return opts.facts
     serves = opts.servers and opts.step is None
     return resolve(cluster, serves=serves, member=opts.rotation and serves, keep_serving=opts.keep_serving)
 
