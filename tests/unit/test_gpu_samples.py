@@ -401,15 +401,15 @@ def test_a_run_publishes_its_gpu_exporter_as_a_target(tmp_path: Path) -> None:
     job.cfg = job.cfg._replace(targets_file=str(targets), public_metrics_port=8002, gpu_exporter_address="127.0.0.1",
                       gpu_exporter_port=0, public_gpu_exporter_port=8003, metrics_interval=10, state=str(tmp_path))
     job.rank0_host = "node1"
-    job.publish_targets()
+    job.doors.publish_targets()
     assert [t["targets"] for t in json.loads(targets.read_text())] == [["node1:8002"]]   # no exporter: one
-    job.exporter = Exporter("127.0.0.1", 0, str(tmp_path), 1, 60)
+    job.doors.exporter = Exporter("127.0.0.1", 0, str(tmp_path), 1, 60)
     try:
-        job.publish_targets()
+        job.doors.publish_targets()
         triton, gpus = json.loads(targets.read_text())
         assert gpus["targets"] == [f"{socket.gethostname()}:8003"] and gpus["labels"]["job"] == "ftcluster-gpus"
         assert gpus["labels"]["ftcluster_run"] == triton["labels"]["ftcluster_run"]
     finally:
-        job._stop_exporter()
-        job._withdraw_targets()
-    assert job.exporter is None and not targets.exists()
+        job.doors.stop_exporter()
+        job.doors.withdraw_targets()
+    assert job.doors.exporter is None and not targets.exists()

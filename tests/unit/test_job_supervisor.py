@@ -258,7 +258,7 @@ def test_after_a_death_the_world_is_left_to_end_itself_first(tmp_path: Path, mon
             (tmp_path / "exits").write_text("1 137 200.0 died 0\n")
         job.style.servers = subprocess.Popen(["sleep", "0.3"])
         t0 = time.monotonic()
-        job.kill_servers()
+        job.teardown.kill_servers()
         took = time.monotonic() - t0
         job.style.servers.kill()
         job.style.servers.wait()

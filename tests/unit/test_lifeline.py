@@ -94,12 +94,12 @@ def test_the_proxy_is_not_started_beside_a_listener_it_did_not_start(tmp_path: P
     job = _job(tmp_path, "none")
     assert job.cfg.proxy is not None
     job.cfg = job.cfg._replace(proxy=job.cfg.proxy._replace(config=str(tmp_path / "proxy.json")))
-    job.check_proxy_ports()   # free: nothing to say
+    job.doors.check_proxy_ports()   # free: nothing to say
     other = _listener(port + 1, tmp_path)
     try:
         t0 = time.monotonic()
         with pytest.raises(Failed):
-            job.check_proxy_ports()
+            job.doors.check_proxy_ports()
         assert time.monotonic() - t0 < 10
     finally:
         other.kill()
