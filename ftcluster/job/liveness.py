@@ -9,8 +9,9 @@ misses in a row are. Standard library only: this runs in the job (Python 3.8).
 
 With FT the rank IS the tritonserver process: when it stops whole (SIGSTOP, a GPU driver hang),
 its metrics endpoint waits too. So every request a probe makes of rank 0 has a deadline of its
-own: the inference the probe's, the metrics read beside it and the one after a miss METRICS_S
-(or half the deadline); a metrics read that cannot answer counts as no progress, and a probe is
+own: the inference and the metrics read beside it the probe's (the read runs while the inference
+waits, so a loaded rank 0 that answers it late still shows its progress), the read after a miss
+METRICS_S (or half the deadline); a metrics read that cannot answer counts as no progress, and a probe is
 sent every `interval` whether or not the last one has come back: a frozen world is called hung
 within (failures - 1) x interval + deadline + METRICS_S of its first missed probe (plus the
 loop's tick).
@@ -70,8 +71,9 @@ class Probe:
         # One request per probe, over a fresh connection: nothing of a hung one is reused.
         import http.client   # here, not on the way to the servers' start (ranks.Via.connection)
 
-        # The metrics before are read beside the inference, which keeps its whole deadline; the
-        # read after a miss gets as long: the probe is over within deadline + METRICS_S.
+        # The metrics before are read beside the inference, each with the whole deadline (on a
+        # loaded machine a 0.5 s read timed out while rank 0 progressed: a slow world called hung);
+        # the read after a miss gets METRICS_S: the probe is over within deadline + METRICS_S.
         before = threading.Thread(target=self._read_before, daemon=True)
         before.start()
         t0 = time.monotonic()
@@ -107,7 +109,7 @@ class Probe:
         return min(METRICS_S, self.cfg.deadline / 2)
 
     def _read_before(self) -> None:
-        self.successes_before = self._successes(self._metrics_s)
+        self.successes_before = self._successes(self.cfg.deadline)
 
     def _successes(self, timeout: float) -> float | None:
         return request_successes(self.host, self.cfg.metrics_port, self.cfg.model, timeout, self.via)

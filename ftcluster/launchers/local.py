@@ -78,7 +78,9 @@ def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str
 
 
 class LocalLauncher(Launcher):
-    _children: dict[int, subprocess.Popen[bytes]] = {}
+    # By job id (pid and start time): a pid alone is reused (pid_max may be 32768), and a later
+    # job's pid found here took an earlier, ended child's exit for its own.
+    _children: dict[str, subprocess.Popen[bytes]] = {}
     kill_stray_ranks = True
     # Seconds beyond the server's exit grace that a stopped job script gets for its teardown.
     teardown_grace = 5.0
@@ -91,9 +93,10 @@ class LocalLauncher(Launcher):
                 list(request.argv), cwd=str(request.cwd), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        self._children[proc.pid] = proc
         # Our child, not reaped yet: its pid cannot name another process before we read this.
-        return job_id_of(proc.pid)
+        job_id = job_id_of(proc.pid)
+        self._children[job_id] = proc
+        return job_id
 
     def _script_alive(self, job_id: str, paths: RunPaths) -> bool:
         job = _job_process(job_id)
@@ -102,7 +105,7 @@ class LocalLauncher(Launcher):
             # An older ftcluster's `local:PID`: enough to report on (never to signal).
             legacy = ProcessId.of(int(job_id.partition(":")[2]))
             return legacy is not None and legacy.alive(script)
-        child = self._children.get(job.pid)
+        child = self._children.get(job_id)
         if child is not None:
             return child.poll() is None
         return job.alive(script)
@@ -191,6 +194,6 @@ class LocalLauncher(Launcher):
             rank = read_pidfile(pidfile)
             if rank is not None:
                 rank.signal_group(signal.SIGKILL, str(paths.scripts / "rank_server.sh"))
-        child = self._children.pop(job.pid, None)
+        child = self._children.pop(job_id, None)
         if child is not None:
             child.wait(timeout=5)

@@ -109,6 +109,7 @@ class RunFacts:
     access: str         # "private" or "cluster": the spec's, or its style's default (access_of)
     private: bool       # the run's Triton serves behind the proxy with the run's token (private and serving)
     proxied: bool       # Triton listens on rank 0's loopback behind a proxy (private, or a replica set's member)
+    loopback: bool      # every Triton port on the loopback: proxied, or one machine (the local style)
     public: Ports       # what clients reach: the proxy's (a member's door), or Triton's own when not proxied
     triton: Ports       # Triton's own ports: the loopback's behind a proxy, else `public`
     port_stride: int    # between ranks' ports on one host (0: each rank has its host)
@@ -120,6 +121,7 @@ class RunFacts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"style": self.style, "access": self.access, "private": self.private, "proxied": self.proxied,
+                "loopback": self.loopback,
                 "public": self.public.model_dump(mode="json"), "triton": self.triton.model_dump(mode="json"),
                 "port_stride": self.port_stride, "restarts": self.restarts}
 
@@ -132,7 +134,7 @@ class RunFacts:
         if data["access"] not in ACCESS:
             raise ValueError(f"access: {data['access']!r} is not one of {', '.join(ACCESS)}")
         return cls(style=str(data["style"]), access=data["access"], private=bool(data["private"]),
-                   proxied=bool(data["proxied"]), public=Ports.model_validate(data["public"]),
+                   proxied=bool(data["proxied"]), loopback=bool(data["loopback"]), public=Ports.model_validate(data["public"]),
                    triton=Ports.model_validate(data["triton"]), port_stride=int(data["port_stride"]),
                    restarts=int(data["restarts"]))
 
@@ -146,9 +148,10 @@ def resolve(cluster: ClusterSpec, *, serves: bool = True, member: bool = False,
     access = access_of(cluster)
     private = access == "private" and serves
     proxied = private or (member and serves)
+    style = style_name(cluster.scheduler, cluster.container.runtime)
     return RunFacts(
-        style=style_name(cluster.scheduler, cluster.container.runtime), access=access, private=private,
-        proxied=proxied, public=cluster.ports,
+        style=style, access=access, private=private,
+        proxied=proxied, loopback=proxied or STYLES[style].one_host, public=cluster.ports,
         triton=loopback_ports(cluster.ports, cluster.proxy) if proxied else cluster.ports,
         port_stride=port_stride(cluster), restarts=serving_restarts(cluster.server, keep_serving))
 

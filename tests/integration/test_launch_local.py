@@ -129,6 +129,39 @@ def test_the_default_cluster_serves_on_ports_free_at_launch(tmp_path: Path) -> N
     _assert_nothing_left(out["run_id"])
 
 
+def _listen_addresses(port: int) -> set[str]:
+    """The addresses something listens on at TCP `port` (IPv4 and IPv6), from /proc/net: "any",
+    "loopback" (127.0.0.1, ::1 or ::ffff:127.0.0.1, as gRPC binds) or another, in hex."""
+    loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+    found = set()
+    for table, any_address in (("tcp", "00000000"), ("tcp6", "0" * 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:   # 0A: LISTEN
+                found.add("any" if address == any_address else "loopback" if address in loopback else address)
+    return found
+
+
+def test_a_local_run_serves_this_machine_alone(tmp_path: Path) -> None:
+    # The local style runs on one machine: every rank's Triton listens on the loopback, never on
+    # the machine's network (access: private is the way to serve it there, behind the proxy).
+    cluster = write_cluster(tmp_path)
+    rc, out, err = launch_json(cluster, "--nodes", "2", "--keep-serving", "--no-client")
+    assert rc == 0 and out["ok"], err
+    try:
+        base = int(out["endpoint"].rpartition(":")[2])
+        from ftcluster.plan.facts import LOCAL_PORT_STRIDE
+
+        for k in range(3):   # rank 0's HTTP, gRPC and metrics ports: serving, on the loopback
+            assert _listen_addresses(base + k) == {"loopback"}, (base + k, _listen_addresses(base + k))
+        # Rank 1 serves rank 0's broadcasts, as FT's do, and opens no port of its own.
+        assert all(_listen_addresses(base + LOCAL_PORT_STRIDE + k) <= {"loopback"} for k in range(3))
+    finally:
+        assert ftcluster("stop", out["run_id"]).returncode == 0
+    _assert_nothing_left(out["run_id"])
+
+
 def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """A stale server on rank 1's port: refused up front, naming the field, nothing started."""
     from ftcluster.plan.facts import LOCAL_PORT_STRIDE

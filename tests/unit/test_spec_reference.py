@@ -64,6 +64,13 @@ def test_every_field_of_both_specs_appears() -> None:
         assert f"| `{path}` |" in text
 
 
+def test_every_field_a_spec_file_may_set_says_what_it_means() -> None:
+    missing = reference.undocumented()
+    assert missing == [], (
+        f"fields without a description: {', '.join(missing)}; give each a comment above it in "
+        "ftcluster/spec/cluster.py or model.py")
+
+
 def test_a_row_says_type_default_and_the_models_words() -> None:
     rows = {f.path: f for f in reference.fields() if f.spec == "cluster"}
     deadline = rows["server.liveness.deadline"]

@@ -266,8 +266,16 @@ triton_help() {
   { printf '%s\n' "$TRITON_HELP" >"$tmp" && mv -f -- "$tmp" "$cache/$id"; } 2>/dev/null || rm -f -- "$tmp"
 }
 TRITON_HELP=""
-if [ "$RANK" = 0 ]; then triton_help; fi
-ADDRESS_ARGS=()
+if true; then triton_help; fi
+# access: private (or a replica set's member) -- every port on this node's loopback alone; the
+# run's proxy serves the spec's ports (with its token where private). The local style too: one
+# machine's run serves that machine (access: private puts its proxy on the network).
+# --metrics-address is newer than FT's images (Triton 23.05, server #5737); without it the
+# metrics listen on the HTTP address, the loopback too.
+ADDRESS_ARGS=(--http-address=127.0.0.1 --grpc-address=127.0.0.1)
+if [[ $TRITON_HELP == *--metrics-address* ]]; then
+  ADDRESS_ARGS+=(--metrics-address=127.0.0.1)
+fi
 # Rank 0, the server that serves, also keeps latency quantiles over a sliding window
 # (nv_inference_request_summary_us{quantile=...}; Triton 23.04 and later). Before the spec's
 # own arguments, so that a --metrics-config of the spec's has the last word.

@@ -230,8 +230,10 @@ triton_help() {
 TRITON_HELP=""
 if true; then triton_help; fi
 # access: private (or a replica set's member) -- every port on this node's loopback alone; the
-# run's proxy serves the spec's ports (with its token where private). --metrics-address is newer than FT's images (Triton 23.05, server
-# #5737); without it the metrics listen on the HTTP address, the loopback too.
+# run's proxy serves the spec's ports (with its token where private). The local style too: one
+# machine's run serves that machine (access: private puts its proxy on the network).
+# --metrics-address is newer than FT's images (Triton 23.05, server #5737); without it the
+# metrics listen on the HTTP address, the loopback too.
 ADDRESS_ARGS=(--http-address=127.0.0.1 --grpc-address=127.0.0.1)
 if [[ $TRITON_HELP == *--metrics-address* ]]; then
   ADDRESS_ARGS+=(--metrics-address=127.0.0.1)
