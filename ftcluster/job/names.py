@@ -93,6 +93,7 @@ class RunFiles:
     mpicheck_json: str = "mpicheck.json"   # results/
     job_config: str = "job.json"           # scripts/: the supervisor's values (0600: the env)
     env_file: str = "env.sh"               # scripts/: the spec's env as `export K=V` (0600)
+    specs: str = "specs.json"              # scripts/: the specs and facts the run was launched with (0600)
     token: str = "token"                   # scripts/: a private run's bearer token (0600)
     proxy_config: str = "proxy.json"       # scripts/: the proxy's config (no secret in it)
     proxy_log: str = "proxy.log"           # logs/: the proxy's own output

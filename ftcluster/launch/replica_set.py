@@ -27,8 +27,9 @@ from ftcluster.render.launched import LaunchedSpecs, read_specs, write_specs
 from ftcluster.launchers import launcher_for
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.plan.parallel import Plan, make_plan
-from ftcluster.plan.endpoint import access_of, new_token, proxy_binary
-from ftcluster.render.scripts import LOCAL_PORT_STRIDE, JobStep, handover_lead, write_private
+from ftcluster.plan.endpoint import new_token, proxy_binary
+from ftcluster.plan.facts import resolve
+from ftcluster.render.scripts import JobStep, handover_lead, write_private
 from ftcluster.run.replica_files import (FRONT_CADDY, FRONT_SETTINGS, MEMBERS_FILE, front_endpoint, read_members,
                                      rotation_now)
 from ftcluster.plan.replicas import (FrontSettings, front_config_text, member_cluster, member_id,
@@ -53,7 +54,8 @@ def front_cluster(cluster: ClusterSpec) -> ClusterSpec:
 
 def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
     """The balancer's step; `cluster` is the front's spec (front_cluster)."""
-    private = access_of(cluster) == "private"
+    # The set's access (the front's own job serves no Triton: it holds the set's token where private).
+    private = resolve(cluster, serves=False).access == "private"
     python = cluster.python or sys.executable
     # On Slurm the front hands over to a job of its own before its time limit (ftcluster.job.front).
     lead = handover_lead(cluster) if cluster.scheduler == "slurm" else 0
@@ -123,7 +125,8 @@ class ReplicaSet:
 
     def problems(self, replicas: int, nodes_known: int | None) -> list[str]:
         one_host = style_of(self.cluster).one_host
-        return replica_problems(self.cluster, self.plan, replicas, one_host, LOCAL_PORT_STRIDE, nodes_known)
+        return replica_problems(self.cluster, self.plan, replicas, one_host, resolve(self.cluster).port_stride,
+                                nodes_known)
 
     def front(self, build: bool = True, token: str | None = None) -> Launch:
         step = front_step(self.front_spec, self.paths, build)
@@ -158,7 +161,7 @@ class ReplicaSet:
 
     def run(self) -> SetOutcome:
         self.problems_for(self.replicas)
-        private = access_of(self.cluster) == "private"
+        private = resolve(self.cluster).access == "private"
         # One token for the set: the front checks it, and so does each member's own proxy.
         token = new_token() if private else None
         front = self.front(token=token)

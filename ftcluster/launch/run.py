@@ -30,7 +30,8 @@ from ftcluster.run.logs import Follower, LogSource
 from ftcluster.render.modelrepo import prepare_repository
 from ftcluster.run.phases import PHASES
 from ftcluster.plan.parallel import Plan
-from ftcluster.plan.endpoint import access_of, access_problems, proxy_binary
+from ftcluster.plan.endpoint import access_problems, proxy_binary
+from ftcluster.plan.facts import RunFacts, resolve
 from ftcluster.render.scripts import JobStep, RenderOptions, RunPaths
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.render.request import JobRequest, build_request
@@ -62,6 +63,9 @@ class LaunchOptions:
     # replica set's member's are those of the launch they come from (the spec this run gets is
     # derived from them: excluded nodes, a member's ports); None: this run's own spec and plan.
     specs: LaunchedSpecs | None = None
+    # The run's facts (ftcluster.plan.facts) as the run it continues saved them: a successor's
+    # are its predecessor's (its ports, access, restarts); None: resolved from its spec.
+    facts: RunFacts | None = None
 
 
 @dataclass
@@ -156,13 +160,14 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         problems = access_problems(cluster)
         if problems:
             raise UserError("; ".join(problems))
-        if build and access_of(cluster) == "private":
+        if build and (opts.facts or resolve(cluster)).private:
             proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
     return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
                          servers=opts.servers, rotation=opts.member_of is not None, carried_faults=opts.carried_faults,
                          service=opts.service or opts.member_of or "",
                          front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
-                         if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build), **mpi)
+                         if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build),
+                         facts=opts.facts, **mpi)
 
 
 def workspace_error(run_dir: Path, why: str) -> UserError:
@@ -528,8 +533,8 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
               specs: LaunchedSpecs | None = None) -> list[Path]:
     """Lay out the run folder as its job expects it: the request's files, the model repository
     (a run with servers), what its launcher prepares (the Docker styles' per-run ssh keys),
-    run.json and the specs it is launched from (`specs`, else its own). `launch` and `render
-    --out` both write a run this way."""
+    run.json and the specs it is launched from (`specs`, else its own) with the run's own facts
+    (the request's). `launch` and `render --out` both write a run this way."""
     paths = request.paths
     if request.kind in ("serve", "check") and model is not None:
         prepare_repository(model, plan, paths.repo)
@@ -539,7 +544,7 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
         written.append(write_run_metadata(paths, cluster, model, plan, replica))
         specs = specs or LaunchedSpecs(cluster, model, plan)
     if specs is not None:
-        written.append(write_specs(paths.run_dir, specs))
+        written.append(write_specs(paths.run_dir, specs, request.facts))
     return written
 
 

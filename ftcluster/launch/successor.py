@@ -18,7 +18,7 @@ from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
-from ftcluster.render.launched import LaunchedSpecs, read_specs
+from ftcluster.render.launched import LaunchedSpecs, read_facts, read_specs
 from ftcluster.plan.parallel import make_plan
 from ftcluster.plan.replicas import member_cluster
 from ftcluster.access.run_access import read_token
@@ -119,7 +119,9 @@ def successor_launch(run_dir: Path, exclude: list[str], faults: tuple[str, ...] 
     opts = LaunchOptions(keep_serving=True, detach=True, client=False, mpi_check=cfg.mpi_check, token=token,
                          member_of=replica["set"] if replica else None,
                          member=int(replica["index"]) if replica else None, carried_faults=tuple(faults),
-                         service=cfg.service or cfg.run_id, specs=launched)
+                         service=cfg.service or cfg.run_id, specs=launched,
+                         # The same run, continued: its facts (ports, access, restarts) as its launch saved them.
+                         facts=read_facts(run_dir))
     return Launch(cluster, launched.model, launched.plan, opts, predecessor=cfg.run_id)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ftcluster.errors import UserError
 from ftcluster.run.events import parse_events
 from ftcluster.launchers.base import Launcher, Submission
+from ftcluster.plan.facts import resolve
 from ftcluster.run.layout import FILES
 from ftcluster.run.procs import ProcessId, job_id_of, read_pidfile
 from ftcluster.run.state import ended
@@ -66,14 +67,11 @@ def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str
     """Every port the run's servers take on this machine: (name, port, whose, the field that
     sets it). access: private -- the proxy takes the spec's HTTP and gRPC ports, Triton the
     loopback's."""
-    # startup: the specs and scripts (pydantic, jinja2) only when ports are given out, not when a run's status is read
-    from ftcluster.plan.endpoint import access_of, loopback_ports
-    from ftcluster.render.scripts import LOCAL_PORT_STRIDE
-
-    private = access_of(cluster) == "private"
-    triton = loopback_ports(cluster.ports, cluster.proxy) if private else cluster.ports
-    taken = [(name, getattr(cluster.ports, name), "the proxy", f"ports.{name}") for name in ("http", "grpc") if private]
-    taken += [(name, getattr(triton, name) + rank * LOCAL_PORT_STRIDE, f"rank {rank}",
+    facts = resolve(cluster)
+    private = facts.private
+    taken = [(name, getattr(facts.public, name), "the proxy", f"ports.{name}") for name in ("http", "grpc") if private]
+    # Plain numbers: one past 65535 is a port to refuse, not a Ports to build.
+    taken += [(name, facts.rank_port(name, rank), f"rank {rank}",
                "proxy.loopback_offset" if private else f"ports.{name}")
               for rank in range(plan.nodes) for name in ("http", "grpc", "metrics")]
     return taken

@@ -19,6 +19,7 @@ from ftcluster.run.events import EV, events_in
 from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.run.phases import PHASES
+from ftcluster.plan.facts import saved_access
 from ftcluster.run.replica_files import front_endpoint, read_members, rotation_now
 from ftcluster.run.state import run_state
 from ftcluster.run.store import RunRecord, RunStore
@@ -169,7 +170,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
         "failure": " ".join(failed[-1].args) if failed else None,
         "num_nodes": rec.nodes, "raw_state": None, "reason": None, "exit_code": None,
         # private: the endpoint is the proxy's, which wants the run's token (`ftcluster token`).
-        "access": "private" if (paths.scripts / FILES.token).is_file() else "cluster",
+        "access": run_access(paths),
     }
     scheduler_nodes: list[str] = []
     if rec.job_id:
@@ -216,6 +217,16 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     if rec.style == "front":
         _set_status(rec, st)
     return document("status", st)
+
+
+def run_access(paths: RunPaths) -> str:
+    """The run's access as its launch resolved and saved it (scripts/specs.json's facts)."""
+    saved = saved_access(paths.scripts / FILES.specs)
+    if saved is not None:
+        return saved
+    # Only a folder that an earlier ftcluster wrote saves no facts: its token file tells (a
+    # private run's launch made one). Never a rule of access applied again.
+    return "private" if (paths.scripts / FILES.token).is_file() else "cluster"
 
 
 def same_host_note(paths: RunPaths) -> str | None:

@@ -1,5 +1,6 @@
-"""The proxy in front of a private endpoint (`access: private`), as pure functions: which runs
-are private, the ports Triton takes on the loopback, the run's token and Caddy's config.
+"""The proxy in front of a private endpoint (`access: private`), as pure functions: what keeps a
+spec's access from being had, the run's token and Caddy's config. Which runs are private and the
+ports Triton takes on the loopback are rules of ftcluster.plan.facts.
 
 Triton has no authentication: on the cluster network anyone may infer, read its metrics or
 unload its models. A private run's rank 0 listens on its node's loopback only; Caddy (a real,
@@ -22,6 +23,7 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.job.config import PROXY_TOKEN_ENV
+from ftcluster.plan.facts import access_of, loopback_ports
 from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy
 from ftcluster.spec.launch_styles import STYLES, style_name
 
@@ -38,15 +40,6 @@ PRIVATE_GRPC_METHODS = (r"(?i)^/inference\.GRPCInferenceService/"
 # job's own probes live beside rank 0 there. ssh + Docker runs its job on the launching machine
 # (`proxy_in_container`): the proxy runs in rank 0's container (host networking: the node's
 # loopback and ports), and the job's probes reach it from the launching machine with the token.
-
-
-def access_of(cluster: ClusterSpec) -> str:
-    """private or cluster: the spec's, else private where a proxy can run beside rank 0, except
-    on the local style, which binds the loopback already."""
-    if cluster.access is not None:
-        return cluster.access
-    style = style_name(cluster.scheduler, cluster.container.runtime)
-    return "private" if STYLES[style].proxy and not STYLES[style].one_host else "cluster"
 
 
 def tls_name(cert: str) -> str | None:
@@ -105,11 +98,6 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
         problems.append(f"proxy.loopback_offset: Triton's loopback ports would reach {top} (ports + "
                         f"{cluster.proxy.loopback_offset}; at most 65535): lower the offset or the ports")
     return problems
-
-
-def loopback_ports(ports: Ports, proxy: Proxy) -> Ports:
-    """Triton's own ports on rank 0's loopback, behind the proxy."""
-    return ports.shifted(proxy.loopback_offset)
 
 
 def same_host_note(cluster: ClusterSpec) -> str:

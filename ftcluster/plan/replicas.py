@@ -23,8 +23,9 @@ from typing import Any
 
 from ftcluster.job.config import PROXY_TOKEN_ENV
 from ftcluster.plan.parallel import Plan
-from ftcluster.plan.endpoint import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, access_of, guarded_routes, tls_policy
-from ftcluster.spec.cluster import ClusterSpec, Ports
+from ftcluster.plan.endpoint import PRIVATE_GRPC_METHODS, PRIVATE_HTTP_PATHS, guarded_routes, tls_policy
+from ftcluster.plan.facts import member_cluster, member_ports, ports_of, resolve
+from ftcluster.spec.cluster import ClusterSpec
 
 # A member's run id: the set's, then -r<K>; a member started again (restart, scale) adds .<N>.
 MEMBER_MARK = "-r"
@@ -35,39 +36,6 @@ GRPC_UNARY_RETRIED = "/inference.GRPCInferenceService/ModelInfer"
 
 def member_id(set_id: str, k: int, generation: int = 0) -> str:
     return f"{set_id}{MEMBER_MARK}{k}" + (f".{generation}" if generation else "")
-
-
-def member_ports(cluster: ClusterSpec, k: int) -> Ports:
-    """Member k's endpoint ports: the spec's, `balancer.port_step` x (k+1) above (the front
-    takes the spec's own). Members on one machine (the local style) or sharing a node with the
-    front must not meet; on separate nodes the step costs nothing."""
-    return cluster.ports.shifted(cluster.balancer.port_step * (k + 1))
-
-
-def member_cluster(cluster: ClusterSpec, k: int) -> ClusterSpec:
-    """The spec member k runs with: its ports, one member. TLS (proxy.tls_cert) ends at the
-    front: the members' doors speak plain HTTP to it, with the set's token where private."""
-    proxy = cluster.proxy.model_copy(update={"tls_cert": None, "tls_key": None})
-    return cluster.model_copy(update={"ports": member_ports(cluster, k), "replicas": 1, "proxy": proxy})
-
-
-def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stride: int) -> list[tuple[str, int]]:
-    """Every port the set takes, named: the front's, each member's (and Triton's loopback ones
-    behind a member's proxy; on one machine, every rank's)."""
-    names = ("http", "grpc", "metrics")
-    taken = [(f"the balancer's {n}", getattr(cluster.ports, n)) for n in names[:2]]
-    # Plain numbers: one past 65535 is a problem to name, not a Ports to build.
-    for k in range(replicas):
-        off = cluster.balancer.port_step * (k + 1)
-        # A member's Triton listens on the loopback, proxy.loopback_offset above, behind its proxy.
-        for what, extra in (("", 0), (" (loopback)", cluster.proxy.loopback_offset)):
-            for r in range(ranks_per_host):
-                for n in names:
-                    who = f"replica {k}" + (f" rank {r}" if ranks_per_host > 1 else "")
-                    taken.append((f"{who}'s {n}{what}", getattr(cluster.ports, n) + off + extra + r * rank_stride))
-            if cluster.ports.gpus is not None:   # one GPU exporter a member: its job's
-                taken.append((f"replica {k}'s gpus{what}", cluster.ports.gpus + off + extra))
-    return taken
 
 
 def replica_problems(cluster: ClusterSpec, plan: Plan, replicas: int, one_host: bool, rank_stride: int,
@@ -134,7 +102,7 @@ def front_config(cluster: ClusterSpec, listen_host: str) -> dict[str, Any]:
     HTTP addresses, of "grpc" their gRPC ones). The admin API is off here: the controller gives
     each job's Caddy its own 0600 unix socket (two jobs share the state folder in a hand-over);
     with no admin setting at all Caddy would listen on localhost:2019, open to the node."""
-    private = access_of(cluster) == "private"
+    private = resolve(cluster, serves=False).access == "private"
     b = cluster.balancer
     # A short try_interval: a request whose member refused it (a closed door) is sent on within
     # 50 ms, and few requests wait in a retry at any moment (a config load would end them).
@@ -191,5 +159,5 @@ def front_config_text(cluster: ClusterSpec, listen_host: str) -> str:
     return json.dumps(front_config(cluster, listen_host), indent=1, sort_keys=True) + "\n"
 
 
-__all__ = ["PROXY_TOKEN_ENV", "FrontSettings", "front_config", "member_cluster", "member_id", "member_ports",
+__all__ = ["PROXY_TOKEN_ENV", "FrontSettings", "front_config", "member_cluster", "member_id", "member_ports", "ports_of",
            "replica_problems"]

@@ -16,7 +16,8 @@ from pathlib import Path
 from ftcluster.render.bytecode import ship_bytecode
 from ftcluster.run.layout import FILES, LOGS, RESULTS, SCRIPTS, STATE, RunPaths
 from ftcluster.plan.parallel import Plan, RankSlot, node_names
-from ftcluster.plan.endpoint import access_of, new_token
+from ftcluster.plan.endpoint import new_token
+from ftcluster.plan.facts import RunFacts
 from ftcluster.render.scripts import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.resources import package_path
 from ftcluster.slurm import Slurm
@@ -59,6 +60,8 @@ class JobRequest:
     # compared, printed or shown).
     private: bool = False
     token: str | None = field(default=None, compare=False, repr=False)
+    # The run's facts (ftcluster.plan.facts), saved with its specs (scripts/specs.json).
+    facts: RunFacts | None = None
 
     @property
     def folders(self) -> tuple[Path, ...]:
@@ -149,6 +152,7 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
         files=tuple(JobFile(f"{SCRIPTS}/{name}", text, _mode(name), scripts.sources.get(name, ""),
                             scripts.shown.get(name)) for name, text in scripts.files.items()),
         argv=submit_argv(cluster.scheduler, str(script)), cwd=paths.run_dir,
-        private=(access_of(cluster) == "private" and opts.servers and opts.step is None)
-        or bool(opts.step and opts.step.token),
+        # The run's own (a serving run's access), or its step's (a private replica set's front).
+        private=bool(scripts.facts and scripts.facts.private) or bool(opts.step and opts.step.token),
+        facts=scripts.facts,
     )

@@ -37,10 +37,10 @@ from ftcluster.run.layout import (  # noqa: F401
     RunPaths,
 )
 from ftcluster.plan.parallel import Plan
-from ftcluster.plan.endpoint import access_of, caddy_config_text, loopback_ports, same_host_note
+from ftcluster.plan.endpoint import caddy_config_text, same_host_note
+from ftcluster.plan.facts import RunFacts, resolve
 from ftcluster.resources import package_path, tree_path
 from ftcluster.spec.cluster import (
-    DEFAULT_SERVING_RESTARTS,
     ClusterSpec,
     Container,
     Ports,
@@ -70,8 +70,6 @@ RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/: every module of
 # ftcluster/job/, read from the folder (a module added there travels without a list to keep).
 SUPERVISOR_MODULES = tuple(sorted(p.name for p in package_path("job").glob("*.py")))
-# The port offset between ranks: distinct ports only when ranks share one host.
-LOCAL_PORT_STRIDE = 10
 
 
 def backend_directory(server_args: tuple[str, ...]) -> str:
@@ -234,6 +232,9 @@ class RenderOptions:
     front_rotation: str = ""             # ... and its front's state/rotation.json
     carried_faults: tuple[str, ...] = ()  # a successor's: its predecessor's faults still counted
     service: str = ""                    # the service's name in metrics labels ("": the run id)
+    # The run's facts as the run it continues saved them (a successor's: its predecessor's);
+    # None: resolved from the spec (ftcluster.plan.facts.resolve).
+    facts: RunFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,7 @@ class RenderedScripts:
     sources: dict[str, str] = field(default_factory=dict)
     # What a dry run shows instead of a file's text (the env's values hidden): name -> text.
     shown: dict[str, str] = field(default_factory=dict)
+    facts: RunFacts | None = None   # the run's facts, as its scripts were rendered from them
 
     def materialize(self, scripts_dir: Path) -> list[Path]:
         scripts_dir.mkdir(parents=True, exist_ok=True)
@@ -266,6 +268,7 @@ class RenderContext:
     """Everything the templates see, by name and type (jinja2 gets its fields as variables).
     StrictUndefined makes a template that needs a name not here fail at render, in the tests."""
 
+    facts: RunFacts                # the run's resolved facts (ftcluster.plan.facts): the fields below read them
     style: str
     summary: str                   # the style's one line: how the ranks start
     run_id: str
@@ -374,6 +377,15 @@ def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
     return model.client.model_copy(update={"hidden_size": plan.input_hidden_size})
 
 
+def run_facts(cluster: ClusterSpec, opts: RenderOptions) -> RunFacts:
+    """The run's facts (ftcluster.plan.facts) as these options launch it: those it continues
+    with, else resolved from its spec."""
+    if opts.facts is not None:
+        return opts.facts
+    serves = opts.servers and opts.step is None
+    return resolve(cluster, serves=serves, member=opts.rotation and serves, keep_serving=opts.keep_serving)
+
+
 def context(
     cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions
 ) -> RenderContext:
@@ -383,9 +395,12 @@ def context(
     serving_on_slurm = opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm"
     extra = opts.step.paths if opts.step else ()
     step_notice = opts.step is not None and opts.step.notice and cluster.scheduler == "slurm"
-    private = access_of(cluster) == "private" and opts.servers and opts.step is None
-    rotation = opts.rotation and opts.servers and opts.step is None
+    serves = opts.servers and opts.step is None
+    facts = run_facts(cluster, opts)
+    private = facts.private
+    rotation = opts.rotation and serves
     return RenderContext(
+        facts=facts,
         style=style.name,
         summary=style.summary,
         run_id=paths.run_id,
@@ -406,13 +421,13 @@ def context(
         gpus_per_node_gres=cluster.request_gpus and plan.gpus_per_node > 0,
         exclusive=cluster.exclusive,
         mpi=cluster.mpi,
-        ports=cluster.ports,
-        triton_ports=loopback_ports(cluster.ports, cluster.proxy) if private or rotation else cluster.ports,
+        ports=facts.public,
+        triton_ports=facts.triton,
         private=private,
         same_host_note=same_host_note(cluster) if private else "",
         rotation=rotation,
-        proxied=private or rotation,
-        loopback=private or rotation or style.one_host,
+        proxied=facts.proxied,
+        loopback=facts.loopback,
         front_rotation=opts.front_rotation if rotation else "",
         expose_metrics=cluster.proxy.expose_metrics,
         proxy_binary=cluster.proxy.binary,
@@ -420,7 +435,7 @@ def context(
         proxy_tls_key=cluster.proxy.tls_key,
         container_proxy={"dir": CONTAINER_PROXY_DIR, "stage": str(paths.state / PROXY_STAGE), "binary": PROXY_BINARY}
         if private and style.proxy_in_container else {},
-        port_stride=LOCAL_PORT_STRIDE if style.one_host else 0,
+        port_stride=facts.port_stride,
         ssh_port=cluster.ssh_port,
         env=env,
         container=cluster.container,
@@ -434,7 +449,7 @@ def context(
         served_model=model.name if model else "",
         client=_client(model, plan),
         run_client=opts.client,
-        keep_serving=opts.keep_serving, restarts=serving_restarts(cluster.server, opts.keep_serving),
+        keep_serving=opts.keep_serving, restarts=facts.restarts,
         serving_on_slurm=serving_on_slurm,
         requeue=serving_on_slurm or (opts.step is not None and opts.step.serves and cluster.scheduler == "slurm"),
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
@@ -559,13 +574,6 @@ def targets_file(ctx: RenderContext) -> str:
     return os.path.join(os.path.dirname(ctx.run_dir), TARGETS_DIR, f"{ctx.run_id}.json")
 
 
-def serving_restarts(server: Server, keep_serving: bool) -> int:
-    """How often the job restarts its world on a fault while serving."""
-    if not keep_serving:
-        return 0
-    return DEFAULT_SERVING_RESTARTS if server.restarts is None else server.restarts
-
-
 def write_private(path: Path, text: str, mode: int) -> None:
     """Write a file created with `mode` (no moment with the umask's wider one); an existing
     file gets `mode` first."""
@@ -637,7 +645,7 @@ def render(
         files[style.node_script.removesuffix(".j2")] = env.get_template(style.node_script).render(variables)
     if style.host_list:
         files["nodes.json"] = fanout_config(cluster, plan).to_json()
-    return RenderedScripts(style.name, files, sources, shown)
+    return RenderedScripts(style.name, files, sources, shown, ctx.facts)
 
 
 def env_file(env: dict[str, str]) -> str:

@@ -151,7 +151,7 @@ def test_a_local_run_serves_this_machine_alone(tmp_path: Path) -> None:
     assert rc == 0 and out["ok"], err
     try:
         base = int(out["endpoint"].rpartition(":")[2])
-        from ftcluster.render.scripts import LOCAL_PORT_STRIDE
+        from ftcluster.plan.facts import LOCAL_PORT_STRIDE
 
         for k in range(3):   # rank 0's HTTP, gRPC and metrics ports: serving, on the loopback
             assert _listen_addresses(base + k) == {"loopback"}, (base + k, _listen_addresses(base + k))
@@ -164,7 +164,7 @@ def test_a_local_run_serves_this_machine_alone(tmp_path: Path) -> None:
 
 def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """A stale server on rank 1's port: refused up front, naming the field, nothing started."""
-    from ftcluster.render.scripts import LOCAL_PORT_STRIDE
+    from ftcluster.plan.facts import LOCAL_PORT_STRIDE
     from ftcluster.service.triton_local import find_tritonserver
 
     cluster = write_cluster(tmp_path)
