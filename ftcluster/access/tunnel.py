@@ -16,6 +16,7 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.hosts.login import HOP_ENV, SshTarget, connect
+from ftcluster.slurm import UNREACHABLE
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.observe.status import moved_to
 
@@ -39,6 +40,31 @@ def ask_status(conn: Any, cluster: ClusterSpec, run_id: str) -> dict[str, Any]:
         raise UserError(f"the login node's status of {run_id} is not JSON: {text.strip()[:200]}", field="RUN") from None
 
 
+class Asker:
+    """The login node's `status` of a run, asked again and again while the tunnel forwards: one
+    that fails (squeue timing out on a busy controller, a slow login node) is said once and gives
+    None, and the tunnel keeps what it forwards to until an answer comes: a hiccup of the login
+    node does not end a tunnel that still works."""
+
+    def __init__(self, ask: Callable[[str], dict[str, Any]], said: Callable[[str], None]):
+        self.ask, self.said = ask, said
+        self.failing = ""
+
+    def __call__(self, run_id: str) -> dict[str, Any] | None:
+        try:
+            got = self.ask(run_id)
+        except (UserError, OSError) as exc:
+            if not self.failing:
+                self.said(f"tunnel: the login node did not answer for run {run_id} ({exc}); the tunnel keeps "
+                          "forwarding and asks again")
+            self.failing = str(exc)
+            return None
+        if self.failing:
+            self.said(f"tunnel: the login node answers for run {run_id} again")
+            self.failing = ""
+        return got
+
+
 def endpoint_of(status: dict[str, Any], protocol: str, grpc_port: int | None) -> Target:
     endpoint = status.get("endpoint")
     if not endpoint or status.get("state") != "RUNNING":
@@ -60,6 +86,10 @@ def next_move(st: dict[str, Any], run_id: str, endpoint: str | None) -> tuple[st
     successor = moved_to(st)
     if successor:
         return "follow", successor
+    if st.get("source") == UNREACHABLE:
+        # Slurm did not answer (a busy controller): that says nothing of the job, whose state
+        # reads UNKNOWN meanwhile; the tunnel keeps forwarding and asks again.
+        return "stay", ""
     state = st.get("state")
     if st.get("phase") == "requeued" or (state == "RUNNING" and st.get("endpoint") not in (None, endpoint)):
         return "follow", run_id
@@ -75,6 +105,7 @@ def serve_tunnel(cluster: ClusterSpec, run_id: str, local_port: int, protocol: s
     endpoint on the same local port. Returns 0 when the service ended or the tunnel was stopped."""
     conn = connect(SshTarget.from_spec(cluster))
     stop = stop or threading.Event()
+    asker = Asker(lambda run: ask_status(conn, cluster, run), said)
     try:
         status = ask_status(conn, cluster, run_id)
         while True:
@@ -87,7 +118,10 @@ def serve_tunnel(cluster: ClusterSpec, run_id: str, local_port: int, protocol: s
                 said(f"tunnel: 127.0.0.1:{local_port} -> {target.host}:{target.port} through {cluster.login_host} "
                      f"({protocol}; a private run wants its token: `ftcluster token {run_id}`); Ctrl-C ends it")
                 while not stop.wait(check_every):
-                    move, what = next_move(ask_status(conn, cluster, run_id), run_id, status.get("endpoint"))
+                    now = asker(run_id)
+                    if now is None:
+                        continue
+                    move, what = next_move(now, run_id, status.get("endpoint"))
                     if move == "end":
                         said(what)
                         return 0
@@ -99,13 +133,13 @@ def serve_tunnel(cluster: ClusterSpec, run_id: str, local_port: int, protocol: s
             said(f"tunnel: run {run_id} " + ("moved (Slurm requeued it)" if successor == run_id else
                                              f"was succeeded by run {successor}") + "; the tunnel follows it")
             run_id = successor
-            status = ask_status(conn, cluster, run_id)
             # One moved off a lost node, or requeued, may still be starting: wait while its job
             # may yet serve.
+            status = asker(run_id) or {}
             while status.get("state") in ("PENDING", "UNKNOWN", None) or (
                     status.get("state") == "RUNNING" and status.get("phase") != "serving"):
                 if stop.wait(check_every):
                     return 0
-                status = ask_status(conn, cluster, run_id)
+                status = asker(run_id) or {}
     finally:
         conn.close()

@@ -4,8 +4,8 @@ A rank that freezes (alive, silent) leaves rank 0 waiting in a broadcast: every 
 while Triton's /v2/health/ready still answers 200 and every process is alive. Only a request
 that has to cross the world finds it. A probe that misses its deadline counts only if rank 0
 made no progress since the misses began (nv_inference_request_success of the served model did not
-grow), so a long batch ahead of the probe, or a slow probe, is not taken for a hang; `failures`
-misses in a row are. Standard library only: this runs in the job (Python 3.8).
+grow, and no probe's answer came back late), so a long batch ahead of the probe, or a slow probe,
+is not taken for a hang; `failures` misses in a row are. Standard library only: this runs in the job (Python 3.8).
 
 With FT the rank IS the tritonserver process: when it stops whole (SIGSTOP, a GPU driver hang),
 its metrics endpoint waits too. So every request a probe makes of rank 0 has a deadline of its
@@ -64,45 +64,62 @@ class Probe:
         self.latency = 0.0
         self.detail = ""
         self.refused = ""
+        self._replied = threading.Event()
+        self._reply: tuple[int, bytes] | None = None
+        self._error = ""
+        # When a 200 came back, within the deadline or after it (a late answer).
+        self.answered_at: float | None = None
         self.thread = threading.Thread(target=self._send, daemon=True)
         self.thread.start()
 
     def _send(self) -> None:
-        # One request per probe, over a fresh connection: nothing of a hung one is reused.
-        import http.client   # here, not on the way to the servers' start (ranks.Via.connection)
-
         # The metrics before are read beside the inference, each with the whole deadline (on a
         # loaded machine a 0.5 s read timed out while rank 0 progressed: a slow world called hung);
         # the read after a miss gets METRICS_S: the probe is over within deadline + METRICS_S.
         before = threading.Thread(target=self._read_before, daemon=True)
         before.start()
+        asker = threading.Thread(target=self._ask, daemon=True)
         t0 = time.monotonic()
+        asker.start()
+        if not self._replied.wait(self.cfg.deadline) or self._reply is None:
+            self.latency = time.monotonic() - t0
+            self.detail = self._error or "no answer within the deadline"
+            self.successes_after = self._successes(self._metrics_s)
+            before.join()
+            self.answered = False
+            return
+        self.latency = time.monotonic() - t0
+        status, data = self._reply
+        # An error reply proves nothing about the world: Triton's frontend refuses a request it
+        # finds wrong before any rank sees it. It neither counts nor clears a miss.
+        if status != 200:
+            self.refused = f"HTTP {status}: {_error_text(data)}"
+            self.detail = self.refused
+        before.join()
+        self.answered = True
+
+    def _ask(self) -> None:
+        """The inference, over a fresh connection (nothing of a hung one is reused). It may answer
+        after the deadline: that late answer is the world crossing all the same, proof of progress
+        that needs no metrics read (on a loaded machine those time out while a slow world works)."""
+        import http.client   # here, not on the way to the servers' start (ranks.Via.connection)
+
         try:
-            conn = self.via.connection(self.host, self.port, self.cfg.deadline)
+            conn = self.via.connection(self.host, self.port, self.cfg.deadline + self.cfg.failures * self.cfg.interval)
             try:
                 conn.request("POST", f"/v2/models/{self.cfg.model}/infer", body=self.body,
                              headers={"Content-Type": "application/octet-stream",
                                       "Inference-Header-Content-Length": str(self.cfg.json_size),
                                       **(self.via.headers() or {})})
                 reply = conn.getresponse()
-                data = reply.read()
+                self._reply = (reply.status, reply.read())
             finally:
                 conn.close()
         except (OSError, http.client.HTTPException) as exc:
-            self.latency = time.monotonic() - t0
-            self.detail = "no answer within the deadline" if "timed out" in str(exc) else str(exc)
-            self.successes_after = self._successes(self._metrics_s)
-            before.join()
-            self.answered = False
-            return
-        self.latency = time.monotonic() - t0
-        # An error reply proves nothing about the world: Triton's frontend refuses a request it
-        # finds wrong before any rank sees it. It neither counts nor clears a miss.
-        if reply.status != 200:
-            self.refused = f"HTTP {reply.status}: {_error_text(data)}"
-            self.detail = self.refused
-        before.join()
-        self.answered = True
+            self._error = "no answer within the deadline" if "timed out" in str(exc) else str(exc)
+        if self._reply is not None and self._reply[0] == 200:
+            self.answered_at = time.time()
+        self._replied.set()
 
     @property
     def _metrics_s(self) -> float:
@@ -113,6 +130,11 @@ class Probe:
 
     def _successes(self, timeout: float) -> float | None:
         return request_successes(self.host, self.cfg.metrics_port, self.cfg.model, timeout, self.via)
+
+    @property
+    def replied(self) -> bool:
+        """Its inference is over: answered (in time or late), refused or failed."""
+        return self._replied.is_set()
 
     @property
     def done(self) -> bool:
@@ -134,6 +156,7 @@ class Liveness:
         self.cfg, self.host, self.port, self.health_path, self.via = cfg, host, port, health_path, via
         self.room = room or Room()
         self.in_flight: list[Probe] = []   # oldest first; several while deadline > interval
+        self.missed: list[Probe] = []      # judged as misses; their answers may yet come, late
         self.next_at = time.monotonic() + cfg.interval
         self.misses = 0
         self.probes = 0
@@ -146,6 +169,7 @@ class Liveness:
         # Whether any metrics read of the run of misses answered: a world whose metrics went
         # silent too is stopped whole (or the host stalls it), which the verdict says.
         self.streak_read = False
+        self.streak_started = 0.0   # when the first probe of the run of misses was sent
 
     def check(self) -> str | None:
         """None while the world answers (or may yet); the fault in words once `failures` probes in
@@ -174,11 +198,20 @@ class Liveness:
             # read that got no answer is no progress.
             if self.misses == 0 or self.streak_from is None:
                 self.streak_from = probe.successes_before
+            if self.misses == 0:
+                self.streak_started = probe.started
             # Later probes' reads before theirs count too: a loaded world shows its progress there.
             seen = [x for x in (probe.successes_after, *(p.successes_before for p in self.in_flight))
                     if x is not None]
             after = max(seen) if seen else None
             progressed = after is not None and self.streak_from is not None and after > self.streak_from
+            # A late answer that came since the misses began (this probe's own included) is the
+            # world crossing meanwhile, whatever its metrics said.
+            self.missed = [p for p in (*self.missed, probe) if not p.replied or
+                           (p.answered_at or 0.0) >= self.streak_started]
+            progressed = progressed or any(p.answered_at is not None for p in self.missed)
+            if progressed:
+                self.missed = [p for p in self.missed if p.answered_at is None]
             self.streak_read = after is not None or (self.misses > 0 and self.streak_read)
             self.misses = 0 if progressed else self.misses + 1
             if self.misses == 1:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,8 @@ def workstation(sshd_nodes: Any) -> Any:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spec: Path, workstation: Any) -> None:
+def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spec: Path, workstation: Any,
+                                                                     tmp_path: Path) -> None:
     """A private run launched through the login node; from the workstation its endpoint is out
     of reach, a tunnel through the login node serves `client identity` with the run's token,
     ends on Ctrl-C, follows the run's hand-over to its successor on other nodes (Slurm's notice
@@ -117,6 +119,7 @@ def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spe
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = json.loads(ftcluster("list", "--json").stdout)[-1]["run_id"]
     tunnels: list[subprocess.Popen[str]] = []
+    saying: dict[subprocess.Popen[str], Path] = {}
     try:
         status = ftcluster("status", run_id, "--json").stdout
         endpoint = json.loads(status[status.index("{"):])["endpoint"]
@@ -127,13 +130,16 @@ def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spe
         assert direct.stdout == "000"             # the workstation cannot reach the endpoint itself
 
         def tunnel(port: int) -> subprocess.Popen[str]:
+            # What the tunnel says goes to a file, so that a failed wait below can show it.
+            said_to = tmp_path / f"tunnel-{port}.err"
             t = subprocess.Popen([*workstation, sys.executable, "-m", "ftcluster", "tunnel", run_id,
                                   "--local-port", str(port), "--check-every", "1"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.DEVNULL, stderr=said_to.open("w"), text=True)
             tunnels.append(t)
-            assert t.stderr is not None
-            said = t.stderr.readline()
-            assert said.startswith(f"tunnel: 127.0.0.1:{port} -> {endpoint}"), said + t.stderr.read()
+            wait_for(lambda: said_to.read_text() or t.poll() is not None, 120, interval=0.2)
+            said = said_to.read_text()
+            assert said.startswith(f"tunnel: 127.0.0.1:{port} -> {endpoint}"), said
+            saying[t] = said_to
             return t
 
         first, second = free_ports(2)
@@ -161,12 +167,13 @@ def test_a_tunnel_from_a_workstation_that_reaches_only_the_login_node(remote_spe
                                   f"127.0.0.1:{second}"], capture_output=True, text=True, timeout=120,
                                  env={**os.environ, "FTCLUSTER_TOKEN": token})
             return got.returncode == 0
-        assert wait_for(answers, 30, interval=1)   # the same local port, the successor's endpoint
+        t0 = time.monotonic()
+        assert wait_for(answers, 30, interval=1), saying[t2].read_text()   # the successor, same local port
+        print(f"the successor answered through the tunnel after {time.monotonic() - t0:.1f} s")
     finally:
         assert ftcluster("stop", run_id).returncode == 0
     assert t2.wait(timeout=60) == 0               # the service ended: so does its tunnel
-    assert t2.stderr is not None
-    said = t2.stderr.read()
+    said = saying[t2].read_text()
     assert f"tunnel: run {run_id} was succeeded by run " in said and "the tunnel follows it" in said, said
     for t in tunnels:
         if t.poll() is None:

@@ -5,6 +5,7 @@ over 63 characters raises UnicodeError from getaddrinfo, which is no OSError).""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,9 @@ def test_a_tunnel_follows_the_service_and_ends_with_it() -> None:
 
     serving = {"state": "RUNNING", "phase": "serving", "endpoint": "n1:8000", "successor": None}
     assert next_move(serving, "r1", "n1:8000") == ("stay", "")
+    # Slurm did not answer the login node's `status`: the job's state is UNKNOWN, which says
+    # nothing of it (before, the tunnel took it for the service's end and ended).
+    assert next_move({**serving, "state": "UNKNOWN", "source": "error"}, "r1", "n1:8000") == ("stay", "")
     # Handing over: stays until the successor serves, then follows it.
     starting = {**serving, "successor": {"run_id": "r2", "handed_over": False, "failure": None}}
     assert next_move(starting, "r1", "n1:8000") == ("stay", "")
@@ -51,3 +55,23 @@ def test_a_tunnel_follows_the_service_and_ends_with_it() -> None:
     failed = {"state": "TIMEOUT", "phase": "done", "successor": {"run_id": "r2", "handed_over": False,
                                                                  "failure": "it failed"}}
     assert next_move(failed, "r1", "n1:8000")[0] == "end"
+
+
+def test_a_tunnel_outlives_a_login_node_that_does_not_answer() -> None:
+    """A `status` on the login node that fails is said once and gives None (the tunnel keeps
+    forwarding); the next answer is said once and returned."""
+    from ftcluster.access.tunnel import Asker
+
+    answers: list[Any] = [UserError("squeue: Socket timed out", field="RUN"), OSError("reset"), {"state": "RUNNING"}]
+    said: list[str] = []
+
+    def ask(run: str) -> dict[str, Any]:
+        got = answers.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return dict(got)
+    asker = Asker(ask, said.append)
+    assert asker("r1") is None and asker("r1") is None
+    assert asker("r1") == {"state": "RUNNING"}
+    assert len(said) == 2 and "did not answer" in said[0] and "squeue: Socket timed out" in said[0]
+    assert said[1] == "tunnel: the login node answers for run r1 again"
