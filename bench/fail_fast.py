@@ -32,7 +32,7 @@ import yaml
 from ftcluster.job.names import FILES
 from ftcluster.launch.run import Launch, LaunchOptions
 from ftcluster.launchers import launcher_for
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.render.scripts import RunPaths
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.load import load_cluster, load_model

@@ -34,7 +34,7 @@ import yaml  # noqa: E402
 
 from ftcluster.run.events import parse_events  # noqa: E402
 from ftcluster.launch.run import Launch, LaunchOptions  # noqa: E402
-from ftcluster.plan.parallel import make_plan  # noqa: E402
+from ftcluster.engines import make_plan  # noqa: E402
 from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
 from ftcluster.spec.load import load_cluster, load_model  # noqa: E402
 from ftcluster.service.triton_local import find_tritonserver  # noqa: E402

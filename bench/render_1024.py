@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ftcluster.plan.checkpoint import CheckpointFacts, Split  # noqa: E402
-from ftcluster.plan.parallel import ModelFacts, plan_for  # noqa: E402
+from ftcluster.engines.fastertransformer.checkpoint import CheckpointFacts, Split  # noqa: E402
+from ftcluster.engines.fastertransformer.plan import ModelFacts, plan_for  # noqa: E402
 from ftcluster.render.scripts import STYLE_TEMPLATE, RenderOptions, RunPaths, render, templates_dir  # noqa: E402
 from ftcluster.spec.cluster import ClusterSpec  # noqa: E402
-from ftcluster.spec.model import ModelSpec  # noqa: E402
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec  # noqa: E402
 
 CLUSTERS = {
     "local": {"scheduler": "local"},

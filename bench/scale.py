@@ -48,7 +48,7 @@ from fail_fast import _kill_and_time  # noqa: E402
 from ftcluster.run.events import EV, parse_events  # noqa: E402
 from ftcluster.launch.run import Launch, LaunchOptions  # noqa: E402
 from ftcluster.launchers import launcher_for  # noqa: E402
-from ftcluster.plan.parallel import make_plan  # noqa: E402
+from ftcluster.engines import make_plan  # noqa: E402
 from ftcluster.render.scripts import RunPaths  # noqa: E402
 from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
 from ftcluster.spec.load import load_cluster, load_model  # noqa: E402

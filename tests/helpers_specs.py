@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftcluster.plan.checkpoint import CheckpointFacts, Split
-from ftcluster.plan.parallel import ModelFacts
+from ftcluster.engines.fastertransformer.checkpoint import CheckpointFacts, Split
+from ftcluster.engines.fastertransformer.plan import ModelFacts
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "tests" / "data"

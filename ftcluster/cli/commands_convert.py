@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ftcluster.launch import convert as conv
-from ftcluster.plan.checkpoint_check import checkpoint_problems
+from ftcluster.engines.fastertransformer.checkpoint_check import checkpoint_problems
+from ftcluster.engines.fastertransformer.spec import ft_spec
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import echo_json
@@ -57,8 +58,8 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     size = conv.plan_tp(cluster, nodes, gpus_per_node, tp, pp)
     # The job runs elsewhere: relative paths are made absolute here.
     inp = str(Path(input_dir).expanduser().resolve()) if not input_dir.startswith("/") else input_dir
-    req = conv.ConvertRequest(cluster, model, size, Path(converter_root).expanduser().resolve(), inp, python)
-    out = model.checkpoint_root / f"{size}-gpu"
+    req = conv.ConvertRequest(cluster, ft_spec(model, "convert"), size, Path(converter_root).expanduser().resolve(), inp, python)
+    out = req.model.checkpoint_root / f"{size}-gpu"
 
     def progress(phase: str, t: float, detail: str) -> None:
         if phase == "submitted" and detail.startswith("job ") and not as_json:
@@ -91,7 +92,7 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
     Example:
       ftcluster check-checkpoint --model configs/models/gpt.yaml --gpus 8
     """
-    model = load_model(model_path or default_model_path())
+    model = ft_spec(load_model(model_path or default_model_path()), "check-checkpoint")
     problems = checkpoint_problems(model.checkpoint_root, model.model_type, gpus)
     if as_json:
         echo_json(document("checkpoint", {"folder": str(model.checkpoint_root / f"{gpus}-gpu"), "gpus": gpus,

@@ -14,7 +14,7 @@ from ftcluster.cli.output import cell, console, echo_json, table
 from ftcluster.observe.documents import document, plan_json
 from ftcluster.errors import UserError
 from ftcluster.run.layout import RunPaths
-from ftcluster.render.modelrepo import prepare_repository
+from ftcluster.engines import engine_for
 from ftcluster.plan.parallel import Plan
 
 
@@ -63,12 +63,12 @@ def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
     """
     planned = load_and_plan(**kw)
     with new_folder(out_folder(out)) as folder:
-        prepared = prepare_repository(planned.model, planned.plan, folder)
+        prepared = engine_for(planned.model).prepare(planned.model, planned.plan, folder)
     if as_json:
-        echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.ft_model,
+        echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.model,
                                        "parameters": dict(prepared.parameters)}))
         return
-    click.echo(f"prepared {prepared.path} (FT model {prepared.ft_model!r}: "
+    click.echo(f"prepared {prepared.path} (FT model {prepared.model!r}: "
                + ", ".join(f"{k}={v}" for k, v in prepared.parameters.items()) + ")")
 
 

@@ -11,7 +11,8 @@ import click
 from ftcluster.cli.numbers import count
 from ftcluster.cli.output import echo_json  # noqa: F401  (re-exported for the command modules)
 from ftcluster.errors import UserError, all_problems
-from ftcluster.plan.parallel import Plan, make_plan, option_problems
+from ftcluster.engines import make_plan
+from ftcluster.plan.parallel import Plan, option_problems
 from ftcluster.spec.cluster import MAX_GPUS_PER_NODE, ClusterSpec
 from ftcluster.spec.defaults import default_cluster_path, default_model_path
 from ftcluster.spec.load import load_specs

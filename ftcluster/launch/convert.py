@@ -17,15 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftcluster.plan.checkpoint_check import checkpoint_problems
-from ftcluster.launch.converters import converter_argv, converter_for
+from ftcluster.engines.fastertransformer.checkpoint_check import checkpoint_problems
+from ftcluster.engines.fastertransformer.converters import converter_argv, converter_for
 from ftcluster.errors import LaunchError, PlanError, UserError, every_problem
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome, Progress
-from ftcluster.plan.parallel import _resolve_gpus
+from ftcluster.plan.parallel import resolve_gpus
 from ftcluster.render.scripts import JobStep
 from ftcluster.render.request import job_shape
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import style_of
 
@@ -35,7 +35,7 @@ STYLE = "convert"
 @dataclass(frozen=True)
 class ConvertRequest:
     cluster: ClusterSpec
-    model: ModelSpec
+    model: FTModelSpec
     tp: int
     converter_root: Path
     input_dir: str
@@ -63,7 +63,7 @@ def convert_step(req: ConvertRequest) -> JobStep:
 def plan_tp(cluster: ClusterSpec, nodes: int, gpus_per_node: int | None, tp: int | None,
             pp: int | None) -> int:
     """tensor_para_size as `plan` would choose it, before any checkpoint exists."""
-    gpn = _resolve_gpus(cluster, gpus_per_node)
+    gpn = resolve_gpus(cluster, gpus_per_node)
     tp = gpn if tp is None else tp
     pp = nodes if pp is None else pp
     if nodes < 1 or tp < 1 or pp < 1:

@@ -26,7 +26,8 @@ from ftcluster.launch.successor import run_specs
 from ftcluster.render.launched import LaunchedSpecs, read_specs, write_specs
 from ftcluster.launchers import launcher_for
 from ftcluster.run.layout import FILES, RunPaths
-from ftcluster.plan.parallel import Plan, make_plan
+from ftcluster.engines import make_plan
+from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import new_token, proxy_binary
 from ftcluster.plan.facts import resolve
 from ftcluster.render.scripts import JobStep, handover_lead, write_private

@@ -27,7 +27,7 @@ from ftcluster.launchers.base import Launcher
 from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
 from ftcluster.run.layout import FILES
 from ftcluster.run.logs import Follower, LogSource
-from ftcluster.render.modelrepo import prepare_repository
+from ftcluster.engines import engine_for
 from ftcluster.run.phases import PHASES
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import access_problems, proxy_binary
@@ -40,7 +40,6 @@ from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 from ftcluster.launchers.watch import JobWatch
-from ftcluster.plan.visibility import check_checkpoint_visible
 
 
 @dataclass
@@ -155,7 +154,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         _check_local_gpus(cluster, plan)
     # Before anything is written: a checkpoint no mount shows inside the container fails at
     # model load on every rank, after the allocation.
-    check_checkpoint_visible(cluster, model, plan.tensor_para_size, paths.run_dir)
+    engine_for(model).check_visible(cluster, model, plan, paths.run_dir)
     if opts.servers:
         problems = access_problems(cluster)
         if problems:
@@ -537,7 +536,7 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
     (the request's). `launch` and `render --out` both write a run this way."""
     paths = request.paths
     if request.kind in ("serve", "check") and model is not None:
-        prepare_repository(model, plan, paths.repo)
+        engine_for(model).prepare(model, plan, paths.repo)
     written = request.write_files()
     (launcher or launcher_named(request.launcher)).prepare_resources(request)
     if model is not None:
@@ -559,7 +558,7 @@ def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str
         "run_id": run_id, "created": time.time(), "ftcluster_version": __version__,
         "cluster": {"name": cluster.name, "source": cluster.source, "scheduler": cluster.scheduler,
                     "runtime": cluster.container.runtime},
-        "model": {"name": model.name, "model_type": model.model_type, "source": model.source},
+        "model": {"name": model.name, "model_type": plan.model_type, "source": model.source},
         "plan": plan.to_dict(),
         "image": {"container_image": cluster.container.image, "tag": image_tag(cluster),
                   # image id and TRITON_VERSION as `ftcluster image build` recorded them

@@ -19,7 +19,7 @@ from ftcluster.job.config import JobConfig
 from ftcluster.job.names import FILES
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.render.launched import LaunchedSpecs, read_facts, read_specs
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.plan.replicas import member_cluster
 from ftcluster.access.run_access import read_token
 from ftcluster.spec.load import load_cluster, load_model

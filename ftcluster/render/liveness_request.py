@@ -17,22 +17,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
 from ftcluster.errors import UserError
 from ftcluster.job.config import LivenessConfig
 from ftcluster.plan.parallel import Plan
-from ftcluster.render.modelrepo import ft_parameters
-from ftcluster.spec.ftconfig import read_model_config
+from ftcluster.engines import engine_for
 from ftcluster.spec.cluster import Liveness
 from ftcluster.spec.model import ClientDefaults, ModelSpec
 
 # The probe's own sequence (sequence-batching models): far from the ids clients count up from 1.
 PROBE_SEQUENCE_ID = 7_340_000_000_000_000_001
-
-
-# FT's ModelState::AutoCompleteConfig: a hidden-state tensor takes the model's data_type.
-_HIDDEN_TYPES = {"fp16": "TYPE_FP16", "fp32": "TYPE_FP32", "bf16": "TYPE_BF16"}
 
 
 def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, liveness: Liveness,
@@ -41,19 +34,12 @@ def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, livene
     if not liveness.interval:
         return None
 
-    path = model.repository / model.name / "config.pbtxt"
     try:
-        cfg = MessageToDict(read_model_config(path), preserving_proto_field_name=True)
+        cfg = engine_for(model).served_config(model, plan)
     except (OSError, ValueError, UserError) as exc:
-        raise UserError(f"cannot read {path} to make the liveness probe: {exc}", field="server.liveness",
+        raise UserError(f"cannot read the config of {model.name} to make the liveness probe: {exc}",
+                        field="server.liveness",
                         hint="fix the config, or set server.liveness.interval: 0 for no probe") from None
-    if model.name == plan.ft_model:
-        # As the server will see it: the run's parameters set, FT's auto-completed types.
-        source = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
-        data_type = {**source, **ft_parameters(model, plan, source)}.get("data_type", "")
-        for tensor in cfg.get("input", []):
-            if tensor.get("data_type", "TYPE_INVALID") == "TYPE_INVALID" and data_type in _HIDDEN_TYPES:
-                tensor["data_type"] = _HIDDEN_TYPES[data_type]
     made = _cached(cfg, client.hidden_size)
     return LivenessConfig(interval=liveness.interval, deadline=liveness.deadline, failures=liveness.failures,
                           model=model.name, body=made["body"], json_size=made["json_size"],

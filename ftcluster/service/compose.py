@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from ftcluster.errors import UserError
-from ftcluster.plan.parallel import Plan, make_plan
+from ftcluster.engines import engine_for, make_plan
+from ftcluster.plan.parallel import Plan
 from ftcluster.spec.cluster import DOCKER_REF_RE, MAX_GPUS_PER_NODE, ClusterSpec
 from ftcluster.spec.model import ModelSpec
 
@@ -127,10 +128,8 @@ def service_spec(
                f"--metrics-port={inner['metrics']}", f"--exit-timeout-secs={int(cluster.server.exit_grace)}",
                *((f"--log-verbose={cluster.server.log_verbose}",) if cluster.server.log_verbose else ()),
                *cluster.server.extra_args)
-    ckpt_dst = model.checkpoint_mount or str(model.checkpoint_root)
-    binds = [Bind(str(repo_dir), REPO_IN_CONTAINER), Bind(str(model.checkpoint_root), ckpt_dst)]
-    if has_links:  # the per-run copy links large files of the user's repository by host path
-        binds.append(Bind(str(model.repository), str(model.repository)))
+    binds = [Bind(str(repo_dir), REPO_IN_CONTAINER),
+             *(Bind(src, dst) for src, dst in engine_for(model).binds(model, repo_dir, has_links))]
     binds += [Bind(m.src, m.dst, "ro" in m.flags) for m in cluster.container.mounts]
     return ServiceSpec(
         name=name or f"ftcluster-{model.name}", image=img, command=command, server_id=sid,
@@ -216,13 +215,10 @@ def write_compose(out: Path, svc: ServiceSpec) -> list[Path]:
 def prepare_service(cluster: ClusterSpec, model: ModelSpec, out: Path, *, gpus: tuple[str, ...] | None,
                     **opts: Any) -> tuple[ServiceSpec, list[Path]]:
     """Plan one node, write the per-run repository and the compose files under `out`."""
-    # startup: the model repository's code (protobuf) only when a service is prepared
-    from ftcluster.render.modelrepo import prepare_repository
-
     plan = plan_single_node(cluster, model, gpus)
     out = out.expanduser().resolve()
     fresh_out(out)
     (out / MARKER).write_text("")  # ours from the start: a failed run may be repeated into it
-    repo = prepare_repository(model, plan, out / "model_repository").path
+    repo = engine_for(model).prepare(model, plan, out / "model_repository").path
     svc = service_spec(cluster, model, plan, repo_dir=repo, gpus=gpus, has_links=has_symlinks(repo), **opts)
     return svc, write_compose(out, svc)

@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from ftcluster.errors import SpecError, every
+from ftcluster.errors import SpecError, UserError, every
 from ftcluster.spec import yaml_text
 from ftcluster.spec.cluster import LOCAL_PORTS, ClusterSpec
 from ftcluster.spec.errors import checked, cut, format_errors
+from ftcluster.spec.engines import DEFAULT, model_spec_class
 from ftcluster.spec.model import ModelSpec
 
 _S = TypeVar("_S", bound=BaseModel)
@@ -74,7 +75,7 @@ def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
     together: an error names the file's fields, and the options' (options: field -> option)."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
-    _refuse_the_other_kind(p, data, ClusterSpec, ModelSpec)
+    _refuse_the_other_kind(p, data, ClusterSpec, _model_class(data))
     # The default name comes from the file name, made a valid name (it names jobs and folders).
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
     given = "ports" in {**data, **(overrides or {})}
@@ -114,19 +115,23 @@ def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
     makes (`convert` writes checkpoint_root): those only must not be something else."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
-    _refuse_the_other_kind(p, data, ModelSpec, ClusterSpec)
+    backend = data.get("backend", DEFAULT)
+    try:
+        cls = model_spec_class(backend) if isinstance(backend, str) else ModelSpec
+    except UserError as exc:
+        raise SpecError(f"{p}: backend: {exc.message} ({exc.hint})") from None
+    _refuse_the_other_kind(p, data, cls, ClusterSpec)
     base = p.resolve().parent
-    for key in ("repository", "checkpoint_root"):
+    for key in cls.folders:
         val = data.get(key)
         if isinstance(val, str) and val:
             data[key] = str(base / Path(val).expanduser())
-    spec, errors = checked(ModelSpec, data, {"base": str(base)})
+    spec, errors = checked(cls, data, {"base": str(base)})
     problems = [format_errors(None, errors)] if errors else []
     failed = {err["loc"][0] for err in errors if err["loc"]}
     # The folders are checked also when another field is wrong: every problem at once (a folder
     # whose own value was refused, a NUL in it, is said once, by that).
-    for key, hint in (("repository", "point it at the Triton model repository holding config.pbtxt"),
-                      ("checkpoint_root", "point it at the converter output that holds the N-gpu/ folders")):
+    for key, hint in cls.folders.items():
         folder = data.get(key)
         if key in failed:
             continue
@@ -145,13 +150,26 @@ def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
 _KINDS = {"ClusterSpec": ("a cluster spec", "--cluster"), "ModelSpec": ("a model spec", "--model")}
 
 
+def _kind(cls: type[BaseModel]) -> str:
+    return "ModelSpec" if issubclass(cls, ModelSpec) else cls.__name__
+
+
+def _model_class(data: dict[str, Any]) -> type[ModelSpec]:
+    """The model spec class the data's `backend` names (the shared one where it names none known)."""
+    backend = data.get("backend", DEFAULT)
+    try:
+        return model_spec_class(backend) if isinstance(backend, str) else ModelSpec
+    except UserError:
+        return ModelSpec
+
+
 def _refuse_the_other_kind(path: Path, data: dict[str, Any], wanted: type[BaseModel], other: type[BaseModel]) -> None:
     """One line for a model spec given where a cluster spec goes (or the other way round, the
     options swapped), instead of a line per key it does not know."""
     keys = {str(k) for k in data} - {"name"}
     if not keys or keys & set(wanted.model_fields) or not keys <= set(other.model_fields):
         return
-    (is_, its_option), (want, option) = _KINDS[other.__name__], _KINDS[wanted.__name__]
+    (is_, its_option), (want, option) = _KINDS[_kind(other)], _KINDS[_kind(wanted)]
     named = ", ".join(sorted(keys)[:4]) + (", ..." if len(keys) > 4 else "")
     raise SpecError(f"{path}: this is {is_} ({named}), not {want}",
                     hint=f"give it as {its_option}, and {want} as {option}")

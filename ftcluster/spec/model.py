@@ -1,27 +1,21 @@
-"""The model spec (ModelSpec): which FasterTransformer model a run serves (its type, the Triton
-model repository and the converted checkpoint), what config.pbtxt is given beside the source's
-values (data type, int8 mode, batch size, parameters), the converter `ftcluster convert` runs, and
-the client's defaults (ClientDefaults) for the requests a launch sends. Reading the file, and
-checking that its folders exist, is ftcluster.spec.load's."""
+"""The model spec's shared part (ModelSpec): the model the client queries, the engine that serves
+it (`backend`, ftcluster.spec.engines) and the client's defaults (ClientDefaults) for the requests
+a launch sends. Each engine's spec adds its own fields (ftcluster.engines.<name>.spec). Reading
+the file, and checking that its folders exist, is ftcluster.spec.load's."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from ftcluster.spec.base import NAME_RE, SpecModel, plugin_lookup_back, plugin_lookup_off
+from ftcluster.spec.engines import DEFAULT
 
 _PLUGINS_WERE = plugin_lookup_off()   # back after the last model (ftcluster.spec.base)
 
-# The most a protobuf int32 holds: config.pbtxt's sizes (and config.ini's, ftcluster.plan.checkpoint).
+# The most a protobuf int32 holds: the sizes Triton's config.pbtxt (and FT's config.ini) take.
 INT32_MAX = 2**31 - 1
-
-
-# What users call the model (ftcluster.spec.modeltypes.KINDS); config.pbtxt gets the backend's name
-# for it (BLOOM and OPT are served as GPT).
-ModelType = Literal["GPT", "GPT-J", "GPT-NeoX", "T5", "T5-Encoder", "bert", "BLOOM", "OPT"]
 
 
 class ClientDefaults(SpecModel):
@@ -39,67 +33,27 @@ class ClientDefaults(SpecModel):
 
 
 class ModelSpec(SpecModel):
-    # The Triton model the client queries: a folder of the repository (an ensemble, or the FT
-    # model itself); letters, digits, '.', '_' and '-'.
+    """What every engine's model spec shares; the engine named in `backend` adds its own fields
+    (ftcluster.engines.<name>.spec) and is the class a spec file is read with."""
+
+    # The Triton model the client queries: a folder of the repository (an ensemble, or the
+    # engine's model itself); letters, digits, '.', '_' and '-'.
     name: str
-    # The Triton backend that serves the model: FasterTransformer, the only one.
-    backend: Literal["fastertransformer"] = "fastertransformer"
-    # The FT model type (BLOOM and OPT are served as GPT): config.pbtxt's model_type, the
-    # converter and the plan's checks follow it.
-    model_type: ModelType
-    # The Triton model repository (a relative path is this spec file's folder's); a run serves a
-    # copy of it with the plan's parameters set on the FT model's config.pbtxt.
-    repository: Path
-    # Folder of the FT model inside the repository; default: the one whose backend is
-    # fastertransformer, else `name`.
-    ft_model: str | None = None
-    # The converted checkpoint's folder, holding the converter's <N>-gpu/ folders (N the tensor
-    # parallel size; `convert` writes them); relative: this spec file's folder's.
-    checkpoint_root: Path
-    # The path of checkpoint_root as the server sees it (inside a container); default: same.
-    checkpoint_mount: str | None = None
-    # The FT model's data_type in config.pbtxt. Unset: what the source says (where it has none,
-    # the checkpoint's weight_data_type: the backend cannot start without one).
-    data_type: Literal["fp32", "fp16", "bf16"] | None = None
-    # FT's int8_mode in config.pbtxt: 0 off, 1 int8 weights, 2 int8 weights and activations
-    # (SmoothQuant); unset: the source's. Only GPT, BLOOM and OPT take a non-zero one.
-    int8_mode: int | None = Field(None, ge=0, le=2)
-    # FT's enable_custom_all_reduce in config.pbtxt (its own all-reduce kernel instead of
-    # NCCL's between a node's GPUs); unset: the source's.
-    enable_custom_all_reduce: bool | None = None
-    # The FT model's max_batch_size in config.pbtxt (an ensemble that calls it is capped to it
-    # too); unset: the source's. A protobuf int32.
-    max_batch_size: int | None = Field(None, ge=0, le=INT32_MAX)
-    # More FT parameters for config.pbtxt, name: value; set last, they win over the plan's and
-    # over the fields above.
-    parameters: dict[str, str] = Field(default_factory=dict)
+    # The engine that serves the model (ftcluster/engines/): fastertransformer, the default, or
+    # one an installed package adds.
+    backend: str = DEFAULT
     client: ClientDefaults = ClientDefaults()
-    # Which FT converter `ftcluster convert` runs when the type has several (GPT: Megatron
-    # checkpoints); unset: the Hugging Face one.
-    converter: Literal["megatron"] | None = None
     # Where the spec came from; set by the loader, not by users.
     source: str | None = Field(None, exclude=True)
+    # Fields naming folders that must exist when the spec is read, with the hint for a wrong one.
+    folders: ClassVar[dict[str, str]] = {}
 
-    @field_validator("name", "ft_model")
+    @field_validator("name")
     @classmethod
-    def _name(cls, v: str | None) -> str | None:
-        if v is not None and not NAME_RE.fullmatch(v):
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.fullmatch(v):
             raise ValueError("use letters, digits, '.', '_' and '-' only")
         return v
-
-    @field_validator("parameters", mode="before")
-    @classmethod
-    def _params(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): str(val) for k, val in v.items()}
-        return v
-
-    @model_validator(mode="after")
-    def _converter(self) -> ModelSpec:
-        if self.converter == "megatron" and self.model_type != "GPT":
-            raise ValueError(f"converter: megatron converts GPT checkpoints, not {self.model_type} "
-                             "(leave converter out)")
-        return self
 
 
 plugin_lookup_back(_PLUGINS_WERE)

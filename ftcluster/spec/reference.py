@@ -28,12 +28,13 @@ from pydantic_core import PydanticUndefined
 
 # The roots: (the spec's name, the option that takes it, its model). Every other spec object is
 # found through their fields.
+# The model spec is each built-in engine's (its fields after the shared ones).
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.model import ModelSpec
+from ftcluster.spec.engines import BUILT_IN, DEFAULT, model_spec_class
 
 ROOTS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("cluster", "--cluster", ClusterSpec),
-    ("model", "--model", ModelSpec),
+    *(("model" if name == DEFAULT else f"model ({name})", "--model", model_spec_class(name)) for name in BUILT_IN),
 )
 
 
@@ -144,8 +145,17 @@ def _type(annotation: Any) -> str:
 
 
 def _comments(model: type[BaseModel]) -> dict[str, str]:
-    """Each field's comment in its class body: the comment lines directly above it, then a
-    comment at the end of its own line(s)."""
+    """Each field's comment in its class body, or in the base class that declares it (an engine's
+    model spec inherits the shared fields): the comment lines directly above it, then a comment
+    at the end of its own line(s)."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel:
+            found.update(_own_comments(cls))
+    return found
+
+
+def _own_comments(model: type[BaseModel]) -> dict[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(model))
     except (OSError, TypeError):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ftcluster.plan.checkpoint_check import checkpoint_problems
+from ftcluster.engines.fastertransformer.checkpoint_check import checkpoint_problems
 from tests.docker import image as test_image
 from tests.docker.daemons import DockerNodes
 

@@ -16,15 +16,15 @@ import pytest
 import yaml
 
 from ftcluster.service import image as img
-from ftcluster.plan.checkpoint_check import checkpoint_problems, gpt_layout, verify_checkpoint
-from ftcluster.launch.converters import CONVERTERS, converter_argv
+from ftcluster.engines.fastertransformer.checkpoint_check import checkpoint_problems, gpt_layout, verify_checkpoint
+from ftcluster.engines.fastertransformer.converters import CONVERTERS, converter_argv
 from ftcluster.errors import PlanError
-from ftcluster.spec.ftconfig import read_ini
-from ftcluster.spec.modeltypes import MODEL_TYPES
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines.fastertransformer.config import read_ini
+from ftcluster.engines.fastertransformer.modeltypes import MODEL_TYPES
+from ftcluster.engines import make_plan
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.load import load_cluster, load_model
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONVERTER = REPO / "tests" / "data" / "ft_converter"

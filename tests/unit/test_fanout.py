@@ -55,7 +55,7 @@ def test_render_writes_the_plan_hosts_and_node_ssh() -> None:
     c = cluster(scheduler="ssh", hosts=["h1", "h2", "h3"], gpus_per_node=1,
                 node_ssh={"user": "me", "port": 2200, "parallel": 2},
                 container={"runtime": "docker", "image": "img"})
-    from ftcluster.plan.parallel import plan_for
+    from ftcluster.engines.fastertransformer.plan import plan_for
 
     m = model()
     plan = plan_for(c, m, facts(), ckpt(tp=1, heads=16, layers=24), 2, 1)

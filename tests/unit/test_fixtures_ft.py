@@ -16,11 +16,11 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from ftcluster.plan.checkpoint import read_checkpoint
-from ftcluster.spec.ftconfig import read_ini
-from ftcluster.render.modelrepo import prepare_repository
-from ftcluster.plan.parallel import make_plan
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.checkpoint import read_checkpoint
+from ftcluster.engines.fastertransformer.config import read_ini
+from ftcluster.engines.fastertransformer.repository import prepare_repository
+from ftcluster.engines import make_plan
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 from tests.helpers_specs import FT_FIXTURES, cluster
 
 pytestmark = [pytest.mark.skipif(not FT_FIXTURES.is_dir(), reason="../shared/fixtures absent")]

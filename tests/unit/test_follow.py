@@ -14,7 +14,8 @@ from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.launchers.base import Submission
 from ftcluster.launchers.slurm import SlurmLauncher
 from ftcluster.run.layout import RunPaths
-from ftcluster.plan.parallel import Plan, make_plan
+from ftcluster.engines import make_plan
+from ftcluster.plan.parallel import Plan
 from ftcluster.hosts.runner import LocalRunner
 from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
 from ftcluster.spec.cluster import ClusterSpec

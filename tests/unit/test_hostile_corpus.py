@@ -218,7 +218,7 @@ NOT_PATHS = {"account", "container.mounts.flags", "container.mpi_if_include", "c
 def test_every_path_field_is_in_the_nul_corpus() -> None:
     """A text field added to a spec is either a path (and gets the NUL) or named here as none."""
     from ftcluster.spec.cluster import ClusterSpec
-    from ftcluster.spec.model import ModelSpec
+    from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 
     paths = {p.removesuffix(".0").replace("mounts", "mounts.src") if p == "container.mounts.0" else p.removesuffix(".0")
              for p in CLUSTER_PATHS + MODEL_PATHS}

@@ -89,7 +89,7 @@ exec setsid "$@"
 def _local_job(tmp_path: Path) -> tuple[RenderedScripts, Path]:
     from tests.helpers_specs import ckpt, cluster, facts, model
     from ftcluster.run.layout import RunPaths
-    from ftcluster.plan.parallel import plan_for
+    from ftcluster.engines.fastertransformer.plan import plan_for
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -12,7 +12,7 @@ import pytest
 
 from ftcluster.launch.run import Launch, LaunchOptions, job_request, write_run
 from ftcluster.render.launched import SPECS_FILE, LaunchedSpecs, read_specs
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.launch.replica_set import ReplicaSet, recorded_set, write_members
 from ftcluster.plan.replicas import member_cluster
 from ftcluster.spec.load import load_cluster, load_model, load_specs

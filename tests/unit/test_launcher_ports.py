@@ -11,7 +11,7 @@ import yaml
 from ftcluster.hosts.runner import LocalRunner
 from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.ssh_docker import SshDockerLauncher
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.load import load_cluster, load_model
 

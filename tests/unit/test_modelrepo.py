@@ -12,9 +12,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from ftcluster.errors import UserError
-from ftcluster.spec.ftconfig import read_model_config
-from ftcluster.render.modelrepo import apply_plan, checkpoint_path_for_server, ft_parameters, prepare_repository
-from ftcluster.plan.parallel import make_plan, plan_for
+from ftcluster.engines.fastertransformer.config import read_model_config
+from ftcluster.engines.fastertransformer.repository import apply_plan, checkpoint_path_for_server, ft_parameters, prepare_repository
+from ftcluster.engines import make_plan
+from ftcluster.engines.fastertransformer.plan import plan_for
 from ftcluster.spec.load import load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
 from tests.unit.test_fixtures_ft import check_prepared, tree_hash

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from ftcluster.plan.checkpoint import Split, read_checkpoint
+from ftcluster.engines.fastertransformer.checkpoint import Split, read_checkpoint
 from ftcluster.errors import PlanError
-from ftcluster.plan.parallel import Plan, make_plan, plan_for, read_model_facts
+from ftcluster.engines import make_plan
+from ftcluster.plan.parallel import Plan
+from ftcluster.engines.fastertransformer.plan import plan_for, read_model_facts
 from ftcluster.spec.load import load_cluster, load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
 

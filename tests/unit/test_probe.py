@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from ftcluster.errors import UserError
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.render.liveness_request import PROBE_SEQUENCE_ID, liveness_config
 from ftcluster.spec.cluster import Liveness
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.load import load_model
-from ftcluster.spec.model import ClientDefaults, ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
+from ftcluster.spec.model import ClientDefaults
 from tests.helpers_specs import cluster
 from tests.unit.test_zoo import IDS, REPOS, make_checkpoint, spec_for
 
@@ -74,7 +75,7 @@ def test_no_probe_when_turned_off_and_a_clear_refusal_when_none_can_be_made(tmp_
 
 _IN_A_FRESH_PROCESS = """
 import json, sys
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.render.liveness_request import liveness_config
 from ftcluster.spec.cluster import Liveness
 from ftcluster.spec.defaults import embedded_model_path

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.plan.parallel import Plan, plan_for
+from ftcluster.plan.parallel import Plan
+from ftcluster.engines.fastertransformer.plan import plan_for
 from ftcluster.render.scripts import RANK_FILE_SOURCES, STYLE_TEMPLATE, RenderedScripts, RenderOptions, RunPaths, render, templates_dir
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 from tests.helpers_specs import REPO_ROOT, ckpt, cluster, facts, model
 
 

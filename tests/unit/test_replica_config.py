@@ -200,7 +200,7 @@ def test_the_front_takes_its_time_limit_notice_itself_on_slurm() -> None:
     """On Slurm the front's job asks for the time-limit notice on its steps (the front, not the
     batch shell), and its settings say how to submit its own script again and record the new job."""
     from ftcluster.launch.run import LaunchOptions
-    from ftcluster.plan.parallel import make_plan
+    from ftcluster.engines import make_plan
     from ftcluster.launch.replica_set import ReplicaSet
     from ftcluster.spec.defaults import embedded_model_path
     from ftcluster.spec.load import load_model

@@ -17,7 +17,7 @@ from ftcluster.launchers.local import LocalLauncher
 from ftcluster.launchers.ssh_keys import RunKeysLauncher
 from ftcluster.launchers.slurm import SlurmLauncher
 from ftcluster.run.layout import RunPaths
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.render.scripts import RenderOptions
 from ftcluster.render.request import JobRequest, build_request
 from ftcluster.hosts.runner import LocalRunner

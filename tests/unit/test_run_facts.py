@@ -18,7 +18,7 @@ from ftcluster.launch.successor import successor_launch
 from ftcluster.launchers.local import _ports_of
 from ftcluster.observe.status import run_status
 from ftcluster.plan.facts import RunFacts, member_ports, resolve
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.plan.replicas import ports_of
 from ftcluster.render.launched import SPECS_FILE, LaunchedSpecs, read_facts, read_specs
 from ftcluster.render.request import JobRequest, build_request

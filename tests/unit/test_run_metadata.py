@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ftcluster.service.image import record_build
 from ftcluster.launch.run import run_metadata
-from ftcluster.plan.parallel import plan_for
+from ftcluster.engines.fastertransformer.plan import plan_for
 from tests.helpers_specs import ckpt, cluster, facts, model
 
 

@@ -10,7 +10,7 @@ import yaml
 from ftcluster.errors import SpecError
 from ftcluster.spec.cluster import ClusterSpec, Mount
 from ftcluster.spec.load import load_cluster, load_model
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 from tests.helpers_specs import MODELS, REPO_ROOT, cluster
 
 CLUSTERS = sorted((REPO_ROOT / "configs" / "clusters").glob("*.yaml"))

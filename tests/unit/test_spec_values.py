@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from ftcluster.errors import PlanError, SpecError
-from ftcluster.plan.parallel import plan_for
+from ftcluster.engines.fastertransformer.plan import plan_for
 from ftcluster.render.scripts import RenderOptions, RunPaths, pyxis_mounts, render
 from ftcluster.spec.cluster import ClusterSpec, Mount
 from ftcluster.spec.load import load_cluster, with_image
 from ftcluster.run.store import RUN_NAME_MAX, new_run_id
-from ftcluster.plan.visibility import check_checkpoint_visible, server_checkpoint_path
+from ftcluster.engines.fastertransformer.visibility import check_checkpoint_visible, server_checkpoint_path
 from tests.helpers_specs import ckpt, cluster, facts, model
 
 

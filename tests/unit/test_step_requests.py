@@ -26,7 +26,7 @@ from ftcluster.errors import UserError
 from ftcluster.job.config import JobConfig
 from ftcluster.job.supervisor import Job
 from ftcluster.run.layout import RunPaths
-from ftcluster.plan.parallel import make_plan
+from ftcluster.engines import make_plan
 from ftcluster.launch.preflight import PreflightOptions, preflight_launch, report_from_output
 from ftcluster.rank.preflight import GpuInfo, RankReport, build_report
 from ftcluster.render.scripts import RenderOptions

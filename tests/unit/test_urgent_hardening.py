@@ -175,7 +175,7 @@ def test_hostile_env_values_stay_data_in_every_style(style: str, tmp_path: Path)
 def test_a_job_variable_in_env_cannot_replace_the_jobs_value_even_past_validation(tmp_path: Path) -> None:
     """Defence in depth: were a job variable's name ever let through, the spec's env is exported
     before the job's own assignments, so the job's value wins and the payload stays a string."""
-    from ftcluster.plan.parallel import plan_for
+    from ftcluster.engines.fastertransformer.plan import plan_for
 
     c = cluster()
     c = c.model_copy(update={"env": {"NODES": PAYLOAD, "EXIT_GRACE": PAYLOAD}})  # skips validation
@@ -238,7 +238,7 @@ def test_a_workspace_and_spec_mounts_go_through_the_same_check(tmp_path: Path) -
 
 
 def _plan(c: Any) -> Any:
-    from ftcluster.plan.parallel import plan_for
+    from ftcluster.engines.fastertransformer.plan import plan_for
 
     return plan_for(c, model(checkpoint_root="/ckpt"), facts(), ckpt(tp=1, layers=2), 1, 1)
 

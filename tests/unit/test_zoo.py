@@ -2,7 +2,7 @@
 
 Repositories: tests/data/zoo (BLOOM, OPT, GPT-NeoX, interactive GPT, T5-Encoder, Megatron GPT) and, when
 present, the shared fixtures of the backend's all_models/ (GPT, GPT-J, T5, bert). Weights are
-written here with the file names and sizes of FT's converters (ftcluster.plan.checkpoint_check).
+written here with the file names and sizes of FT's converters (ftcluster.engines.fastertransformer.checkpoint_check).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ftcluster.plan.checkpoint_check import (
+from ftcluster.engines.fastertransformer.checkpoint_check import (
     bert_layout,
     checkpoint_problems,
     expected_files,
@@ -26,11 +26,11 @@ from ftcluster.plan.checkpoint_check import (
 from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, output_names, parse_config
 from ftcluster.errors import PlanError, UserError
-from ftcluster.spec.ftconfig import read_ini, read_model_config
-from ftcluster.render.modelrepo import prepare_repository
-from ftcluster.spec.modeltypes import KINDS
-from ftcluster.plan.parallel import make_plan
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.config import read_ini, read_model_config
+from ftcluster.engines.fastertransformer.repository import prepare_repository
+from ftcluster.engines.fastertransformer.modeltypes import KINDS
+from ftcluster.engines import make_plan
+from ftcluster.engines.fastertransformer.spec import FTModelSpec as ModelSpec
 from tests.helpers_specs import DATA, FT_FIXTURES, cluster
 from tests.unit.test_fixtures_ft import check_prepared
 
@@ -370,7 +370,7 @@ def test_an_example_spec_per_type() -> None:
     and a GPT ensemble, each naming the type the spec schema accepts."""
     import yaml
 
-    from ftcluster.spec.modeltypes import MODEL_TYPES
+    from ftcluster.engines.fastertransformer.modeltypes import MODEL_TYPES
 
     examples = Path(__file__).resolve().parents[2] / "configs" / "models"
     specs = {p.stem: ModelSpec.model_validate(yaml.safe_load(p.read_text())) for p in examples.glob("*.yaml")}
@@ -444,7 +444,7 @@ def test_plan_follows_ft_data_type_rules(tmp_path: Path) -> None:
 def test_plan_refuses_splits_ft_cannot_make(repo: Path, model_type: str, tmp_path: Path) -> None:
     """Every stack's heads split over tensor_para_size and its layers over pipeline_para_size
     (T5: encoder and decoder both), per type."""
-    from ftcluster.plan.checkpoint import read_checkpoint
+    from ftcluster.engines.fastertransformer.checkpoint import read_checkpoint
 
     probe = tmp_path / "probe"
     make_checkpoint(probe, repo, model_type, 1, weights=False)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftcluster.errors import PlanError
-from ftcluster.spec.ftconfig import read_ini
-from ftcluster.spec.modeltypes import kind
+from ftcluster.engines.fastertransformer.config import read_ini
+from ftcluster.engines.fastertransformer.modeltypes import kind
 from ftcluster.spec.model import INT32_MAX
 
 GPU_DIR = re.compile(r"([0-9]+)-gpu", re.ASCII)   # <root>/<N>-gpu/

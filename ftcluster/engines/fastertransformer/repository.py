@@ -10,30 +10,23 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ftcluster.spec.ftconfig import model_config_pb2
+from ftcluster.engines.fastertransformer.config import model_config_pb2
 
-from ftcluster.plan.checkpoint import GPU_DIR
+from ftcluster.engines.fastertransformer.checkpoint import GPU_DIR
 from ftcluster.errors import UserError
-from ftcluster.spec.ftconfig import dump_model_config, read_model_config, scan_repository, set_param
-from ftcluster.spec.modeltypes import backend_type
+from ftcluster.engines.base import Prepared
+from ftcluster.engines.fastertransformer.config import dump_model_config, read_model_config, scan_repository, set_param
+from ftcluster.engines.fastertransformer.modeltypes import backend_type
 from ftcluster.plan.parallel import Plan
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec
 
 _COPY_LIMIT = 1 << 20  # bytes; bigger files are linked, not copied
 
 
-@dataclass(frozen=True)
-class PreparedRepo:
-    path: Path
-    ft_model: str
-    parameters: dict[str, str]   # what was set on the FT model
-
-
-def checkpoint_path_for_server(model: ModelSpec, plan: Plan) -> str:
+def checkpoint_path_for_server(model: FTModelSpec, plan: Plan) -> str:
     """model_checkpoint_path as the server sees it (container-side when mounted elsewhere)."""
     base = model.checkpoint_mount or str(model.checkpoint_root)
     return f"{base.rstrip('/')}/{plan.tensor_para_size}-gpu/"
@@ -43,7 +36,7 @@ def _precision(weight_data_type: str | None) -> str:
     return weight_data_type if weight_data_type in ("fp32", "fp16", "bf16") else "fp16"
 
 
-def ft_parameters(model: ModelSpec, plan: Plan, source: dict[str, str] | None = None) -> dict[str, str]:
+def ft_parameters(model: FTModelSpec, plan: Plan, source: dict[str, str] | None = None) -> dict[str, str]:
     """The FT backend parameters a run sets; pure.
 
     Only the plan's values and what the spec sets explicitly: every other parameter stays what
@@ -151,7 +144,7 @@ def _write_config(path: Path, cfg: model_config_pb2.ModelConfig) -> None:
     path.write_text(dump_model_config(cfg))
 
 
-def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:
+def prepare_repository(model: FTModelSpec, plan: Plan, out: Path) -> Prepared:
     """Copy `model.repository` to `out` and set the plan on the FT model's config.pbtxt."""
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder", field="--out",
@@ -170,7 +163,7 @@ def prepare_repository(model: ModelSpec, plan: Plan, out: Path) -> PreparedRepo:
     _write_config(cfg_path, cfg)
     if model.max_batch_size is not None:
         _cap_ensembles(out, plan.ft_model, model.max_batch_size)
-    return PreparedRepo(out, plan.ft_model, params)
+    return Prepared(out, plan.ft_model, params)
 
 
 def _cap_ensembles(repo: Path, ft_model: str, mbs: int) -> None:

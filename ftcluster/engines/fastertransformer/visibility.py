@@ -17,7 +17,7 @@ from pathlib import Path
 from ftcluster.errors import PlanError
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.model import ModelSpec
+from ftcluster.engines.fastertransformer.spec import FTModelSpec
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def visible_paths(cluster: ClusterSpec, run_dir: Path | None = None) -> list[Vis
     return out
 
 
-def server_checkpoint_path(model: ModelSpec, tp: int) -> str:
+def server_checkpoint_path(model: FTModelSpec, tp: int) -> str:
     """model_checkpoint_path as the run's config.pbtxt will hold it (a `parameters` entry wins)."""
     given = model.parameters.get("model_checkpoint_path")
     if given:
@@ -59,7 +59,7 @@ def server_checkpoint_path(model: ModelSpec, tp: int) -> str:
     return f"{base.rstrip('/')}/{tp}-gpu/"
 
 
-def check_checkpoint_visible(cluster: ClusterSpec, model: ModelSpec, tp: int, run_dir: Path | None = None) -> None:
+def check_checkpoint_visible(cluster: ClusterSpec, model: FTModelSpec, tp: int, run_dir: Path | None = None) -> None:
     """Refuse a checkpoint the rank containers cannot see; no-op for ranks that run on the hosts."""
     if not style_of(cluster).in_image:
         return

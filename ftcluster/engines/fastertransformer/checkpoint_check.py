@@ -25,10 +25,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftcluster.plan.checkpoint import available_gpu_counts, size_problems, type_hint
+from ftcluster.engines.fastertransformer.checkpoint import available_gpu_counts, size_problems, type_hint
 from ftcluster.errors import PlanError, every_problem
-from ftcluster.spec.ftconfig import read_ini
-from ftcluster.spec.modeltypes import kind
+from ftcluster.engines.fastertransformer.config import read_ini
+from ftcluster.engines.fastertransformer.modeltypes import kind
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 _SHARD = re.compile(r"(?P<stem>.+)\.(?P<rank>[0-9]+)\.bin", re.ASCII | re.DOTALL)

@@ -1,0 +1,65 @@
+"""What an engine is: the one interface the pipeline asks of whatever serves a model.
+
+An engine names itself (a model spec's `backend`), brings its model spec (the fields after the
+shared ones), plans a run (its rank layout and every refusal it knows before anything is
+submitted), writes the run's own model repository, says what its ranks must see inside their
+containers, and gives the served model's config as its server will see it (from which the
+liveness probe's smallest valid request is made). Everything else -- the scheduler, the
+container runtime, the job, the endpoint -- is the same for every engine.
+
+One package per engine under ftcluster/engines/ (fastertransformer/ is the first); another
+installed package adds one through the `ftcluster.engines` entry-point group
+(ftcluster.spec.engines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.plan.parallel import Plan
+    from ftcluster.spec.cluster import ClusterSpec
+    from ftcluster.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run's own model repository, as the engine wrote it."""
+
+    path: Path
+    model: str                    # the engine's model in it (the one the plan's parameters were set on)
+    parameters: dict[str, str]    # what was set on it
+
+
+class Engine(Protocol):
+    @property
+    def name(self) -> str:
+        """The model spec's `backend` that names this engine."""
+
+    @property
+    def spec(self) -> type[ModelSpec]:
+        """Its model spec: the shared fields (ftcluster.spec.model.ModelSpec) and its own."""
+
+    def plan(self, cluster: ClusterSpec, model: ModelSpec, nodes: int, gpus_per_node: int,
+             tp: int | None, pp: int | None) -> Plan:
+        """The run's plan -- its ranks over the nodes and GPUs, the parallel sizes -- after every
+        check the engine can make before submission (PlanError, every problem at once)."""
+
+    def prepare(self, model: ModelSpec, plan: Plan, out: Path) -> Prepared:
+        """Write the run's own model repository to `out` (a new folder), the plan set on it."""
+
+    def check_visible(self, cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_dir: Path) -> None:
+        """Refuse (PlanError) a run whose ranks would not see what the engine reads (weights
+        outside the containers' mounts), before anything is written or submitted."""
+
+    def served_config(self, model: ModelSpec, plan: Plan) -> dict[str, Any]:
+        """The served model's Triton config (config.pbtxt as JSON) as its server will see it, with
+        what the engine sets or completes at load time (OSError, ValueError or UserError where it
+        cannot be read)."""
+
+    def binds(self, model: ModelSpec, repository: Path, links: bool) -> list[tuple[str, str]]:
+        """What one node's servers read beside the run's repository (at `repository`), as (host
+        path, path in the container): the weights, and the user's repository where the run's
+        copy links its large files (`links`)."""
