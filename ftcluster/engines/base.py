@@ -39,6 +39,12 @@ class Engine(Protocol):
         """The model spec's `backend` that names this engine."""
 
     @property
+    def loaded_marker(self) -> str:
+        """The line (a bash regular expression) a rank's server logs once its model is loaded:
+        the rank is marked loaded the moment it passes (a rank that blocks in its load for good,
+        as FT's ranks != 0 do, is known loaded by it alone)."""
+
+    @property
     def spec(self) -> type[ModelSpec]:
         """Its model spec: the shared fields (ftcluster.spec.model.ModelSpec) and its own."""
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 
+from ftcluster.engines import engine_for
 from ftcluster.errors import UserError
 
 # The run folder's layout lives in ftcluster.run.layout (light, for status/logs); re-exported here.
@@ -358,6 +359,8 @@ class RenderContext:
     # ssh scheduler: the plan's hosts, rank 0 first
     run_hosts: list[str]
     mpirun: str
+    # The engine's line for a rank's model loaded (a bash regular expression; "": no model).
+    loaded_marker: str
     # The event kinds and the run folder's file names, defined once in Python.
     ev: Kinds
     files: RunFiles
@@ -477,6 +480,7 @@ def context(
         ssh_dir=str(paths.state / "ssh"),
         run_hosts=list(cluster.hosts[: plan.nodes]),
         mpirun=opts.mpirun,
+        loaded_marker=engine_for(model).loaded_marker if model else "",
         ev=EV,
         files=FILES,
     )

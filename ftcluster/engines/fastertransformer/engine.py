@@ -31,6 +31,9 @@ def _ft(model: ModelSpec) -> FTModelSpec:
 class FasterTransformer:
     name = "fastertransformer"
     spec = FTModelSpec
+    # TRITONBACKEND_ModelInstanceInitialize in src/libfastertransformer.cc logs it on every rank;
+    # every rank != 0 then blocks in model load for good and never opens its ports.
+    loaded_marker = r"TRITONBACKEND_ModelInstanceInitialize: .* \(count [0-9]+\) \(instance_id [0-9]+\)"
 
     def plan(self, cluster: ClusterSpec, model: ModelSpec, nodes: int, gpus_per_node: int,
              tp: int | None, pp: int | None) -> Plan:

@@ -73,10 +73,9 @@ for port_of in "http $((HTTP_PORT + OFF)) 8000" "grpc $((GRPC_PORT + OFF)) 8001"
   fi
 done
 
-# FT logs this line when a rank's model instance is loaded (TRITONBACKEND_ModelInstanceInitialize
-# in src/libfastertransformer.cc); every rank != 0 then blocks in model load for good and never
-# opens its ports. The server's output reaches its log through this filter, which marks the
-# rank as loaded (state/rank<R>.loaded, and a line in state/loads, which the job
+# The engine's line for a rank's model loaded (ftcluster.engines: FT's ranks != 0 then block in
+# model load for good and never open their ports). The server's output reaches its log through
+# this filter, which marks the rank as loaded (state/rank<R>.loaded, and a line in state/loads, which the job
 # follows on an open descriptor) the moment the line passes: nobody polls the log.
 # The rest passes through awk, which tells this wrapper (USR1) when a stopping Triton has
 # answered every request in flight: it logs "All models are stopped" once none is left (it polls
