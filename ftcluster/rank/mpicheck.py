@@ -45,8 +45,8 @@ class RankReport:
     env: dict[str, str]
     tritonserver: str | None
     tritonserver_sha256: str | None
-    ft_backend: str | None
-    ft_backend_sha256: str | None
+    # The backend libraries the run's models need, as found: name -> (path, sha256).
+    backend_libraries: dict[str, tuple[str, str | None]]
     gpus: int | None
     # Backends this rank's image lacks: (backend, the paths looked for).
     missing_backends: list[tuple[str, list[str]]] = field(default_factory=list)
@@ -79,15 +79,6 @@ def _resolve(binary: str | None) -> str | None:
     return os.path.realpath(found) if found else None
 
 
-def _ft_backend(tritonserver: str | None) -> str | None:
-    # The FT backend sits in <triton>/backends/fastertransformer/ next to bin/.
-    if not tritonserver:
-        return None
-    root = os.path.dirname(os.path.dirname(tritonserver))
-    lib = os.path.join(root, "backends", "fastertransformer", "libtriton_fastertransformer.so")
-    return lib if os.path.isfile(lib) else None
-
-
 # Triton's own default --backend-directory.
 TRITON_BACKENDS = "/opt/tritonserver/backends"
 
@@ -100,6 +91,15 @@ def backend_dirs(tritonserver: str | None, backend_directory: str | None) -> lis
         return [backend_directory]
     dirs = [os.path.join(os.path.dirname(os.path.dirname(tritonserver)), "backends")] if tritonserver else []
     return dirs + [d for d in (TRITON_BACKENDS,) if d not in dirs]
+
+
+def backend_library(name: str, dirs: list[str]) -> str | None:
+    """Where Triton finds backend `name`'s library: the first <dir>/<name>/libtriton_<name>.so."""
+    for d in dirs:
+        lib = os.path.join(d, name, f"libtriton_{name}.so")
+        if os.path.isfile(lib):
+            return lib
+    return None
 
 
 def missing_backends(backends: list[str], dirs: list[str]) -> list[tuple[str, list[str]]]:
@@ -124,12 +124,13 @@ def _gpus() -> int | None:
 def local_report(rank: int, size: int, mpi_library: str, binary: str | None, backends: list[str] | None = None,
                  backend_directory: str | None = None) -> RankReport:
     exe = _resolve(binary)
-    ft = _ft_backend(exe)
+    dirs = backend_dirs(exe, backend_directory)
+    libraries = {name: (lib, _sha256(lib)) for name in backends or [] if (lib := backend_library(name, dirs))}
     return RankReport(
         rank=rank, size=size, host=socket.gethostname(), mpi_library=mpi_library.strip().splitlines()[0],
         env={k: os.environ[k] for k in RANK_VARS if k in os.environ},
-        tritonserver=exe, tritonserver_sha256=_sha256(exe), ft_backend=ft, ft_backend_sha256=_sha256(ft),
-        gpus=_gpus(), missing_backends=missing_backends(backends or [], backend_dirs(exe, backend_directory)),
+        tritonserver=exe, tritonserver_sha256=_sha256(exe), backend_libraries=libraries,
+        gpus=_gpus(), missing_backends=missing_backends(backends or [], dirs),
     )
 
 
@@ -157,8 +158,12 @@ def check_reports(reports: list[RankReport], nodes: int, rank0_host: str | None,
             problems.append(f"rank {r.rank} on {r.host}: tritonserver {r.tritonserver} differs from rank 0's "
                             f"{ref.tritonserver} (sha256 {str(r.tritonserver_sha256)[:12]} vs "
                             f"{str(ref.tritonserver_sha256)[:12]}): use the same image/installation everywhere")
-        if r.ft_backend_sha256 != ref.ft_backend_sha256:
-            problems.append(f"rank {r.rank} on {r.host}: FT backend library differs from rank 0's")
+        for name, (lib, sha) in sorted(r.backend_libraries.items()):
+            theirs = ref.backend_libraries.get(name)
+            if theirs is not None and theirs[1] != sha:
+                problems.append(f"rank {r.rank} on {r.host}: backend {name!r} library {lib} differs from rank 0's "
+                                f"{theirs[0]} (sha256 {str(sha)[:12]} vs {str(theirs[1])[:12]}): use the same "
+                                "image/installation everywhere")
     if binary:
         for r in reports:
             if r.tritonserver is None:
