@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from ftcluster.errors import UserError
-from ftcluster.engines.fastertransformer.config import read_model_config
+from ftcluster.engines.triton_config import read_model_config
 from ftcluster.engines.fastertransformer.repository import apply_plan, checkpoint_path_for_server, ft_parameters, prepare_repository
 from ftcluster.engines import make_plan
 from ftcluster.engines.fastertransformer.plan import plan_for

@@ -26,7 +26,8 @@ from ftcluster.engines.fastertransformer.checkpoint_check import (
 from ftcluster.client.identity import check_response
 from ftcluster.client.modelio import build_request, output_names, parse_config
 from ftcluster.errors import PlanError, UserError
-from ftcluster.engines.fastertransformer.config import read_ini, read_model_config
+from ftcluster.engines.triton_config import read_model_config
+from ftcluster.engines.fastertransformer.config import read_ini
 from ftcluster.engines.fastertransformer.repository import prepare_repository
 from ftcluster.engines.fastertransformer.modeltypes import KINDS
 from ftcluster.engines import make_plan

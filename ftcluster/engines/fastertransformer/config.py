@@ -1,113 +1,14 @@
-"""Reading and writing the FT backend's two config formats.
-
-config.pbtxt goes through Triton's own protobuf schema (`ModelConfig` + text_format), never
-through regexes; config.ini (written by FT's converters) through configparser. Comments in
-config.pbtxt are lost on rewrite, which is why preparation writes a copy, never the original.
-"""
+"""The FT backend's own config facts: which model of a repository is the FT model, and
+config.ini (written by FT's converters) through configparser. config.pbtxt is Triton's
+(ftcluster.engines.triton_config)."""
 
 from __future__ import annotations
 
 import configparser
-from dataclasses import dataclass
 from pathlib import Path
 
-import importlib.util
-import sys
-from types import ModuleType
-from typing import Any
-
-from google.protobuf import text_format
-
+from ftcluster.engines.triton_config import RepoModel, one_line, read_text
 from ftcluster.errors import SpecError
-
-
-def _model_config_module() -> ModuleType:
-    """Triton's ModelConfig schema, without importing tritonclient.grpc's client (grpc, numpy).
-
-    The schema module needs only protobuf; loading it alone keeps every CLI call ~0.5 s faster.
-    It is registered under its real name, so a later `import tritonclient.grpc` reuses it.
-    """
-    name = "tritonclient.grpc.model_config_pb2"
-    if name in sys.modules:
-        return sys.modules[name]
-    # startup: only tritonclient's package, to find the schema file (see the docstring)
-    import tritonclient
-
-    path = Path(next(iter(tritonclient.__path__))) / "grpc" / "model_config_pb2.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:  # pragma: no cover - a broken install
-        from tritonclient.grpc import model_config_pb2  # startup: as above (grpc, numpy only here)
-
-        return model_config_pb2
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-model_config_pb2: Any = _model_config_module()
-ModelConfig = model_config_pb2.ModelConfig
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
-
-
-def read_model_config(path: Path) -> model_config_pb2.ModelConfig:
-    cfg = ModelConfig()
-    try:
-        text_format.Parse(_read_text(path), cfg)
-    except text_format.ParseError as exc:
-        raise SpecError(f"{path}: not a valid Triton model config: {_one_line(str(exc))}") from None
-    return cfg
-
-
-def dump_model_config(cfg: model_config_pb2.ModelConfig) -> str:
-    return text_format.MessageToString(cfg)
-
-
-def get_param(cfg: model_config_pb2.ModelConfig, key: str) -> str | None:
-    if key in cfg.parameters:
-        return str(cfg.parameters[key].string_value)
-    return None
-
-
-def set_param(cfg: model_config_pb2.ModelConfig, key: str, value: str) -> None:
-    cfg.parameters[key].string_value = value
-
-
-@dataclass(frozen=True)
-class RepoModel:
-    """One model folder of a Triton model repository."""
-
-    name: str
-    path: Path
-    config: model_config_pb2.ModelConfig
-
-    @property
-    def backend(self) -> str:
-        return str(self.config.backend or self.config.platform)
-
-
-def scan_repository(repo: Path) -> dict[str, RepoModel]:
-    """All models (folders with a config.pbtxt) of a repository, by folder name."""
-    models: dict[str, RepoModel] = {}
-    for cfg_path in sorted(repo.glob("*/config.pbtxt")):
-        folder = cfg_path.parent
-        models[folder.name] = RepoModel(folder.name, folder, read_model_config(cfg_path))
-    if not models:
-        raise SpecError(f"repository: no */config.pbtxt under {repo}",
-                        hint="point repository at the folder that holds one folder per model")
-    return models
 
 
 def find_ft_model(models: dict[str, RepoModel], wanted: str | None, served: str) -> RepoModel:
@@ -131,10 +32,10 @@ def find_ft_model(models: dict[str, RepoModel], wanted: str | None, served: str)
 def read_ini(path: Path) -> configparser.ConfigParser:
     # FT converters write inline comments with ';' and '#' (e.g. "max_pos_seq_len=2048 ;for ...").
     parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), interpolation=None, strict=False)
-    text = _read_text(path)
+    text = read_text(path)
     try:
         parser.read_string(text, source=str(path))
     except configparser.Error as exc:
         # configparser's messages span lines (file, line number, the offending text).
-        raise SpecError(f"{path}: not a valid config.ini: {_one_line(exc.message)}") from None
+        raise SpecError(f"{path}: not a valid config.ini: {one_line(exc.message)}") from None
     return parser

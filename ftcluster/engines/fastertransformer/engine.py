@@ -10,7 +10,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from ftcluster.engines.base import Prepared
-from ftcluster.engines.fastertransformer.config import read_model_config
+from ftcluster.engines.triton_config import read_model_config
 from ftcluster.engines.fastertransformer.plan import make_ft_plan
 from ftcluster.engines.fastertransformer.repository import ft_parameters, prepare_repository
 from ftcluster.engines.fastertransformer.spec import FTModelSpec, ft_spec

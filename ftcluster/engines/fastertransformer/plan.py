@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ftcluster.engines.fastertransformer.checkpoint import CheckpointFacts, read_checkpoint
 from ftcluster.engines.fastertransformer.checkpoint_check import verify_checkpoint
-from ftcluster.engines.fastertransformer.config import find_ft_model, get_param, scan_repository
+from ftcluster.engines.triton_config import get_param, scan_repository
+from ftcluster.engines.fastertransformer.config import find_ft_model
 from ftcluster.engines.fastertransformer.modeltypes import BACKEND_TYPES, backend_type
 from ftcluster.engines.fastertransformer.spec import FTModelSpec
 from ftcluster.errors import PlanError, all_problems
@@ -227,7 +228,7 @@ def read_model_facts(model: FTModelSpec) -> ModelFacts:
     ft = find_ft_model(models, model.ft_model, model.name)
     cfg = ft.config
     # startup: Triton's config schema (protobuf) only when a model's facts are read
-    from ftcluster.engines.fastertransformer.config import model_config_pb2
+    from ftcluster.engines.triton_config import model_config_pb2
 
     groups = tuple(
         (int(g.count) if g.count else 1, model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind))

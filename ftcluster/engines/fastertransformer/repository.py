@@ -13,12 +13,12 @@ import stat
 from pathlib import Path
 from typing import Callable
 
-from ftcluster.engines.fastertransformer.config import model_config_pb2
+from ftcluster.engines.triton_config import model_config_pb2
 
 from ftcluster.engines.fastertransformer.checkpoint import GPU_DIR
 from ftcluster.errors import UserError
 from ftcluster.engines.base import Prepared
-from ftcluster.engines.fastertransformer.config import dump_model_config, read_model_config, scan_repository, set_param
+from ftcluster.engines.triton_config import dump_model_config, read_model_config, scan_repository, set_param
 from ftcluster.engines.fastertransformer.modeltypes import backend_type
 from ftcluster.plan.parallel import Plan
 from ftcluster.engines.fastertransformer.spec import FTModelSpec
