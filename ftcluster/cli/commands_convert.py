@@ -8,8 +8,6 @@ from pathlib import Path
 import click
 
 from ftcluster.launch import convert as conv
-from ftcluster.engines.fastertransformer.checkpoint_check import checkpoint_problems
-from ftcluster.engines.fastertransformer.spec import ft_spec
 from ftcluster.cli import cli
 from ftcluster.cli.numbers import count, seconds
 from ftcluster.cli.output import echo_json
@@ -58,8 +56,8 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     size = conv.plan_tp(cluster, nodes, gpus_per_node, tp, pp)
     # The job runs elsewhere: relative paths are made absolute here.
     inp = str(Path(input_dir).expanduser().resolve()) if not input_dir.startswith("/") else input_dir
-    req = conv.ConvertRequest(cluster, ft_spec(model, "convert"), size, Path(converter_root).expanduser().resolve(), inp, python)
-    out = req.model.checkpoint_root / f"{size}-gpu"
+    req = conv.ConvertRequest(cluster, model, size, Path(converter_root).expanduser().resolve(), inp, python)
+    out = req.output_root / f"{size}-gpu"
 
     def progress(phase: str, t: float, detail: str) -> None:
         if phase == "submitted" and detail.startswith("job ") and not as_json:
@@ -92,10 +90,10 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
     Example:
       ftcluster check-checkpoint --model configs/models/gpt.yaml --gpus 8
     """
-    model = ft_spec(load_model(model_path or default_model_path()), "check-checkpoint")
-    problems = checkpoint_problems(model.checkpoint_root, model.model_type, gpus)
+    model = load_model(model_path or default_model_path())
+    folder, problems = conv.converter_of(model).problems(model, gpus)
     if as_json:
-        echo_json(document("checkpoint", {"folder": str(model.checkpoint_root / f"{gpus}-gpu"), "gpus": gpus,
+        echo_json(document("checkpoint", {"folder": str(folder), "gpus": gpus,
                                           "ok": not problems, "problems": problems}))
         if problems:
             sys.exit(1)
@@ -103,6 +101,5 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
     for p in problems:
         click.echo(p)
     if problems:
-        raise PlanError(f"{len(problems)} problem(s) in {model.checkpoint_root / f'{gpus}-gpu'}",
-                        field="checkpoint_root")
-    click.echo(f"ok: {model.checkpoint_root / f'{gpus}-gpu'} is complete for {gpus} GPU(s)")
+        raise PlanError(f"{len(problems)} problem(s) in {folder}", field=conv.converter_of(model).output_field)
+    click.echo(f"ok: {folder} is complete for {gpus} GPU(s)")

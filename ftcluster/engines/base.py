@@ -33,6 +33,33 @@ class Prepared:
     parameters: dict[str, str]    # what was set on it
 
 
+@dataclass(frozen=True)
+class Conversion:
+    """One run of an engine's weight converter (`ftcluster convert`), as the run's job step."""
+
+    argv: tuple[str, ...]
+    output: Path                  # the folder it writes (made before the job: a container mounts it)
+    paths: tuple[str, ...]        # what it reads and writes, mounted at their own path
+    record: dict[str, Any]        # what the run record keeps: enough to check the result (Converter.result_problems)
+
+
+class Converter(Protocol):
+    """An engine's weight converter and the check of what it wrote."""
+
+    @property
+    def output_field(self) -> str:
+        """The model spec's folder field the converter writes into (it need not exist before)."""
+
+    def conversion(self, model: ModelSpec, tp: int, converter_root: Path, input_dir: str, python: str) -> Conversion:
+        """The converter's run for `tp` GPUs (UserError where converter_root has no converter for the model)."""
+
+    def problems(self, model: ModelSpec, tp: int) -> tuple[Path, list[str]]:
+        """The converted weights' folder for `tp` GPUs, and what is wrong with it (none: complete)."""
+
+    def result_problems(self, record: dict[str, Any]) -> list[str]:
+        """What is wrong with a finished conversion's output, from its run record's `record`."""
+
+
 class Engine(Protocol):
     @property
     def name(self) -> str:
@@ -64,6 +91,10 @@ class Engine(Protocol):
         """The served model's Triton config (config.pbtxt as JSON) as its server will see it, with
         what the engine sets or completes at load time (OSError, ValueError or UserError where it
         cannot be read)."""
+
+    @property
+    def converter(self) -> Converter | None:
+        """Its weight converter, where `ftcluster convert` can run one (None: it has none)."""
 
     def binds(self, model: ModelSpec, repository: Path, links: bool) -> list[tuple[str, str]]:
         """What one node's servers read beside the run's repository (at `repository`), as (host

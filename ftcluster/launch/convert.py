@@ -1,4 +1,4 @@
-"""`ftcluster convert`: the FT converter for the model type, as a run like any other.
+"""`ftcluster convert`: the model's engine's weight converter, as a run like any other.
 
 The converter is the run's one job step (render.JobStep): one task on one node, through the
 cluster's own launch path -- sbatch + srun, inside the Pyxis, Charliecloud or Docker container
@@ -17,47 +17,61 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftcluster.engines.fastertransformer.checkpoint_check import checkpoint_problems
-from ftcluster.engines.fastertransformer.converters import converter_argv, converter_for
+from ftcluster.engines import engine_for
+from ftcluster.engines.base import Conversion, Converter
 from ftcluster.errors import LaunchError, PlanError, UserError, every_problem
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome, Progress
 from ftcluster.plan.parallel import resolve_gpus
 from ftcluster.render.scripts import JobStep
 from ftcluster.render.request import job_shape
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.engines.fastertransformer.spec import FTModelSpec
+from ftcluster.spec.engines import DEFAULT, engine_named
+from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import style_of
 
 STYLE = "convert"
 
 
+def converter_of(model: ModelSpec) -> Converter:
+    """The model's engine's converter (UserError: the engine has none)."""
+    found = engine_for(model).converter
+    if found is None:
+        raise UserError(f"the {model.backend} engine has no weight converter", field="backend",
+                        hint="convert its weights with the engine's own tools")
+    return found
+
+
 @dataclass(frozen=True)
 class ConvertRequest:
     cluster: ClusterSpec
-    model: FTModelSpec
+    model: ModelSpec
     tp: int
     converter_root: Path
     input_dir: str
     python: str
 
     @property
+    def converter(self) -> Converter:
+        return converter_of(self.model)
+
+    @property
+    def conversion(self) -> Conversion:
+        return self.converter.conversion(self.model, self.tp, self.converter_root, self.input_dir, self.python)
+
+    @property
     def output_root(self) -> Path:
-        return self.model.checkpoint_root
+        return self.conversion.output
 
     def argv(self) -> list[str]:
-        return converter_argv(self.model.model_type, self.converter_root, self.input_dir,
-                              str(self.output_root), self.tp, self.model.data_type or "fp16", self.model.name,
-                              python=self.python, variant=self.model.converter)
+        return list(self.conversion.argv)
 
 
 def convert_step(req: ConvertRequest) -> JobStep:
     """The converter as the run's step; the paths it reads and writes are mounted at their own
     path in the container (Pyxis). Pure."""
-    paths = {str(req.converter_root), str(req.output_root)}
-    if Path(req.input_dir).is_absolute():
-        paths.add(req.input_dir)
-    return JobStep(STYLE, "the converter", tuple(req.argv()), per_node=False, paths=tuple(sorted(paths)))
+    conversion = req.conversion
+    return JobStep(STYLE, "the converter", conversion.argv, per_node=False, paths=conversion.paths)
 
 
 def plan_tp(cluster: ClusterSpec, nodes: int, gpus_per_node: int | None, tp: int | None,
@@ -76,10 +90,7 @@ def plan_tp(cluster: ClusterSpec, nodes: int, gpus_per_node: int | None, tp: int
 
 def check_request(req: ConvertRequest) -> None:
     check_scheduler(req.cluster)
-    script = req.converter_root / converter_for(req.model.model_type, req.model.converter).script
-    if not script.is_file():
-        raise UserError(f"{script} does not exist", field="--converter-root",
-                        hint="point it at a FasterTransformer checkout (the converter is looked up by model_type)")
+    req.conversion   # the converter is there for the model (UserError)
 
 
 def check_scheduler(cluster: ClusterSpec) -> None:
@@ -92,8 +103,7 @@ def check_scheduler(cluster: ClusterSpec) -> None:
 
 def record_plan(req: ConvertRequest) -> dict[str, object]:
     """What the run record keeps of a conversion: enough to check its result later."""
-    return {"tensor_para_size": req.tp, "converter": req.argv(), "model_type": req.model.model_type,
-            "checkpoint_dir": str(req.output_root / f"{req.tp}-gpu")}
+    return {"backend": req.model.backend, **req.conversion.record}
 
 
 def convert_launch(req: ConvertRequest, *, detach: bool = False, progress: Progress | None = None,
@@ -119,8 +129,8 @@ def finish(launch: Launch, outcome: LaunchOutcome) -> RunRecord:
         launch.store.update(rec, status="FAILED")
         raise LaunchError(f"conversion failed: {outcome.failure or 'the job ended before the converter did'}",
                           hint=f"see `ftcluster logs {rec.run_id}`")
-    problems = checkpoint_problems(Path(rec.plan["checkpoint_dir"]).parent, rec.plan["model_type"],
-                                   int(rec.plan["tensor_para_size"]))
+    converter = engine_named(str(rec.plan.get("backend", DEFAULT))).converter
+    problems = converter.result_problems(rec.plan) if converter else []
     if problems:
         launch.store.update(rec, status="FAILED")
         raise LaunchError(f"the converted checkpoint is incomplete: {every_problem(problems)}",

@@ -11,6 +11,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ftcluster.engines.base import Prepared
 from ftcluster.engines.triton_config import read_model_config
+from ftcluster.engines.fastertransformer.convert import FTConverter
 from ftcluster.engines.fastertransformer.plan import make_ft_plan
 from ftcluster.engines.fastertransformer.repository import ft_parameters, prepare_repository
 from ftcluster.engines.fastertransformer.spec import FTModelSpec, ft_spec
@@ -58,6 +59,8 @@ class FasterTransformer:
             if tensor.get("data_type", "TYPE_INVALID") == "TYPE_INVALID" and data_type in _HIDDEN_TYPES:
                 tensor["data_type"] = _HIDDEN_TYPES[data_type]
         return config
+
+    converter = FTConverter()
 
     def binds(self, model: ModelSpec, repository: Path, links: bool) -> list[tuple[str, str]]:
         ft = _ft(model)
