@@ -94,7 +94,7 @@ def test_the_loopback_rule_changed_in_the_resolver_changes_every_reader(tmp_path
     request = _request(c, tmp_path, keep_serving=True)
     files = {f.path: f.text for f in request.files}
     job = JobConfig.from_json(files[f"scripts/{FILES.job_config}"])
-    assert job.proxy is not None and job.proxy.http_port == c.ports.http + 555
+    assert job.proxy is not None and job.proxy.triton_http_port == c.ports.http + 555
     assert f"127.0.0.1:{c.ports.grpc + 555}" in files[f"scripts/{FILES.proxy_config}"]
     local = _local(tmp_path, access="private")
     assert [p for n, p, whose, _ in _ports_of(local, plan) if whose == "rank 1" and n == "http"] == [
@@ -167,13 +167,13 @@ def test_what_a_launch_saved_is_what_its_successor_and_its_sets_members_run_with
     saved = read_facts(run_dir)
     assert saved is not None and saved.triton.http == c.ports.http + 600 and saved.restarts == 7
     job = JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text())
-    assert job.restarts == 7 and job.proxy is not None and job.proxy.http_port == saved.triton.http
+    assert job.restarts == 7 and job.proxy is not None and job.proxy.triton_http_port == saved.triton.http
 
     succ = successor_launch(run_dir, ["node1"])
     request = succ.request()
     assert request.facts == saved
     succ_job = JobConfig.from_json({f.path: f.text for f in request.files}[f"scripts/{FILES.job_config}"])
-    assert succ_job.restarts == 7 and succ_job.proxy is not None and succ_job.proxy.http_port == c.ports.http + 600
+    assert succ_job.restarts == 7 and succ_job.proxy is not None and succ_job.proxy.triton_http_port == c.ports.http + 600
 
     # A replica set's member (a scale, a rolling restart) is made from the specs its set saved.
     specs = read_specs(run_dir)
