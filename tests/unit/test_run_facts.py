@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import ftcluster.plan.facts as facts_module
-from ftcluster.job.config import JobConfig
+from ftcluster.job.config import JobConfig, LivenessConfig
 from ftcluster.launch.replica_set import ReplicaSet, front_step
 from ftcluster.launch.run import Launch, LaunchOptions, job_request, write_run
 from ftcluster.launch.successor import successor_launch
@@ -23,11 +23,13 @@ from ftcluster.plan.replicas import ports_of
 from ftcluster.render.launched import SPECS_FILE, LaunchedSpecs, read_facts, read_specs
 from ftcluster.render.request import JobRequest, build_request
 from ftcluster.render.scripts import RenderOptions, context
+from ftcluster.run.folder import record_of_folder
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.run.store import RunRecord
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.defaults import embedded_model_path
-from ftcluster.spec.load import load_model
+from ftcluster.spec.launch_styles import STYLES
+from ftcluster.spec.load import load_model, with_values
 from tests.helpers_specs import cluster
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ftcluster"
@@ -185,3 +187,119 @@ def test_what_a_launch_saved_is_what_its_successor_and_its_sets_members_run_with
     assert member.facts.triton == member_ports(c, 1).shifted(300)
     member_job = JobConfig.from_json({f.path: f.text for f in member.files}[f"scripts/{FILES.job_config}"])
     assert member_job.restarts == 7 and member_job.http_port == member_ports(c, 1).http
+
+
+def test_the_member_port_rule_changed_in_the_resolver_changes_every_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(facts_module, "member_shift", lambda spec, k: 1000 * (k + 1))
+    c = cluster(**SLURM, workspace=str(tmp_path / "ws"))
+    m = load_model(embedded_model_path())
+    plan = make_plan(c, m, 2)
+    assert ("replica 1's http", c.ports.http + 2000) in ports_of(c, 2, 1, 0)
+    rs = ReplicaSet(c, m, plan, LaunchOptions(keep_serving=True, client=False), 2, run_id="set")
+    member = rs.member(1)
+    assert member.cluster.ports.http == c.ports.http + 2000
+    request = member.request()
+    assert request.facts is not None and request.facts.public.http == c.ports.http + 2000
+    job = JobConfig.from_json({f.path: f.text for f in request.files}[f"scripts/{FILES.job_config}"])
+    assert job.http_port == c.ports.http + 2000 and job.rotation
+    # The member's successor, and its facts read back from a folder that saved none (version 1).
+    run_dir = _launched(member)
+    assert successor_launch(run_dir, ["node1"]).cluster.ports.http == c.ports.http + 2000
+    path = run_dir / "scripts" / SPECS_FILE
+    data = json.loads(path.read_text())
+    del data["facts"]
+    path.write_text(json.dumps({**data, "version": 1}))
+    facts = read_facts(run_dir)
+    assert facts is not None and facts.public.http == c.ports.http + 2000 and facts.proxied
+
+
+def test_the_style_rule_changed_in_the_resolver_changes_every_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = cluster(**SLURM, workspace=str(tmp_path / "ws"))   # runtime none: the bare Slurm style
+    assert _request(c, tmp_path, "before").style == "none"
+    monkeypatch.setattr(facts_module, "style_of_run", lambda spec: "charliecloud")
+    request = _request(c, tmp_path, "after", keep_serving=True)
+    files = {f.path: f.text for f in request.files}
+    assert request.style == "charliecloud" and request.facts is not None and request.facts.style == "charliecloud"
+    assert "scripts/charliecloud_node.sh" in files
+    assert JobConfig.from_json(files[f"scripts/{FILES.job_config}"]).style == STYLES["charliecloud"].job_style
+    m = load_model(embedded_model_path())
+    request.paths.run_dir.mkdir(parents=True)
+    write_run(request, c, m, make_plan(c, m, 2))
+    monkeypatch.undo()
+    # A folder adopted by `status DIR` keeps the style it was launched with.
+    record = record_of_folder(request.paths.run_dir)
+    assert record is not None and record.style == "charliecloud"
+
+
+def test_the_liveness_request_is_resolved_with_the_facts_and_kept_with_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = cluster(**SLURM, workspace=str(tmp_path / "ws"))
+    m = load_model(embedded_model_path())
+    plan = make_plan(c, m, 2)
+    made = LivenessConfig(interval=5, deadline=2, failures=3, model=m.name, body="AAAA", json_size=4,
+                          what="the launch's request", metrics_port=0)
+    probe = facts_module.liveness_of
+    monkeypatch.setattr(facts_module, "liveness_of", lambda *a: made if probe(*a) is not None else None)
+    run_dir = _launched(Launch(c, m, plan, LaunchOptions(keep_serving=True, client=False), run_id="run"))
+    assert JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text()).liveness == made
+    saved = read_facts(run_dir)
+    assert saved is not None and saved.liveness == made
+    # A run that ends by itself probes nothing.
+    assert resolve(c, keep_serving=False, probe=lambda port: made).liveness is None
+    # The rule changed after the launch: the successor probes with what the run was launched with.
+    monkeypatch.setattr(facts_module, "liveness_of", lambda *a: None)
+    succ = successor_launch(run_dir, ["node1"]).request()
+    assert JobConfig.from_json({f.path: f.text for f in succ.files}[f"scripts/{FILES.job_config}"]).liveness == made
+    # Facts an earlier ftcluster saved without the request: the job's own (job.json).
+    path = run_dir / "scripts" / SPECS_FILE
+    data = json.loads(path.read_text())
+    del data["facts"]["liveness"]
+    path.write_text(json.dumps(data))
+    facts = read_facts(run_dir)
+    assert facts is not None and facts.liveness == made
+
+
+def test_a_new_launch_option_reaches_the_job_a_restart_a_successor_and_a_member(tmp_path: Path) -> None:
+    """An option no command line gives yet, given as the command line gives its overrides (the
+    spec with a value replaced): it reaches the job (job.json, which the job reads again when it
+    restarts its supervisor), the successor, and a member of a set made from the saved specs (a
+    scale, a rolling restart), through what the launch saved alone. The launch, successor and
+    replica-set modules name no option."""
+    base = cluster(**SLURM, workspace=str(tmp_path / "ws"))
+    c = with_values(base, {"server": {**base.server.model_dump(), "stall_timeout": 321.0}})
+    m = load_model(embedded_model_path())
+    plan = make_plan(c, m, 2)
+    run_dir = _launched(Launch(c, m, plan, LaunchOptions(keep_serving=True, client=False), run_id="run"))
+    assert JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text()).stall_timeout == 321.0
+
+    def job_of(request: JobRequest) -> JobConfig:
+        return JobConfig.from_json({f.path: f.text for f in request.files}[f"scripts/{FILES.job_config}"])
+
+    assert job_of(successor_launch(run_dir, ["node1"]).request()).stall_timeout == 321.0
+    specs = read_specs(run_dir)
+    assert specs is not None
+    rs = ReplicaSet(specs.cluster, specs.model, specs.plan, LaunchOptions(keep_serving=True), 2, run_id="set")
+    member = rs.member(1, generation=1)
+    assert job_of(member.request()).stall_timeout == 321.0
+    # ... and the member's successor in turn, from the member's own folder.
+    member_dir = _launched(member)
+    assert job_of(successor_launch(member_dir, []).request()).stall_timeout == 321.0
+    sources = "".join((PACKAGE / "launch" / name).read_text() for name in ("run.py", "successor.py", "replica_set.py"))
+    assert "stall_timeout" not in sources
+
+
+def test_no_reader_works_the_style_or_a_port_out_again() -> None:
+    """The style's rule and the ports' arithmetic are called in the resolver alone (and defined
+    in the spec); the liveness request is made only by the probe the resolver is given."""
+    derivations = re.compile(r"\bstyle_name\(|\.shifted\(|\bliveness_config\(")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "plan" / "facts.py" or path.is_relative_to(PACKAGE / "spec"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if derivations.search(line) and not line.lstrip().startswith(("#", "def ")):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{n}: {line.strip()}")
+    assert [f for f in found if "probe = lambda" not in f] == []
+    assert len(found) == 1 and found[0].startswith("ftcluster/render/scripts.py")
