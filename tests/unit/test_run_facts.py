@@ -303,3 +303,27 @@ def test_no_reader_works_the_style_or_a_port_out_again() -> None:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{n}: {line.strip()}")
     assert [f for f in found if "probe = lambda" not in f] == []
     assert len(found) == 1 and found[0].startswith("ftcluster/render/scripts.py")
+
+
+def test_a_folder_whose_job_json_names_the_proxys_ports_as_before_is_read_as_it_is(tmp_path: Path) -> None:
+    """job.json names Triton's loopback ports behind the proxy triton_http_port and
+    triton_grpc_port; a folder an earlier ftcluster wrote (http_port, grpc_port) is still read:
+    its job runs its own copied reader, and status, a successor and `status DIR` read it here."""
+    c = cluster(**SLURM, workspace=str(tmp_path / "ws"))
+    m = load_model(embedded_model_path())
+    run_dir = _launched(Launch(c, m, make_plan(c, m, 2), LaunchOptions(keep_serving=True, client=False),
+                               run_id="old"))
+    path = run_dir / "scripts" / FILES.job_config
+    data = json.loads(path.read_text())
+    proxy = data["proxy"]
+    data["proxy"] = {**{k: v for k, v in proxy.items() if not k.startswith("triton_")},
+                     "http_port": proxy["triton_http_port"], "grpc_port": proxy["triton_grpc_port"]}
+    path.write_text(json.dumps(data))
+    job = JobConfig.from_json(path.read_text())
+    assert job.proxy is not None and job.proxy.triton_http_port == proxy["triton_http_port"]
+    assert job.proxy.triton_grpc_port == proxy["triton_grpc_port"]
+    assert record_of_folder(run_dir) is not None
+    assert successor_launch(run_dir, ["node1"]).opts.facts == read_facts(run_dir)
+    rec = RunRecord(run_id="old", created=0.0, cluster_name="c", cluster_source="", scheduler=c.scheduler,
+                    style="none", run_dir=str(run_dir), nodes=2, model=m.name)
+    assert run_status(rec)["access"] == "private"
