@@ -7,7 +7,7 @@ some 9 ms there; a named tuple is as immutable and as typed. Their lists are nev
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 
 class StepConfig(NamedTuple):
@@ -171,5 +171,5 @@ class JobConfig(NamedTuple):
 _NESTED: Dict[str, Any] = {"step": StepConfig, "liveness": LivenessConfig, "proxy": ProxyConfig}
 # Keys of job.json's nested values that an earlier ftcluster wrote under other names: its run
 # folders are still read (status, a successor) as they are.
-_RENAMED: Dict[Any, str] = {("proxy", "http_port"): "triton_http_port",
+_RENAMED: Dict[Tuple[str, str], str] = {("proxy", "http_port"): "triton_http_port",
                             ("proxy", "grpc_port"): "triton_grpc_port"}

@@ -23,9 +23,9 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.job.config import PROXY_TOKEN_ENV
-from ftcluster.plan.facts import access_of, loopback_ports, loopback_shift, style_of_run
+from ftcluster.plan.facts import access_of, loopback_ports, loopback_shift
 from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy
-from ftcluster.spec.launch_styles import STYLES
+from ftcluster.spec.launch_styles import style_of
 
 # KServe v2 endpoints that change the server or read its host, not inference: the repository
 # (load/unload), shared-memory registration, log and trace settings. HTTP paths and gRPC methods.
@@ -84,7 +84,7 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
                         "(or in front of replicas): set access: private, or leave the certificate out")
     if access_of(cluster) != "private":
         return problems
-    style = STYLES[style_of_run(cluster)]
+    style = style_of(cluster)
     if not style.proxy:
         problems.append(f"access: private needs the proxy beside rank 0, which the {style.summary} style "
                         "cannot start yet (use access: cluster there)")
@@ -107,7 +107,7 @@ def same_host_note(cluster: ClusterSpec) -> str:
     `exclusive: true`) or the run is not private."""
     if access_of(cluster) != "private":
         return ""
-    style = STYLES[style_of_run(cluster)]
+    style = style_of(cluster)
     if style.one_host:
         who, fix = "this machine's other users", "serve from whole nodes of a Slurm cluster (exclusive: true)"
     elif style.host_list:

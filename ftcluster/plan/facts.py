@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ftcluster.job.config import LivenessConfig
-from ftcluster.spec.launch_styles import STYLES, style_name
+from ftcluster.spec.launch_styles import STYLES, style_name, style_of
 
 if TYPE_CHECKING:
     from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy, Server
@@ -29,17 +29,12 @@ LOCAL_PORT_STRIDE = 10
 
 # --- the rules ---------------------------------------------------------------------------------
 
-def style_of_run(cluster: ClusterSpec) -> str:
-    """The launch style's name: the scheduler's and the container runtime's."""
-    return style_name(cluster.scheduler, cluster.container.runtime)
-
-
 def access_of(cluster: ClusterSpec) -> str:
     """private or cluster: the spec's, else private where a proxy can run beside rank 0, except
     on the local style, which binds the loopback already."""
     if cluster.access is not None:
         return cluster.access
-    style = STYLES[style_of_run(cluster)]
+    style = style_of(cluster)
     return "private" if style.proxy and not style.one_host else "cluster"
 
 
@@ -93,7 +88,7 @@ def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stri
 
 def port_stride(cluster: ClusterSpec) -> int:
     """Between ranks' ports: only where ranks share one host."""
-    return LOCAL_PORT_STRIDE if STYLES[style_of_run(cluster)].one_host else 0
+    return LOCAL_PORT_STRIDE if style_of(cluster).one_host else 0
 
 
 def serving_restarts(server: Server, keep_serving: bool) -> int:
@@ -172,7 +167,7 @@ def resolve(cluster: ClusterSpec, *, serves: bool = True, member: bool = False,
     access = access_of(cluster)
     private = access == "private" and serves
     proxied = private or (member and serves)
-    style = style_of_run(cluster)
+    style = style_of(cluster).name
     triton = loopback_ports(cluster.ports, cluster.proxy) if proxied else cluster.ports
     return RunFacts(
         style=style, access=access, private=private,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import ftcluster.plan.facts as facts_module
+import ftcluster.spec.launch_styles as launch_styles
 from ftcluster.job.config import JobConfig, LivenessConfig
 from ftcluster.launch.replica_set import ReplicaSet, front_step
 from ftcluster.launch.run import Launch, LaunchOptions, job_request, write_run
@@ -218,7 +219,8 @@ def test_the_style_rule_changed_in_the_resolver_changes_every_reader(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     c = cluster(**SLURM, workspace=str(tmp_path / "ws"))   # runtime none: the bare Slurm style
     assert _request(c, tmp_path, "before").style == "none"
-    monkeypatch.setattr(facts_module, "style_of_run", lambda spec: "charliecloud")
+    # The rule is the styles' own (ftcluster.spec.launch_styles); the resolver applies it.
+    monkeypatch.setattr(launch_styles, "style_name", lambda scheduler, runtime: "charliecloud")
     request = _request(c, tmp_path, "after", keep_serving=True)
     files = {f.path: f.text for f in request.files}
     assert request.style == "charliecloud" and request.facts is not None and request.facts.style == "charliecloud"
