@@ -225,8 +225,8 @@ class RenderOptions:
     front_rotation: str = ""             # ... and its front's state/rotation.json
     carried_faults: tuple[str, ...] = ()  # a successor's: its predecessor's faults still counted
     service: str = ""                    # the service's name in metrics labels ("": the run id)
-    # The run's facts as the run it continues saved them (a successor's: its predecessor's);
-    # None: resolved from the spec (ftcluster.plan.facts.resolve).
+    # The run's facts: as its launch resolved them (run_facts), or as the run it continues saved
+    # them (a successor's: its predecessor's); None: resolved here (run_facts).
     facts: RunFacts | None = None
 
     @property
