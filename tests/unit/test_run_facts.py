@@ -329,3 +329,19 @@ def test_a_folder_whose_job_json_names_the_proxys_ports_as_before_is_read_as_it_
     rec = RunRecord(run_id="old", created=0.0, cluster_name="c", cluster_source="", scheduler=c.scheduler,
                     style="none", run_dir=str(run_dir), nodes=2, model=m.name)
     assert run_status(rec)["access"] == "private"
+
+
+def test_the_rank_stride_and_restart_rules_changed_in_the_resolver_change_every_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(facts_module, "port_stride", lambda spec: 7)
+    monkeypatch.setattr(facts_module, "serving_restarts", lambda server, keep_serving: 4 if keep_serving else 0)
+    c = _local(tmp_path)
+    m = load_model(embedded_model_path())
+    plan = make_plan(c, m, 2)
+    assert [p for n, p, whose, _ in _ports_of(c, plan) if whose == "rank 1" and n == "http"] == [c.ports.http + 7]
+    request = _request(c, tmp_path, keep_serving=True)
+    files = {f.path: f.text for f in request.files}
+    assert "PORT_STRIDE=7\n" in files["scripts/rank_server.sh"]
+    assert JobConfig.from_json(files[f"scripts/{FILES.job_config}"]).restarts == 4
+    member = ReplicaSet(c, m, plan, LaunchOptions(keep_serving=True), 2, run_id="set").member(1).request()
+    assert member.facts is not None and (member.facts.port_stride, member.facts.restarts) == (7, 4)
