@@ -13,7 +13,7 @@ import pytest
 import ftcluster.plan.facts as facts_module
 import ftcluster.spec.launch_styles as launch_styles
 from ftcluster.job.config import JobConfig, LivenessConfig
-from ftcluster.launch.replica_set import ReplicaSet, front_step
+from ftcluster.launch.replica_set import ReplicaSet, front_step, recorded_set, write_members
 from ftcluster.launch.run import Launch, LaunchOptions, job_request, write_run
 from ftcluster.launch.successor import successor_launch
 from ftcluster.launchers.local import _ports_of
@@ -26,7 +26,7 @@ from ftcluster.render.request import JobRequest, build_request
 from ftcluster.render.scripts import RenderOptions, context
 from ftcluster.run.folder import record_of_folder
 from ftcluster.run.layout import FILES, RunPaths
-from ftcluster.run.store import RunRecord
+from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.launch_styles import STYLES
@@ -263,33 +263,46 @@ def test_the_liveness_request_is_resolved_with_the_facts_and_kept_with_the_run(
     assert facts is not None and facts.liveness == made
 
 
-def test_a_new_launch_option_reaches_the_job_a_restart_a_successor_and_a_member(tmp_path: Path) -> None:
+def test_a_new_launch_option_reaches_the_job_a_restart_a_successor_and_a_member(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An option no command line gives yet, given as the command line gives its overrides (the
     spec with a value replaced): it reaches the job (job.json, which the job reads again when it
-    restarts its supervisor), the successor, and a member of a set made from the saved specs (a
-    scale, a rolling restart), through what the launch saved alone. The launch, successor and
-    replica-set modules name no option."""
+    restarts its supervisor), the successor, and a replica set's member, and the member a
+    rolling restart starts in its place, through what the launch saved alone. The launch,
+    successor and replica-set modules name no option."""
+    monkeypatch.setenv("FTCLUSTER_STATE_DIR", str(tmp_path / "state"))
     base = cluster(**SLURM, workspace=str(tmp_path / "ws"))
     c = with_values(base, {"server": {**base.server.model_dump(), "stall_timeout": 321.0}})
     m = load_model(embedded_model_path())
     plan = make_plan(c, m, 2)
-    run_dir = _launched(Launch(c, m, plan, LaunchOptions(keep_serving=True, client=False), run_id="run"))
-    assert JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text()).stall_timeout == 321.0
 
     def job_of(request: JobRequest) -> JobConfig:
         return JobConfig.from_json({f.path: f.text for f in request.files}[f"scripts/{FILES.job_config}"])
 
+    run_dir = _launched(Launch(c, m, plan, LaunchOptions(keep_serving=True, client=False), run_id="run"))
+    assert JobConfig.from_json((run_dir / "scripts" / FILES.job_config).read_text()).stall_timeout == 321.0
     assert job_of(successor_launch(run_dir, ["node1"]).request()).stall_timeout == 321.0
-    specs = read_specs(run_dir)
-    assert specs is not None
-    rs = ReplicaSet(specs.cluster, specs.model, specs.plan, LaunchOptions(keep_serving=True), 2, run_id="set")
-    member = rs.member(1, generation=1)
-    assert job_of(member.request()).stall_timeout == 321.0
-    # ... and the member's successor in turn, from the member's own folder.
-    member_dir = _launched(member)
-    assert job_of(successor_launch(member_dir, []).request()).stall_timeout == 321.0
+
+    rs = ReplicaSet(c, m, plan, LaunchOptions(keep_serving=True), 1, run_id="set")
+    front, member = _recorded(rs.front(build=False)), _recorded(rs.member(0))
+    write_members(Path(front.run_dir), [{"replica": 0, "run_id": member.run_id, "run_dir": member.run_dir}])
+    assert JobConfig.from_json((Path(member.run_dir) / "scripts" / FILES.job_config).read_text()).stall_timeout == 321.0
+    # A rolling restart's new run of member 0, from the set as its folders keep it.
+    again = recorded_set(front).member(0, generation=1)
+    assert job_of(again.request()).stall_timeout == 321.0
+    assert job_of(successor_launch(Path(member.run_dir), []).request()).stall_timeout == 321.0
     sources = "".join((PACKAGE / "launch" / name).read_text() for name in ("run.py", "successor.py", "replica_set.py"))
     assert "stall_timeout" not in sources
+
+
+def _recorded(launch: Launch) -> RunRecord:
+    """`launch`'s run folder as Launch.prepare writes it, and its record (nothing submitted)."""
+    run_dir = _launched(launch)
+    rec = RunRecord(run_id=launch.paths.run_id, created=0.0, cluster_name="c", cluster_source="", scheduler="slurm",
+                    style="front" if launch.opts.step else "none", run_dir=str(run_dir), nodes=1, model="m",
+                    job_id="7", replica_of=launch.opts.member_of, replica=launch.opts.member)
+    RunStore().add(rec)
+    return rec
 
 
 def test_no_reader_works_the_style_or_a_port_out_again() -> None:
