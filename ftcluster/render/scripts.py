@@ -55,6 +55,7 @@ from ftcluster.job.config import (
     PROXY_STAGE,
     PROXY_TLS_FILES,
     JobConfig,
+    LivenessConfig,
     ProxyConfig,
     StepConfig,
 )
@@ -381,12 +382,13 @@ def run_facts(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: R
     with, else resolved from its specs (the liveness request from its model's config)."""
     if opts.facts is not None:
         return opts.facts
-    probe = None
-    if model is not None:
-        served, client, liveness = model, _client(model, plan), cluster.server.liveness
-        probe = lambda metrics_port: liveness_config(served, plan, client, liveness, metrics_port)  # noqa: E731
-    return resolve(cluster, serves=opts.runs_servers, member=opts.rotation and opts.runs_servers, keep_serving=opts.keep_serving,
-                   probe=probe)
+
+    def probe(metrics_port: int) -> LivenessConfig | None:
+        assert model is not None
+        return liveness_config(model, plan, _client(model, plan), cluster.server.liveness, metrics_port)
+
+    return resolve(cluster, serves=opts.runs_servers, member=opts.rotation and opts.runs_servers,
+                   keep_serving=opts.keep_serving, probe=probe if model is not None else None)
 
 
 def context(
