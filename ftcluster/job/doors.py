@@ -52,7 +52,7 @@ class Doors:
         if job.cfg.proxy is not None:
             if job.style.proxy_in_container:
                 return job.style.proxy_host(), job.cfg.http_port
-            return "127.0.0.1", job.cfg.proxy.http_port
+            return "127.0.0.1", job.cfg.proxy.triton_http_port
         return job.rank0_host, job.cfg.http_port
 
     def metrics_port(self) -> int:

@@ -31,8 +31,8 @@ from ftcluster.engines import engine_for
 from ftcluster.run.phases import PHASES
 from ftcluster.plan.parallel import Plan
 from ftcluster.plan.endpoint import access_problems, proxy_binary
-from ftcluster.plan.facts import RunFacts, resolve
-from ftcluster.render.scripts import JobStep, RenderOptions, RunPaths
+from ftcluster.plan.facts import RunFacts
+from ftcluster.render.scripts import JobStep, RenderOptions, RunPaths, run_facts
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.render.request import JobRequest, build_request
 from ftcluster.slurm import JobInfo, JobState
@@ -159,14 +159,17 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
         problems = access_problems(cluster)
         if problems:
             raise UserError("; ".join(problems))
-        if build and (opts.facts or resolve(cluster)).private:
-            proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
-    return RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
-                         servers=opts.servers, rotation=opts.member_of is not None, carried_faults=opts.carried_faults,
-                         service=opts.service or opts.member_of or "",
-                         front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
-                         if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build),
-                         facts=opts.facts, **mpi)
+    rendered = RenderOptions(keep_serving=opts.keep_serving, client=opts.client, mpi_check=opts.mpi_check,
+                             servers=opts.servers, rotation=opts.member_of is not None,
+                             carried_faults=opts.carried_faults, service=opts.service or opts.member_of or "",
+                             front_rotation=str(workspace_dir(cluster) / opts.member_of / "state" / "rotation.json")
+                             if opts.member_of else "", tritonserver=resolve_tritonserver(cluster, build=build),
+                             facts=opts.facts, **mpi)
+    # Resolved here, once: the render reads these.
+    facts = run_facts(cluster, model, plan, rendered)
+    if opts.servers and build and facts.private:
+        proxy_binary(cluster.proxy)   # Caddy is there, or the launch stops here naming proxy.binary
+    return replace(rendered, facts=facts)
 
 
 def workspace_error(run_dir: Path, why: str) -> UserError:

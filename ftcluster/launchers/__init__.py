@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ftcluster.errors import UserError
 from ftcluster.launchers.base import Launcher
 from ftcluster.hosts.runner import LocalRunner, Runner
-from ftcluster.spec.launch_styles import LAUNCHERS, launcher_name, style_name
+from ftcluster.spec.launch_styles import LAUNCHERS, launcher_name, style_of
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.spec.cluster import ClusterSpec
@@ -30,8 +30,7 @@ def launcher_named(name: str, runner: Runner | None = None) -> Launcher:
 
 
 def launcher_for(cluster: ClusterSpec, runner: Runner | None = None) -> Launcher:
-    return launcher_for_scheduler(cluster.scheduler, runner, style=style_name(cluster.scheduler,
-                                                                              cluster.container.runtime))
+    return launcher_for_scheduler(cluster.scheduler, runner, style=style_of(cluster).name)
 
 
 def launcher_for_scheduler(scheduler: str, runner: Runner | None = None,

@@ -23,9 +23,9 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.job.config import PROXY_TOKEN_ENV
-from ftcluster.plan.facts import access_of, loopback_ports
+from ftcluster.plan.facts import access_of, loopback_ports, loopback_shift
 from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy
-from ftcluster.spec.launch_styles import STYLES, style_name
+from ftcluster.spec.launch_styles import style_of
 
 # KServe v2 endpoints that change the server or read its host, not inference: the repository
 # (load/unload), shared-memory registration, log and trace settings. HTTP paths and gRPC methods.
@@ -84,19 +84,19 @@ def access_problems(cluster: ClusterSpec) -> list[str]:
                         "(or in front of replicas): set access: private, or leave the certificate out")
     if access_of(cluster) != "private":
         return problems
-    style = style_name(cluster.scheduler, cluster.container.runtime)
-    if not STYLES[style].proxy:
-        problems.append(f"access: private needs the proxy beside rank 0, which the {STYLES[style].summary} style "
+    style = style_of(cluster)
+    if not style.proxy:
+        problems.append(f"access: private needs the proxy beside rank 0, which the {style.summary} style "
                         "cannot start yet (use access: cluster there)")
-    if STYLES[style].proxy_in_container and cluster.ports.gpus is not None:
+    if style.proxy_in_container and cluster.ports.gpus is not None:
         # The exporter listens on the job's loopback, which is not rank 0's node here.
         problems.append("ports.gpus: the GPU exporter runs in the job on this machine, not beside the proxy in rank 0's "
                         "container, so a private run cannot serve it: leave ports.gpus out or use access: cluster")
-    top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics, cluster.ports.gpus or 0) \
-        + cluster.proxy.loopback_offset
+    shift = loopback_shift(cluster.proxy)
+    top = max(cluster.ports.http, cluster.ports.grpc, cluster.ports.metrics, cluster.ports.gpus or 0) + shift
     if top > 65535:
         problems.append(f"proxy.loopback_offset: Triton's loopback ports would reach {top} (ports + "
-                        f"{cluster.proxy.loopback_offset}; at most 65535): lower the offset or the ports")
+                        f"{shift}; at most 65535): lower the offset or the ports")
     return problems
 
 
@@ -107,7 +107,7 @@ def same_host_note(cluster: ClusterSpec) -> str:
     `exclusive: true`) or the run is not private."""
     if access_of(cluster) != "private":
         return ""
-    style = STYLES[style_name(cluster.scheduler, cluster.container.runtime)]
+    style = style_of(cluster)
     if style.one_host:
         who, fix = "this machine's other users", "serve from whole nodes of a Slurm cluster (exclusive: true)"
     elif style.host_list:

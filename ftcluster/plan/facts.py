@@ -1,6 +1,7 @@
-"""A run's facts, resolved once from its specs: the one place that applies the rules (which runs
-are private, where Triton listens behind a proxy, a replica set's member's ports and every port
-the set takes, the port stride of ranks that share one host, how often a serving world restarts).
+"""A run's facts, resolved once from its specs: the one place that applies the rules (its launch
+style, which runs are private, where Triton listens behind a proxy, a replica set's member's
+ports and every port the set takes, the port stride of ranks that share one host, how often a
+serving world restarts, which runs probe their liveness and with what request).
 
 render, the launchers, status, replica sets and successors read a `RunFacts`; none works a fact
 out again. A launch saves its run's facts beside its specs (scripts/specs.json, `facts`), so
@@ -13,9 +14,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from ftcluster.spec.launch_styles import STYLES, style_name
+from ftcluster.job.config import LivenessConfig
+from ftcluster.spec.launch_styles import STYLES, style_name, style_of
 
 if TYPE_CHECKING:
     from ftcluster.spec.cluster import ClusterSpec, Ports, Proxy, Server
@@ -32,8 +34,8 @@ def access_of(cluster: ClusterSpec) -> str:
     on the local style, which binds the loopback already."""
     if cluster.access is not None:
         return cluster.access
-    style = style_name(cluster.scheduler, cluster.container.runtime)
-    return "private" if STYLES[style].proxy and not STYLES[style].one_host else "cluster"
+    style = style_of(cluster)
+    return "private" if style.proxy and not style.one_host else "cluster"
 
 
 def loopback_shift(proxy: Proxy) -> int:
@@ -86,7 +88,7 @@ def ports_of(cluster: ClusterSpec, replicas: int, ranks_per_host: int, rank_stri
 
 def port_stride(cluster: ClusterSpec) -> int:
     """Between ranks' ports: only where ranks share one host."""
-    return LOCAL_PORT_STRIDE if STYLES[style_name(cluster.scheduler, cluster.container.runtime)].one_host else 0
+    return LOCAL_PORT_STRIDE if style_of(cluster).one_host else 0
 
 
 def serving_restarts(server: Server, keep_serving: bool) -> int:
@@ -97,6 +99,19 @@ def serving_restarts(server: Server, keep_serving: bool) -> int:
     if not keep_serving:
         return 0
     return DEFAULT_SERVING_RESTARTS if server.restarts is None else server.restarts
+
+
+# Makes the liveness probe's request from the served model, given Triton's metrics port
+# (ftcluster.render.liveness_request: it reads the model's config); None: the spec turns it off.
+Probe = Callable[[int], LivenessConfig | None]
+
+
+def liveness_of(probe: Probe | None, triton: Ports, serves: bool, keep_serving: bool) -> LivenessConfig | None:
+    """The probe's request: a run that serves until stopped probes rank 0 through Triton's own
+    metrics port; a run without a model to probe (probe None), or one that ends, has none."""
+    if probe is None or not (serves and keep_serving):
+        return None
+    return probe(triton.metrics)
 
 
 # --- the value ---------------------------------------------------------------------------------
@@ -114,6 +129,7 @@ class RunFacts:
     triton: Ports       # Triton's own ports: the loopback's behind a proxy, else `public`
     port_stride: int    # between ranks' ports on one host (0: each rank has its host)
     restarts: int       # restarts of the world while serving (0: a run that does not serve)
+    liveness: LivenessConfig | None   # the job's probe while serving (liveness_of); None: none
 
     def rank_port(self, name: str, rank: int) -> int:
         """Rank `rank`'s Triton port `name` (ranks sharing a host are the stride apart)."""
@@ -123,7 +139,8 @@ class RunFacts:
         return {"style": self.style, "access": self.access, "private": self.private, "proxied": self.proxied,
                 "loopback": self.loopback,
                 "public": self.public.model_dump(mode="json"), "triton": self.triton.model_dump(mode="json"),
-                "port_stride": self.port_stride, "restarts": self.restarts}
+                "port_stride": self.port_stride, "restarts": self.restarts,
+                "liveness": None if self.liveness is None else self.liveness._asdict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunFacts:
@@ -136,24 +153,27 @@ class RunFacts:
         return cls(style=str(data["style"]), access=data["access"], private=bool(data["private"]),
                    proxied=bool(data["proxied"]), loopback=bool(data["loopback"]), public=Ports.model_validate(data["public"]),
                    triton=Ports.model_validate(data["triton"]), port_stride=int(data["port_stride"]),
-                   restarts=int(data["restarts"]))
+                   restarts=int(data["restarts"]),
+                   liveness=None if data["liveness"] is None else LivenessConfig(**data["liveness"]))
 
 
 def resolve(cluster: ClusterSpec, *, serves: bool = True, member: bool = False,
-            keep_serving: bool = False) -> RunFacts:
+            keep_serving: bool = False, probe: Probe | None = None) -> RunFacts:
     """The facts of a run of `cluster` (its ports already a member's where it is one: see
     member_ports). `serves`: the run starts the servers (not a job step or the MPI check alone);
     `member`: a replica set's member, in and out of its balancer's rotation behind its own proxy;
-    `keep_serving`: it serves until stopped (restarts on a fault)."""
+    `keep_serving`: it serves until stopped (restarts on a fault); `probe`: makes its liveness
+    request (the one thing resolved from more than the specs: the model's config)."""
     access = access_of(cluster)
     private = access == "private" and serves
     proxied = private or (member and serves)
-    style = style_name(cluster.scheduler, cluster.container.runtime)
+    style = style_of(cluster).name
+    triton = loopback_ports(cluster.ports, cluster.proxy) if proxied else cluster.ports
     return RunFacts(
         style=style, access=access, private=private,
-        proxied=proxied, loopback=proxied or STYLES[style].one_host, public=cluster.ports,
-        triton=loopback_ports(cluster.ports, cluster.proxy) if proxied else cluster.ports,
-        port_stride=port_stride(cluster), restarts=serving_restarts(cluster.server, keep_serving))
+        proxied=proxied, loopback=proxied or STYLES[style].one_host, public=cluster.ports, triton=triton,
+        port_stride=port_stride(cluster), restarts=serving_restarts(cluster.server, keep_serving),
+        liveness=liveness_of(probe, triton, serves, keep_serving))
 
 
 # --- read back, light --------------------------------------------------------------------------
@@ -170,3 +190,13 @@ def saved_access(specs_file: Path) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return access if access in ACCESS else None
+
+
+def saved_style(specs_file: Path, scheduler: str, runtime: str) -> str:
+    """The launch style a run was launched with, as its specs file saved it; for a folder that
+    saved none, the rule applied to the scheduler and runtime its run.json recorded."""
+    try:
+        style = json.loads(specs_file.read_text())[FACTS_KEY]["style"]
+    except (OSError, ValueError, KeyError, TypeError):
+        style = None
+    return style if isinstance(style, str) and style in STYLES else style_name(scheduler, runtime)

@@ -14,11 +14,12 @@ its run's facts are resolved from its specs by the same resolver.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ftcluster.errors import UserError
+from ftcluster.job.config import LivenessConfig
 from ftcluster.plan.facts import FACTS_KEY, RunFacts, member_cluster, resolve
 from ftcluster.plan.parallel import Plan
 from ftcluster.run.layout import FILES
@@ -75,24 +76,28 @@ def write_specs(run_dir: Path, specs: LaunchedSpecs, facts: RunFacts | None = No
 def read_facts(run_dir: Path) -> RunFacts | None:
     """The facts of the run in `run_dir`, as its launch saved them; for a folder whose specs file
     saved none (version 1), resolved from its specs (a replica set's member's from its set's,
-    with its index from run.json) by the same resolver; None for a folder that keeps no specs."""
+    with its index from run.json) by the same resolver; None for a folder that keeps no specs.
+    Facts saved without the liveness request (an earlier ftcluster's) take the job's own
+    (job.json), as the run probes with it."""
     specs = read_specs(run_dir)
     if specs is None:
         return None
     path = run_dir / "scripts" / SPECS_FILE
+    job = _json(run_dir / "scripts" / FILES.job_config)
     try:
+        liveness = LivenessConfig(**job["liveness"]) if isinstance(job.get("liveness"), dict) else None
         saved = json.loads(path.read_text()).get(FACTS_KEY)
         if saved is not None:
-            return RunFacts.from_dict(saved)
+            return RunFacts.from_dict({"liveness": liveness._asdict() if liveness else None, **saved})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{path} is damaged: {str(exc).splitlines()[0] if str(exc) else exc!r}", field="RUN_DIR",
                         hint="the run cannot be continued from it; launch it again") from None
     replica = _json(run_dir / "run.json").get("replica")
-    keep_serving = _json(run_dir / "scripts" / FILES.job_config).get("keep_serving") is True
     cluster = specs.cluster
     if isinstance(replica, dict) and isinstance(replica.get("index"), int):
         cluster = member_cluster(cluster, replica["index"])
-    return resolve(cluster, member=isinstance(replica, dict), keep_serving=keep_serving)
+    facts = resolve(cluster, member=isinstance(replica, dict), keep_serving=job.get("keep_serving") is True)
+    return replace(facts, liveness=liveness)
 
 
 def _json(path: Path) -> dict[str, Any]:

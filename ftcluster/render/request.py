@@ -23,7 +23,7 @@ from ftcluster.resources import package_path
 from ftcluster.slurm import Slurm
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.model import ModelSpec
-from ftcluster.spec.launch_styles import STYLES, style_name
+from ftcluster.spec.launch_styles import STYLES
 
 # What a request runs: the servers (and the client), only the MPI world check (`check`), or a
 # job step: the GPU preflight on every node, FT's checkpoint converter on one, or a replica set's
@@ -144,8 +144,8 @@ def build_request(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pat
     kind = request_kind(opts)
     if kind not in KINDS:
         raise ValueError(f"unknown job kind {kind!r}")
-    style = STYLES[style_name(cluster.scheduler, cluster.container.runtime)]
     scripts = render(cluster, model, plan, paths, opts)
+    style = STYLES[scripts.style]
     script = paths.job_script(style.name)
     return JobRequest(
         kind=kind, launcher=style.launcher, scheduler=cluster.scheduler, style=style.name, paths=paths,

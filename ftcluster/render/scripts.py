@@ -62,7 +62,7 @@ from ftcluster.job.config import (
 )
 from ftcluster.job.bash import UNMARK_PYTHON_ENVS
 from ftcluster.render.liveness_request import liveness_config
-from ftcluster.spec.launch_styles import STYLES, style_name, style_of
+from ftcluster.spec.launch_styles import STYLES
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # Files copied into scripts/ under another name than their module's in ftcluster/rank/: a
@@ -126,12 +126,6 @@ def _env() -> jinja2.Environment:
     env.filters["q"] = lambda v: shlex.quote(str(v))
     env.filters["qjoin"] = lambda vs: " ".join(shlex.quote(str(v)) for v in vs)
     return env
-
-
-def launch_style(cluster: ClusterSpec) -> str:
-    return style_name(cluster.scheduler, cluster.container.runtime)
-
-
 
 
 def job_name(name: str, run_id: str) -> str:
@@ -233,9 +227,14 @@ class RenderOptions:
     front_rotation: str = ""             # ... and its front's state/rotation.json
     carried_faults: tuple[str, ...] = ()  # a successor's: its predecessor's faults still counted
     service: str = ""                    # the service's name in metrics labels ("": the run id)
-    # The run's facts as the run it continues saved them (a successor's: its predecessor's);
-    # None: resolved from the spec (ftcluster.plan.facts.resolve).
+    # The run's facts: as its launch resolved them (run_facts), or as the run it continues saved
+    # them (a successor's: its predecessor's); None: resolved here (run_facts).
     facts: RunFacts | None = None
+
+    @property
+    def runs_servers(self) -> bool:
+        """The run starts the servers: not the MPI check alone, nor a job step."""
+        return self.servers and self.step is None
 
 
 @dataclass(frozen=True)
@@ -344,6 +343,7 @@ class RenderContext:
     backends: list[str]
     backend_directory: str
     servers: bool
+    runs_servers: bool             # the servers start: not the MPI check alone, nor a job step
     step: JobStep | None           # a preflight or convert run: _step.sh.j2 instead of the servers
     # the run folder
     repo: str
@@ -380,28 +380,32 @@ def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
     return model.client.model_copy(update={"hidden_size": plan.input_hidden_size})
 
 
-def run_facts(cluster: ClusterSpec, opts: RenderOptions) -> RunFacts:
+def run_facts(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: RenderOptions) -> RunFacts:
     """The run's facts (ftcluster.plan.facts) as these options launch it: those it continues
-    with, else resolved from its spec."""
+    with, else resolved from its specs (the liveness request from its model's config)."""
     if opts.facts is not None:
         return opts.facts
-    serves = opts.servers and opts.step is None
-    return resolve(cluster, serves=serves, member=opts.rotation and serves, keep_serving=opts.keep_serving)
+
+    def probe(metrics_port: int) -> LivenessConfig | None:
+        assert model is not None
+        return liveness_config(model, plan, _client(model, plan), cluster.server.liveness, metrics_port)
+
+    return resolve(cluster, serves=opts.runs_servers, member=opts.rotation and opts.runs_servers,
+                   keep_serving=opts.keep_serving, probe=probe if model is not None else None)
 
 
 def context(
     cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, paths: RunPaths, opts: RenderOptions
 ) -> RenderContext:
     """Everything the templates see; pure. `model` is None for a run without one (preflight)."""
-    style = style_of(cluster)
+    facts = run_facts(cluster, model, plan, opts)
+    style = STYLES[facts.style]
     env = {**cluster.env, **opts.extra_env}
-    serving_on_slurm = opts.keep_serving and opts.servers and opts.step is None and cluster.scheduler == "slurm"
+    serving_on_slurm = opts.keep_serving and opts.runs_servers and cluster.scheduler == "slurm"
     extra = opts.step.paths if opts.step else ()
     step_notice = opts.step is not None and opts.step.notice and cluster.scheduler == "slurm"
-    serves = opts.servers and opts.step is None
-    facts = run_facts(cluster, opts)
     private = facts.private
-    rotation = opts.rotation and serves
+    rotation = opts.rotation and opts.runs_servers
     return RenderContext(
         facts=facts,
         style=style.name,
@@ -468,6 +472,7 @@ def context(
         backends=list(plan.backends) if opts.servers else [],
         backend_directory=backend_directory(cluster.server.extra_args),
         servers=opts.servers,
+        runs_servers=opts.runs_servers,
         step=opts.step,
         repo=str(paths.repo),
         logs=str(paths.logs),
@@ -510,9 +515,8 @@ def handover_lead(cluster: ClusterSpec) -> int:
     return min(cluster.server.handover_lead, limit // 2)
 
 
-def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> JobConfig:
-    """The supervisor's values (scripts/job.json): the context's job-side half, and the probe
-    of a serving run."""
+def job_config(ctx: RenderContext) -> JobConfig:
+    """The supervisor's values (scripts/job.json): the context's job-side half."""
     step = ctx.step
     container_flags: list[str] = []
     if STYLES[ctx.style].srun_mounts:
@@ -540,7 +544,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
                                                   timeout=None if step.timeout is None else int(step.timeout)),
         mpi=ctx.mpi, srun_args=[w for arg in ctx.srun_args for w in arg.split(" ", 1)], container_flags=container_flags, container_name=ctx.container_name,
         docker_label=ctx.docker_label, ssh_dir=ctx.ssh_dir, ssh_port=ctx.ssh_port, run_hosts=list(ctx.run_hosts),
-        mpirun=ctx.mpirun, liveness=liveness, restarts=ctx.restarts,
+        mpirun=ctx.mpirun, liveness=ctx.facts.liveness, restarts=ctx.restarts,
         restart_backoff=ctx.server.restart_backoff, restart_reset=ctx.server.restart_reset,
         carried_faults=ctx.carried_faults, service=ctx.service, on_failure=list(ctx.server.on_failure),
         log_max_bytes=int(ctx.server.log_max_mb * (1 << 20)),
@@ -557,7 +561,7 @@ def job_config(ctx: RenderContext, liveness: LivenessConfig | None = None) -> Jo
         public_gpu_exporter_port=(ctx.ports.gpus or 0) if ctx.keep_serving else 0,
         proxy=ProxyConfig(binary=ctx.proxy_binary, config=os.path.join(ctx.scripts, FILES.proxy_config),
                           token_file=os.path.join(ctx.scripts, FILES.token) if ctx.private else "",
-                          http_port=ctx.triton_ports.http, grpc_port=ctx.triton_ports.grpc,
+                          triton_http_port=ctx.triton_ports.http, triton_grpc_port=ctx.triton_ports.grpc,
                           tls_cert=ctx.proxy_tls_cert, tls_key=ctx.proxy_tls_key,
                           same_host_note=ctx.same_host_note) if ctx.proxied else None,
     )
@@ -571,7 +575,7 @@ TARGETS_DIR = "prometheus"
 def targets_file(ctx: RenderContext) -> str:
     """Where a serving run publishes its metrics target; "" where nobody may scrape it: a private
     run's metrics stay behind its proxy unless proxy.expose_metrics (then with the token)."""
-    if not ctx.keep_serving or not ctx.servers or ctx.step is not None:
+    if not ctx.keep_serving or not ctx.runs_servers:
         return ""
     if ctx.private and not ctx.expose_metrics:
         return ""
@@ -604,18 +608,15 @@ def render(
     """The run's scripts/ folder: the entry script, the supervisor and its values, the rank
     wrapper, the style's node script and the rank-side files."""
     opts = opts or RenderOptions()
-    style = style_of(cluster)
+    ctx = context(cluster, model, plan, paths, opts)
+    style = STYLES[ctx.style]
     if style.srun_mounts:
         problems = pyxis_mount_problems(cluster, paths, opts.step)
         if problems:
             raise UserError("; ".join(problems))
-    ctx = context(cluster, model, plan, paths, opts)
     env = _env()
     variables = ctx.variables()
-    liveness = None
-    if model is not None and ctx.keep_serving and ctx.servers and opts.step is None:
-        liveness = liveness_config(model, plan, ctx.client, cluster.server.liveness, ctx.triton_ports.metrics)
-    cfg = job_config(ctx, liveness)
+    cfg = job_config(ctx)
     files = {paths.job_script(style.name).name: env.get_template(style.template).render(variables),
              FILES.job_config: cfg.to_json(), FILES.env_file: env_file(ctx.env)}
     # What a dry run shows of the files that hold the env's values: the names only.

@@ -14,7 +14,8 @@ from ftcluster.job.names import FILES
 from ftcluster.run.layout import RunPaths
 from ftcluster.run.procs import job_id_of
 from ftcluster.run.store import RunRecord
-from ftcluster.spec.launch_styles import STYLES, style_name
+from ftcluster.plan.facts import saved_style
+from ftcluster.spec.launch_styles import STYLES
 
 
 # The most nodes a run has (--nodes takes as many).
@@ -39,7 +40,7 @@ def record_of_folder(folder: Path) -> RunRecord | None:
     cluster, plan = _mapping(meta.get("cluster")), _mapping(meta.get("plan"))
     scheduler = _text(cluster.get("scheduler")) or (
         "slurm" if (folder / "scripts" / "job.sbatch").is_file() else "local")
-    style = style_name(scheduler, _text(cluster.get("runtime")) or "none")
+    style = saved_style(folder / "scripts" / FILES.specs, scheduler, _text(cluster.get("runtime")) or "none")
     if style not in STYLES:
         return None
     events = events_in(folder)
