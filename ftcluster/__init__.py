@@ -1,3 +1,4 @@
-"""ftcluster: serve a model with Triton + FasterTransformer across Slurm GPU nodes."""
+"""ftcluster: serve a model with Triton and its engine (FasterTransformer first) across Slurm GPU
+nodes, and keep it served."""
 
 __version__ = "0.1.0"

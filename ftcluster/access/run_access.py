@@ -66,8 +66,8 @@ def resolve_endpoint(url: str | None, run_ref: str | None, protocol: str, timeou
 
 
 def model_to_query(model: str | None, run_ref: str | None, default: str | None = None) -> str:
-    """The model a client asks for: --model, else the recorded run's own (a run of a model not
-    named `fastertransformer` serves it under its spec's name), else `default`."""
+    """The model a client asks for: --model, else the recorded run's own (a run serves its model
+    under its spec's name), else `default` (the demo model's)."""
     if model:
         return model
     if run_ref is not None:

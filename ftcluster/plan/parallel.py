@@ -38,7 +38,7 @@ class Plan:
     model_type: str
     weight_data_type: str | None = None   # from the checkpoint's config.ini
     input_hidden_size: int | None = None  # bert: the client's input_hidden_state width
-    # The backend libraries the servers load (each model's `backend`: fastertransformer, python),
+    # The backend libraries the servers load (each model's `backend` in its config.pbtxt),
     # which the MPI check looks for in the image.
     backends: tuple[str, ...] = ()
 
