@@ -17,8 +17,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
 from ftcluster.errors import UserError
 from ftcluster.job.config import LivenessConfig
 from ftcluster.plan.parallel import Plan
@@ -40,6 +38,8 @@ def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, livene
     """The job's probe for a serving run; None when the spec turns it off (interval 0)."""
     if not liveness.interval:
         return None
+    # startup: protobuf's json_format when a probe is made, not on importing the render path
+    from google.protobuf.json_format import MessageToDict
 
     path = model.repository / model.name / "config.pbtxt"
     try:
