@@ -13,7 +13,9 @@ path: `launch --keep-serving --dry-run` of the embedded default (2 nodes: spec c
 rendering with the liveness probe; no job) and, alone, the import of the modules a launch loads
 before its job starts. Exit 1 when a light command's ratio is above --goal (first --bytecode
 mode). `--root` times the ftcluster of another checkout; `--compare` times a second one in the
-same rounds (before/after), each command alternating between the two.
+same rounds (before/after), each command alternating between the two, with the after/before
+ratio of the medians of wall time and of CPU time (user + system of the command and what it
+waited for: steadier than wall time on a machine with other work running).
 
 Two ways of starting, each its own column (--bytecode):
 - cached: every module's bytecode cached (a PYTHONPYCACHEPREFIX of the run, filled by a warm-up
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -76,11 +79,15 @@ def make_run(tmp: Path, run_id: str = "bench-run", nodes: int = 2, log_lines: in
     return run_id
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, the child's and its own children's)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     # cwd: `python -m` puts it first on sys.path, before PYTHONPATH.
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True, cwd=cwd)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def mode_env(mode: str, base: dict[str, str], tmp: Path) -> dict[str, str]:
@@ -141,13 +148,17 @@ def main() -> int:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
         for _ in range(args.repeats):
             for name in names:
-                runs[name].append({col: timed(argvs[col][name], env, root) for col, (root, env) in sides.items()})
+                row = {}
+                for col, (root, env) in sides.items():
+                    row[col], row[f"{col} cpu"] = timed(argvs[col][name], env, root)
+                runs[name].append(row)
     med = report.medians(runs)
     floor = med["python -c pass"]
     for m in med.values():
         m.update({f"{col} x": m[col] / floor[col] for col in sides})
         if args.compare:
             m.update({f"{mode} change": m[mode] / m[f"{mode} before"] for mode in modes})
+            m.update({f"{mode} cpu change": m[f"{mode} cpu"] / m[f"{mode} before cpu"] for mode in modes})
     for side, root in roots.items():
         cached = sum(1 for _ in (root / "ftcluster").rglob("__pycache__"))
         print(f"{side or 'timed'}: {root}; __pycache__ folders in its ftcluster/: {cached}")
@@ -159,7 +170,7 @@ def main() -> int:
             cols += [(f"{mode} before", f"{mode} before s", ".3f"), (f"{mode} before x", "ratio", ".1f")]
         cols += [(mode, f"{mode} s", ".3f"), (f"{mode} x", "ratio", ".1f")]
         if args.compare:
-            cols.append((f"{mode} change", "after/before", ".2f"))
+            cols += [(f"{mode} change", "after/before", ".2f"), (f"{mode} cpu change", "CPU after/before", ".3f")]
     report.table(med, cols, label="command")
     light = [k for k in med if k not in LAUNCH_LINES]
     worst = max(med[k][f"{modes[0]} x"] for k in light)

@@ -1,6 +1,7 @@
 """The whole `ftcluster launch` against its servers' own start (goal <= 1.1x).
 
     python bench/launch_vs_bare.py [--repeats 5] [--nodes 2] [--gpus-per-node 1] [--model SPEC] [--cluster SPEC]
+                                   [--compare CHECKOUT]
 
 Local style (every rank on this machine under one mpirun), interleaved per repeat:
 - ftcluster: `ftcluster launch --keep-serving --no-client --json` as a user types it, from the
@@ -19,6 +20,11 @@ Prints the medians and the ratio ftcluster / bare, the best ratio the floor leav
 floor) / bare, and ftcluster's time split by phase (from the run's events). On a GPU machine pass a CUDA model spec
 (--model) and a cluster spec with its GPUs (--cluster): the ranks get them as launch gives them
 (rank r sees GPUs r*g..r*g+g-1).
+`--compare CHECKOUT` launches the ftcluster of another checkout too (before/after), in the same
+repeats, the two launches' order alternating: each command runs from its checkout's root with
+that root on PYTHONPATH (this checkout's too, then), its bytecode cached there as an install
+has it; the bare run and the floor once per repeat. Prints both, their ratios to bare and
+after/before.
 """
 
 from __future__ import annotations
@@ -79,18 +85,28 @@ def phases_of(run_dir: Path, epoch0: float, wall: float) -> dict[str, float]:
             "servers_s": first["ready"] - first["servers_starting"], "after_ready_s": wall - first["ready"]}
 
 
-def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int, split: dict[str, float]) -> tuple[float, Path]:
+def checkout_env(root: Path | None) -> tuple[dict[str, str], Path | None]:
+    """The command's environment and cwd: as the user's (None), or that checkout's ftcluster
+    (`python -m` puts its cwd first on sys.path, before PYTHONPATH)."""
+    if root is None:
+        return user_env(), None
+    return {**user_env(), "PYTHONPATH": str(root)}, root
+
+
+def ftcluster_once(cluster: Path, model: Path, nodes: int, gpus: int, split: dict[str, float],
+                   root: Path | None = None) -> tuple[float, Path]:
     argv = [sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model", str(model),
             "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--keep-serving", "--no-client", "--json"]
+    env, cwd = checkout_env(root)
     t0, epoch0 = time.perf_counter(), time.time()
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=user_env())
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=env, cwd=cwd)
     wall = time.perf_counter() - t0
     out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
     if out.get("run_dir"):
         split.update(phases_of(Path(out["run_dir"]), epoch0, wall))
     if out.get("run_id"):   # stopped whatever came of it, before its folder may go
         stop = subprocess.run([sys.executable, "-m", "ftcluster", "stop", out["run_id"]], capture_output=True,
-                              text=True, timeout=300, check=False, env=user_env())
+                              text=True, timeout=300, check=False, env=env, cwd=cwd)
         if stop.returncode:
             raise RuntimeError(f"stop failed (rc {stop.returncode}): {stop.stderr[-2000:]}")
     if r.returncode or not out.get("ok"):
@@ -162,7 +178,12 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=embedded_model_path())
     ap.add_argument("--cluster", type=Path, help="a local cluster spec (default: one written here)")
     ap.add_argument("--goal", type=float, default=1.1)
+    ap.add_argument("--compare", type=Path, default=None, help="A checkout launched in the same repeats (before).")
     args = ap.parse_args()
+    # name -> its checkout: "ftcluster" is this one (the user's when alone), "ftcluster before" --compare's.
+    sides: dict[str, Path | None] = {"ftcluster": ROOT if args.compare else None}
+    if args.compare:
+        sides["ftcluster before"] = args.compare.resolve()
     tmp = Path(tempfile.mkdtemp(prefix="ftc-bench-"))
     os.environ.setdefault("FTCLUSTER_STATE_DIR", str(tmp / "state"))
     cluster = args.cluster
@@ -170,20 +191,25 @@ def main() -> None:
         cluster = tmp / "cluster.yaml"
         write_cluster(cluster, tmp, args.gpus_per_node)
     model = yaml.safe_load(args.model.read_text())["name"]
-    results: dict[str, list[dict[str, float]]] = {"ftcluster": [], "bare": [], "floor": []}
+    results: dict[str, list[dict[str, float]]] = {**{name: [] for name in sides}, "bare": [], "floor": []}
     # Once, untimed: the bytecode cache, as an install leaves it.
-    subprocess.run([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model", str(args.model),
-                    "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node), "--keep-serving",
-                    "--dry-run"], capture_output=True, timeout=300, check=False, env=user_env())
+    for root in sides.values():
+        env, cwd = checkout_env(root)
+        subprocess.run([sys.executable, "-m", "ftcluster", "launch", "--cluster", str(cluster), "--model",
+                        str(args.model), "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
+                        "--keep-serving", "--dry-run"], capture_output=True, timeout=300, check=False, env=env, cwd=cwd)
     try:
         for i in range(args.repeats):
-            split: dict[str, float] = {}
-            wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node, split)
-            results["ftcluster"].append({"ready_s": wall, **split})
+            said = []
+            for name in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+                split: dict[str, float] = {}
+                wall, run_dir = ftcluster_once(cluster, args.model, args.nodes, args.gpus_per_node, split, sides[name])
+                results[name].append({"ready_s": wall, **split})
+                said.append(f"{name} {wall:.2f} s")
             results["bare"].append({"ready_s": bare_once(run_dir, model, args.nodes, args.gpus_per_node)})
             floor = floor_once()
             results["floor"].append({"ready_s": results["bare"][-1]["ready_s"] + floor, "floor_s": floor})
-            print(f"repeat {i + 1}/{args.repeats}: ftcluster {wall:.2f} s, bare {results['bare'][-1]['ready_s']:.2f} s",
+            print(f"repeat {i + 1}/{args.repeats}: {', '.join(said)}, bare {results['bare'][-1]['ready_s']:.2f} s",
                   file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -194,10 +220,18 @@ def main() -> None:
     r = report.ratio(med, "ready_s", "ftcluster", "bare")
     best = report.ratio(med, "ready_s", "floor", "bare")
     print(f"ratio ftcluster / bare: {r:.2f} (goal <= {args.goal})")
+    changes = {}
+    if args.compare:
+        before = report.ratio(med, "ready_s", "ftcluster before", "bare")
+        changes = {"before_ratio": before, "after_before": report.ratio(med, "ready_s", "ftcluster", "ftcluster before"),
+                   "before_job_after_before": report.ratio(med, "before_job_s", "ftcluster", "ftcluster before")}
+        print(f"ratio ftcluster before / bare: {before:.2f}; to ready after / before: {changes['after_before']:.3f}, "
+              f"before the job after / before: {changes['before_job_after_before']:.3f}")
     print(f"the floor's ratio (bare + floor) / bare: {best:.2f}: what a Python command on these libraries "
           f"with a Python job leaves, before any code of its own")
     report.print_json(med, ratio=r, floor_ratio=best, repeats=args.repeats, nodes=args.nodes,
-                      gpus_per_node=args.gpus_per_node, all=results)
+                      gpus_per_node=args.gpus_per_node, all=results, **changes,
+                      **({"compare": str(sides["ftcluster before"])} if args.compare else {}))
     sys.exit(0 if r <= args.goal else 1)
 
 

@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-import hostlist
-
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.job.submit import PATIENCE_S, SubmitFailed, nothing_to_cancel, submit
@@ -92,6 +90,9 @@ class JobInfo:
 def expand_nodelist(nodelist: str) -> tuple[str, ...]:
     if not nodelist or nodelist in ("(null)", "None", "None assigned"):
         return ()
+
+    # startup: python-hostlist only where Slurm names nodes (not on a local launch's way to its job)
+    import hostlist
 
     return tuple(hostlist.expand_hostlist(nodelist))
 

@@ -14,19 +14,16 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ftcluster import __version__
 from ftcluster.errors import Interrupted, PlanError, UserError, every, os_error_words
 from ftcluster.run.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
-from ftcluster.job.ranks import HARMLESS_ERRORS, load_progress
 from ftcluster.render.launched import LaunchedSpecs, write_specs
 from ftcluster.launchers import launcher_for, launcher_named
 from ftcluster.launchers.base import Launcher
-from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
 from ftcluster.run.layout import FILES
-from ftcluster.run.logs import Follower, LogSource
 from ftcluster.engines import engine_for
 from ftcluster.run.phases import PHASES
 from ftcluster.plan.parallel import Plan
@@ -39,7 +36,10 @@ from ftcluster.slurm import JobInfo, JobState
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
-from ftcluster.launchers.watch import JobWatch
+
+if TYPE_CHECKING:
+    from ftcluster.launchers.watch import JobWatch
+    from ftcluster.run.logs import Follower
 
 
 @dataclass
@@ -200,6 +200,9 @@ def _read_only(folder: Path) -> bool:
 
 
 def _check_local_gpus(cluster: ClusterSpec, plan: Plan) -> None:
+    # startup: a local launch's alone (a dry run or another style's launch has no use for it)
+    from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
+
     visible = cluster.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     problem = local_gpu_problem(plan.nodes, plan.gpus_per_node, visible, host_gpus())
     if problem:
@@ -365,6 +368,10 @@ class Launch:
         (every LOGS ceiling) and the scheduler (as JobWatch paces it). A handler's True ends
         the launch."""
         assert record.job_id is not None
+        # startup: following the job's events, log and scheduler; once it is submitted, not before
+        from ftcluster.launchers.watch import JobWatch
+        from ftcluster.run.logs import Follower, LogSource
+
         w = _Watch(t0, LaunchOutcome(record, False, {"submitted": 0.0}),
                    JobWatch(self.launcher, record.job_id, self.paths, self.clock),
                    Follower([LogSource("rank0", str(self.paths.server_log(0)))], clock=self.clock),
@@ -396,6 +403,9 @@ class Launch:
     def _on_log_due(self, w: _Watch, now: float) -> bool:
         """Rank 0's new log lines, the ones worth it shown, and the ranks' load progress (at most
         every LOAD_SHOWN_S); True when there were new lines."""
+        # startup: read once the job runs (rank 0's log), not on the way to its submission
+        from ftcluster.job.ranks import HARMLESS_ERRORS
+
         w.next_log = now + LOGS.slow
         lines = w.rank0_log.poll()
         for _, line in lines:
@@ -412,6 +422,9 @@ class Launch:
 
     def _load_progress(self) -> str:
         """Each loading rank's figures in words (state/rank<R>.progress, from its node)."""
+        # startup: read once the job runs (the ranks' progress), not on the way to its submission
+        from ftcluster.job.ranks import load_progress
+
         words = []
         for r in range(self.plan.mpi_ranks):
             try:

@@ -33,7 +33,6 @@ def liveness_config(model: ModelSpec, plan: Plan, client: ClientDefaults, livene
     """The job's probe for a serving run; None when the spec turns it off (interval 0)."""
     if not liveness.interval:
         return None
-
     try:
         cfg = engine_for(model).served_config(model, plan)
     except (OSError, ValueError, UserError) as exc:

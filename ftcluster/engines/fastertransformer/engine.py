@@ -7,11 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
-from ftcluster.engines.base import Prepared
+from ftcluster.engines.base import Converter, Prepared
 from ftcluster.engines.triton_config import read_model_config
-from ftcluster.engines.fastertransformer.convert import FTConverter
 from ftcluster.engines.fastertransformer.plan import make_ft_plan
 from ftcluster.engines.fastertransformer.repository import ft_parameters, prepare_repository
 from ftcluster.engines.fastertransformer.spec import FTModelSpec, ft_spec
@@ -47,6 +44,9 @@ class FasterTransformer:
         check_checkpoint_visible(cluster, _ft(model), plan.tensor_para_size, run_dir)
 
     def served_config(self, model: ModelSpec, plan: Plan) -> dict[str, Any]:
+        # startup: protobuf's json_format when a probe is made, not on the way to the plan
+        from google.protobuf.json_format import MessageToDict
+
         ft = _ft(model)
         config: dict[str, Any] = MessageToDict(read_model_config(ft.repository / model.name / "config.pbtxt"),
                                                preserving_proto_field_name=True)
@@ -60,7 +60,12 @@ class FasterTransformer:
                 tensor["data_type"] = _HIDDEN_TYPES[data_type]
         return config
 
-    converter = FTConverter()
+    @property
+    def converter(self) -> Converter:
+        # startup: the converters' table only for `convert` and `check-checkpoint`, not a launch
+        from ftcluster.engines.fastertransformer.convert import FTConverter
+
+        return FTConverter()
 
     def binds(self, model: ModelSpec, repository: Path, links: bool) -> list[tuple[str, str]]:
         ft = _ft(model)
