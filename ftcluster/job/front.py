@@ -125,6 +125,10 @@ def needs_load(applied: List[Tuple[str, int, int]], wanted: List[Tuple[str, int,
     return bool(set(wanted) - set(applied))
 
 
+# How long a request to Caddy's admin API is asked again while its admin server is replaced.
+ADMIN_RETRY_S = 3.0
+
+
 class CaddyAdmin(http.client.HTTPConnection):
     """HTTP to Caddy's admin API on its unix socket (reached through an open folder, so that a
     long run folder path still fits a socket address)."""
@@ -221,16 +225,27 @@ class Front:
         raise SystemExit("ftcluster: the balancer's admin socket did not answer within 30 s")
 
     def admin(self, method: str, path: str, body: Optional[bytes] = None) -> bytes:
-        conn = CaddyAdmin(self.socket)
-        try:
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            data = r.read()
+        """One request to Caddy's admin API. Caddy replaces its admin server on every config it
+        loads (caddy.replaceLocalAdminServer: the old one shuts down in the background), so a
+        request right after a /load may find the old one closing: a connection dropped or
+        refused is asked again, for ADMIN_RETRY_S (every request here is idempotent)."""
+        deadline = time.monotonic() + ADMIN_RETRY_S
+        while True:
+            conn = CaddyAdmin(self.socket)
+            try:
+                conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read()
+            except (ConnectionError, FileNotFoundError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+                continue
+            finally:
+                conn.close()
             if r.status >= 300:
                 raise OSError(f"Caddy's admin API: {method} {path}: {r.status} {data[:300]!r}")
             return data
-        finally:
-            conn.close()
 
     def wanted(self) -> Tuple[List[Tuple[str, int, int]], List[Dict[str, Any]]]:
         """The members' addresses (in rotation or not: one out refuses connections) and what
