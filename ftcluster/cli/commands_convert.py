@@ -91,7 +91,8 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
       ftcluster check-checkpoint --model configs/models/gpt.yaml --gpus 8
     """
     model = load_model(model_path or default_model_path())
-    folder, problems = conv.converter_of(model).problems(model, gpus)
+    converter = conv.converter_of(model)
+    folder, problems = converter.problems(model, gpus)
     if as_json:
         echo_json(document("checkpoint", {"folder": str(folder), "gpus": gpus,
                                           "ok": not problems, "problems": problems}))
@@ -101,5 +102,5 @@ def check_checkpoint_cmd(model_path: str | None, gpus: int, as_json: bool) -> No
     for p in problems:
         click.echo(p)
     if problems:
-        raise PlanError(f"{len(problems)} problem(s) in {folder}", field=conv.converter_of(model).output_field)
+        raise PlanError(f"{len(problems)} problem(s) in {folder}", field=converter.output_field)
     click.echo(f"ok: {folder} is complete for {gpus} GPU(s)")

@@ -116,7 +116,7 @@ class Probe:
             finally:
                 conn.close()
         except (OSError, http.client.HTTPException) as exc:
-            self._error = "no answer within the deadline" if "timed out" in str(exc) else str(exc)
+            self._error = str(exc)   # read only when it came within the deadline (a refused connection)
         if self._reply is not None and self._reply[0] == 200:
             self.answered_at = time.time()
         self._replied.set()

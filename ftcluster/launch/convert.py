@@ -15,6 +15,7 @@ and logs, that `status`/`stop` could not follow for a local cluster.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ftcluster.engines import engine_for
@@ -51,13 +52,11 @@ class ConvertRequest:
     input_dir: str
     python: str
 
-    @property
-    def converter(self) -> Converter:
-        return converter_of(self.model)
-
-    @property
+    @cached_property
     def conversion(self) -> Conversion:
-        return self.converter.conversion(self.model, self.tp, self.converter_root, self.input_dir, self.python)
+        """The engine's converter run, made once (it looks for the converter's script)."""
+        return converter_of(self.model).conversion(self.model, self.tp, self.converter_root, self.input_dir,
+                                                   self.python)
 
     @property
     def output_root(self) -> Path:

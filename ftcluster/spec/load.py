@@ -75,7 +75,11 @@ def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
     together: an error names the file's fields, and the options' (options: field -> option)."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
-    _refuse_the_other_kind(p, data, ClusterSpec, _model_class(data))
+    try:
+        model_class = _model_class(data)
+    except UserError:   # a backend no engine has: tell the keys apart by the shared fields
+        model_class = ModelSpec
+    _refuse_the_other_kind(p, data, ClusterSpec, model_class)
     # The default name comes from the file name, made a valid name (it names jobs and folders).
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem).lstrip("._-") or "cluster")
     given = "ports" in {**data, **(overrides or {})}
@@ -115,9 +119,8 @@ def load_model(path: str | Path, to_make: tuple[str, ...] = ()) -> ModelSpec:
     makes (`convert` writes checkpoint_root): those only must not be something else."""
     p = Path(path).expanduser()
     data = _read_yaml(p)
-    backend = data.get("backend", DEFAULT)
     try:
-        cls = model_spec_class(backend) if isinstance(backend, str) else ModelSpec
+        cls = _model_class(data)
     except UserError as exc:
         raise SpecError(f"{p}: backend: {exc.message} ({exc.hint})") from None
     _refuse_the_other_kind(p, data, cls, ClusterSpec)
@@ -155,12 +158,10 @@ def _kind(cls: type[BaseModel]) -> str:
 
 
 def _model_class(data: dict[str, Any]) -> type[ModelSpec]:
-    """The model spec class the data's `backend` names (the shared one where it names none known)."""
+    """The model spec class the data's `backend` names (the shared one where it is no name: its
+    check says so); UserError: no engine has that name."""
     backend = data.get("backend", DEFAULT)
-    try:
-        return model_spec_class(backend) if isinstance(backend, str) else ModelSpec
-    except UserError:
-        return ModelSpec
+    return model_spec_class(backend) if isinstance(backend, str) else ModelSpec
 
 
 def _refuse_the_other_kind(path: Path, data: dict[str, Any], wanted: type[BaseModel], other: type[BaseModel]) -> None:
