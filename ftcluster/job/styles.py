@@ -661,8 +661,15 @@ class DockerStyle(JobStyle):
         job.event(EV.containers_ready, self.mpi_hosts())
 
     def mpi_check_problem(self, log: str) -> str:
-        problem = first_match(log, r"^PROBLEM: |error|ERROR|denied|failed")
-        return problem[len("PROBLEM: "):] if problem.startswith("PROBLEM: ") else problem
+        """The check's own PROBLEM line wherever it stands; else the first line that says an
+        error, but none of Open MPI's warnings: mpirun's plm:rsh (plm:ssh in Open MPI 5) logs
+        "Warning: setpgid(...) failed in parent with errno=Permission denied" when its ssh child
+        has already exec'd, which it ignores ("the child is off and running"), and which came
+        before the rank's own PROBLEM line."""
+        problem = first_match(log, r"^PROBLEM: ")
+        if problem:
+            return problem[len("PROBLEM: "):]
+        return first_match(log, r"^(?!.*\bWarning: ).*(error|ERROR|denied|failed)")
 
     def step_command(self, step: StepConfig) -> Tuple[List[str], Dict[str, str]]:
         if step.per_node:

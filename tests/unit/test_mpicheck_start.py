@@ -153,6 +153,21 @@ def test_a_failed_check_is_named_from_the_same_srun_lines_as_a_crash() -> None:
         "rank 1 saw 1 of 2 ranks")
 
 
+def test_a_failed_check_in_containers_is_named_by_its_rank_not_by_mpiruns_warning() -> None:
+    """mpirun over ssh (the Docker styles) may log Open MPI's ignored setpgid warning before the
+    rank's own PROBLEM line (seen on the test bed): the rank's line names the failure."""
+    from ftcluster.job.styles import DockerStyle
+
+    log = ("[node1:00045] plm:rsh: Warning: setpgid(62,62) failed in parent with errno=Permission denied(13)\n"
+           "PROBLEM: rank 1 on node2 cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file\n")
+    problem = DockerStyle.mpi_check_problem(None, log)   # type: ignore[arg-type]
+    assert problem == "rank 1 on node2 cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file"
+    # Without the rank's line: the first error that is not the warning.
+    assert DockerStyle.mpi_check_problem(None, log.splitlines()[0] + "\nssh: connect to host node2: "   # type: ignore[arg-type]
+                                         "Connection refused\nORTE was unable to reach a daemon: failed\n") == (
+        "ORTE was unable to reach a daemon: failed")
+
+
 def _mpiruns() -> list[str]:
     """Every Open MPI mpirun of this machine (the OS's 4.x, the Python environment's 5.x)."""
     found = {os.path.realpath(p) for p in ("/usr/bin/mpirun", os.path.join(os.path.dirname(sys.executable), "mpirun"),
