@@ -21,8 +21,10 @@ from ftcluster.plan.parallel import Plan
 def plan_table(plan: Plan, title: str = "plan") -> Table:
     t = table(title, show_header=False)
     for key in ("nodes", "gpus_per_node", "tensor_para_size", "pipeline_para_size", "world_size",
-                "mpi_ranks", "model_type", "ft_model", "checkpoint_dir"):
+                "mpi_ranks", "engine_model"):
         t.add_row(key, cell(getattr(plan, key)))
+    for key, value in plan.details.items():   # the engine's own (FT: model_type, checkpoint_dir, ...)
+        t.add_row(key, cell(value))
     ranks = ", ".join(f"{r.rank}->{r.node or f'node[{r.node_index}]'}" for r in plan.ranks[:16])
     if len(plan.ranks) > 16:
         ranks += f", ... ({len(plan.ranks)} ranks)"
@@ -65,10 +67,10 @@ def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
     with new_folder(out_folder(out)) as folder:
         prepared = engine_for(planned.model).prepare(planned.model, planned.plan, folder)
     if as_json:
-        echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.model,
+        echo_json(document("prepare", {"path": str(prepared.path), "engine_model": prepared.model,
                                        "parameters": dict(prepared.parameters)}))
         return
-    click.echo(f"prepared {prepared.path} (FT model {prepared.model!r}: "
+    click.echo(f"prepared {prepared.path} (the engine's model {prepared.model!r}: "
                + ", ".join(f"{k}={v}" for k, v in prepared.parameters.items()) + ")")
 
 

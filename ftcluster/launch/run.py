@@ -574,7 +574,7 @@ def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str
         "run_id": run_id, "created": time.time(), "ftcluster_version": __version__,
         "cluster": {"name": cluster.name, "source": cluster.source, "scheduler": cluster.scheduler,
                     "runtime": cluster.container.runtime},
-        "model": {"name": model.name, "model_type": plan.model_type, "source": model.source},
+        "model": {"name": model.name, "backend": model.backend, **plan.details, "source": model.source},
         "plan": plan.to_dict(),
         "image": {"container_image": cluster.container.image, "tag": image_tag(cluster),
                   # image id and TRITON_VERSION as `ftcluster image build` recorded them

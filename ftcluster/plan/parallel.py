@@ -8,7 +8,7 @@ submitted.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ftcluster.errors import PlanError, UserError
@@ -25,30 +25,73 @@ class RankSlot:
 
 
 @dataclass(frozen=True)
+class RankLayout:
+    """How an engine's server processes sit on the run's nodes, as the engine says."""
+
+    per_gpu: bool = False              # a server process per GPU (else one per node, seeing its GPUs)
+    serving: tuple[int, ...] = (0,)    # the ranks whose server answers requests: the run's endpoint
+    # The other ranks stay inside their model's load while they serve (FT's ranks != 0 wait
+    # there for rank 0's broadcasts): their load's start is their readiness.
+    others_stay_in_load: bool = True
+
+    def rank_count(self, nodes: int, gpus_per_node: int) -> int:
+        return nodes * gpus_per_node if self.per_gpu else nodes
+
+
+# What the job knows how to run: one rank per node, rank 0 serving, the others inside load.
+JOB_LAYOUT = RankLayout()
+
+
+@dataclass(frozen=True)
 class Plan:
     nodes: int
     gpus_per_node: int
     tensor_para_size: int
     pipeline_para_size: int
     world_size: int          # GPUs in the model-parallel world: tp * pp
-    mpi_ranks: int           # one MPI task per node
     ranks: tuple[RankSlot, ...]
-    ft_model: str
-    checkpoint_dir: str       # host-side <root>/<tp>-gpu
-    model_type: str
-    weight_data_type: str | None = None   # from the checkpoint's config.ini
-    input_hidden_size: int | None = None  # bert: the client's input_hidden_state width
+    # The model of the run's repository that the engine runs (the plan's parameters are set on
+    # it); the endpoint may serve another in front of it (an ensemble). "": a run that serves none.
+    engine_model: str = ""
+    layout: RankLayout = JOB_LAYOUT
     # The backend libraries the servers load (each model's `backend` in its config.pbtxt),
     # which the MPI check looks for in the image.
     backends: tuple[str, ...] = ()
+    client_hidden_size: int | None = None   # an encoder's input width, where the engine read it (the client's)
+    # What only its engine reads or shows (`ftcluster plan`, the run record): plain JSON values.
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mpi_ranks(self) -> int:
+        """The ranks of the run's MPI world."""
+        return self.layout.rank_count(self.nodes, self.gpus_per_node)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "mpi_ranks": self.mpi_ranks}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
-        ranks = tuple(RankSlot(**r) for r in data["ranks"])
-        return cls(**{**data, "ranks": ranks, "backends": tuple(data.get("backends", ()))})
+        data = _from_flat(data)
+        layout = data.get("layout") or {}
+        return cls(**{k: v for k, v in data.items() if k in _FIELDS},
+                   ranks=tuple(RankSlot(**r) for r in data["ranks"]), backends=tuple(data.get("backends", ())),
+                   layout=RankLayout(**{**layout, "serving": tuple(layout.get("serving", (0,)))}))
+
+
+_FIELDS = {"nodes", "gpus_per_node", "tensor_para_size", "pipeline_para_size", "world_size", "engine_model",
+           "client_hidden_size", "details"}
+# A plan saved before the engines had a seam (a run folder's launched.json) held its engine's
+# facts among the shared ones: they move where they live now.
+_FLAT_DETAILS = ("model_type", "checkpoint_dir", "weight_data_type")
+
+
+def _from_flat(data: dict[str, Any]) -> dict[str, Any]:
+    if "ft_model" not in data:
+        return data
+    old = dict(data)
+    return {**old, "engine_model": old["ft_model"],
+            "client_hidden_size": old.get("input_hidden_size"),
+            "details": {k: old[k] for k in _FLAT_DETAILS if old.get(k) is not None and old.get(k) != ""}}
 
 
 def option_problems(cluster: ClusterSpec | None, nodes: int, gpus_per_node: int | None = None,

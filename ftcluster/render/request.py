@@ -119,9 +119,8 @@ def job_shape(cluster: ClusterSpec, nodes: int, gpus_per_node: int) -> Plan:
     only, one task per node. gpus_per_node 0: not known yet (`auto` before a preflight)."""
     names = node_names(cluster, nodes)
     return Plan(nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=gpus_per_node,
-                pipeline_para_size=nodes, world_size=nodes * gpus_per_node, mpi_ranks=nodes,
-                ranks=tuple(RankSlot(r, r, names[r], gpus_per_node) for r in range(nodes)),
-                ft_model="", checkpoint_dir="", model_type="")
+                pipeline_para_size=nodes, world_size=nodes * gpus_per_node,
+                ranks=tuple(RankSlot(r, r, names[r], gpus_per_node) for r in range(nodes)))
 
 
 def submit_argv(scheduler: str, script: str) -> tuple[str, ...]:

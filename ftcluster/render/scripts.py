@@ -375,9 +375,9 @@ def _client(model: ModelSpec | None, plan: Plan) -> ClientDefaults:
     """The model's client settings; bert's hidden size from the checkpoint unless set."""
     if model is None:
         return ClientDefaults()
-    if model.client.hidden_size or not plan.input_hidden_size:
+    if model.client.hidden_size or not plan.client_hidden_size:
         return model.client
-    return model.client.model_copy(update={"hidden_size": plan.input_hidden_size})
+    return model.client.model_copy(update={"hidden_size": plan.client_hidden_size})
 
 
 def run_facts(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: RenderOptions) -> RunFacts:

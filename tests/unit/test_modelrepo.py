@@ -54,11 +54,11 @@ def test_model_type_written_as_the_backend_names_it() -> None:
 def test_data_type_defaults_to_the_checkpoints_weight_type() -> None:
     import dataclasses
 
-    plan = dataclasses.replace(_plan(), weight_data_type="fp32")
+    plan = dataclasses.replace(_plan(), details={**_plan().details, "weight_data_type": "fp32"})
     assert ft_parameters(model(data_type=None), plan)["data_type"] == "fp32"      # none in the source
     assert "data_type" not in ft_parameters(model(data_type=None), plan, {"data_type": "fp16"})
     assert ft_parameters(model(data_type="fp16"), plan)["data_type"] == "fp16"    # the spec wins
-    unknown = dataclasses.replace(plan, weight_data_type=None)
+    unknown = dataclasses.replace(plan, details={**plan.details, "weight_data_type": None})
     assert ft_parameters(model(data_type=None), unknown)["data_type"] == "fp16"
 
 

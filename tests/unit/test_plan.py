@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from ftcluster.engines.fastertransformer.checkpoint import Split, read_checkpoint
 from ftcluster.errors import PlanError
 from ftcluster.engines import make_plan
-from ftcluster.plan.parallel import Plan
+from ftcluster.plan.parallel import JOB_LAYOUT, Plan, RankLayout
+from ftcluster.engines.fastertransformer.engine import ENGINE
 from ftcluster.engines.fastertransformer.plan import plan_for, read_model_facts
 from ftcluster.spec.load import load_cluster, load_model
 from tests.helpers_specs import MODELS, assert_one_line_error, ckpt, cluster, facts, model, run_cli
@@ -23,8 +25,8 @@ def test_default_plan_tp_is_gpus_pp_is_nodes() -> None:
     assert (p.tensor_para_size, p.pipeline_para_size, p.world_size, p.mpi_ranks) == (2, 3, 6, 3)
     assert [(r.rank, r.node_index, r.node, r.gpus) for r in p.ranks] == [
         (0, 0, "local0", 2), (1, 1, "local1", 2), (2, 2, "local2", 2)]
-    assert p.checkpoint_dir == "/ckpt/2-gpu"
-    assert p.ft_model == "fastertransformer" and p.model_type == "GPT"
+    assert p.details == {"model_type": "GPT", "checkpoint_dir": "/ckpt/2-gpu", "weight_data_type": "fp32"}
+    assert p.engine_model == "fastertransformer" and p.layout == JOB_LAYOUT
 
 
 def test_plan_round_trips_through_dict() -> None:
@@ -145,7 +147,7 @@ def test_make_plan_reads_facts_from_disk() -> None:
     # The backend libraries the servers load (the ensemble is a platform, built in).
     assert f.backends == ("fastertransformer", "python")
     p = make_plan(c, m, 2)
-    assert p.checkpoint_dir == str(m.checkpoint_root / "1-gpu")
+    assert p.details["checkpoint_dir"] == str(m.checkpoint_root / "1-gpu")
     assert p.pipeline_para_size == 2
     assert p.backends == f.backends and Plan.from_dict(p.to_dict()) == p
 
@@ -215,3 +217,26 @@ def test_cli_help_has_an_example(cmd: str) -> None:
 def test_refuses_multi_node_without_instance_group() -> None:
     _refuse("instance_group is not set", facts=facts(groups=()), nodes=2)
     assert plan_for(cluster(), model(), facts(groups=()), ckpt(), nodes=1, gpus_per_node=1).nodes == 1
+
+
+def test_a_plan_saved_before_the_engine_seam_reads_back() -> None:
+    """A run folder's launched.json from before the seam: FT's facts among the shared ones."""
+    p = plan_for(cluster(), model(), facts(), ckpt(), nodes=2, gpus_per_node=1)
+    flat = {k: v for k, v in p.to_dict().items() if k not in ("engine_model", "layout", "details", "client_hidden_size")}
+    flat.update(ft_model="fastertransformer", model_type="GPT", checkpoint_dir="/ckpt/1-gpu",
+                weight_data_type="fp32", input_hidden_size=None)
+    assert Plan.from_dict(json.loads(json.dumps(flat))) == p
+
+
+def test_an_engine_whose_layout_the_job_cannot_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout is the engine's word, checked before anything is written: a server per GPU is
+    refused by name (the job starts one per node), not started wrong."""
+    real = type(ENGINE).plan
+
+    def per_gpu(self: object, *args: object, **kwargs: object) -> Plan:
+        return dataclasses.replace(real(self, *args, **kwargs), layout=RankLayout(per_gpu=True))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(ENGINE), "plan", per_gpu)
+    with pytest.raises(PlanError) as err:
+        make_plan(load_cluster(MODELS / "cluster_local.yaml"), load_model(MODELS / "tiny.yaml"), 2)
+    assert "asks for a server per GPU" in str(err.value) and "a server per node" in str(err.value)

@@ -20,8 +20,7 @@ from tests.helpers_specs import cluster
 
 def _plan(nodes: int) -> Plan:
     return Plan(nodes=nodes, gpus_per_node=1, tensor_para_size=1, pipeline_para_size=nodes, world_size=nodes,
-                mpi_ranks=nodes, ranks=tuple(RankSlot(r, r, None, 1) for r in range(nodes)), ft_model="gpt",
-                checkpoint_dir="/c", model_type="GPT")
+                ranks=tuple(RankSlot(r, r, None, 1) for r in range(nodes)), engine_model="gpt")
 
 
 def test_member_ids_and_ports() -> None:

@@ -112,8 +112,8 @@ def test_plan_and_prepare_per_type(repo: Path, model_type: str, tmp_path: Path) 
         prepared = prepare_repository(m, plan, out)
         # Only tp, pp and the checkpoint path change; everything else stays what the source said.
         assert set(prepared.parameters) == {"tensor_para_size", "pipeline_para_size", "model_checkpoint_path"}
-        check_prepared(src, out, plan.ft_model, prepared.parameters, None)
-        cfg = read_model_config(out / plan.ft_model / "config.pbtxt")
+        check_prepared(src, out, plan.engine_model, prepared.parameters, None)
+        cfg = read_model_config(out / plan.engine_model / "config.pbtxt")
         assert cfg.parameters["model_type"].string_value == KINDS[model_type].backend_type
 
 
@@ -243,7 +243,7 @@ def test_plan_gives_bert_client_the_checkpoint_hidden_size(tmp_path: Path) -> No
     root = tmp_path / "ckpt"
     make_checkpoint(root, FT_FIXTURES / "bert", "bert", 1)
     plan = make_plan(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root), 1)
-    assert plan.input_hidden_size == 768
+    assert plan.client_hidden_size == 768
     with pytest.raises(PlanError) as exc:
         make_plan(cluster(), spec_for(FT_FIXTURES / "bert", "bert", root, client={"hidden_size": 512}), 1)
     assert exc.value.field == "client.hidden_size" and "768" in str(exc.value)

@@ -50,7 +50,7 @@ class FasterTransformer:
         ft = _ft(model)
         config: dict[str, Any] = MessageToDict(read_model_config(ft.repository / model.name / "config.pbtxt"),
                                                preserving_proto_field_name=True)
-        if model.name != plan.ft_model:
+        if model.name != plan.engine_model:
             return config
         # As the server will see it: the run's parameters set, FT's auto-completed types.
         source = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}

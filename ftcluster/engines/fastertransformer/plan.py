@@ -19,7 +19,7 @@ from ftcluster.engines.fastertransformer.config import find_ft_model
 from ftcluster.engines.fastertransformer.modeltypes import BACKEND_TYPES, backend_type
 from ftcluster.engines.fastertransformer.spec import FTModelSpec
 from ftcluster.errors import PlanError, all_problems
-from ftcluster.plan.parallel import Plan, RankSlot, node_names, option_problems
+from ftcluster.plan.parallel import Plan, RankLayout, RankSlot, node_names, option_problems
 from ftcluster.spec.cluster import ClusterSpec
 
 
@@ -74,10 +74,13 @@ def plan_for(
     assert ckpt.gpu_dir is not None
     return Plan(
         nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=tp, pipeline_para_size=pp,
-        world_size=tp * pp, mpi_ranks=nodes, ranks=ranks, ft_model=facts.ft_model,
-        checkpoint_dir=str(ckpt.gpu_dir), model_type=model.model_type,
-        weight_data_type=ckpt.weight_data_type, input_hidden_size=ckpt.input_hidden_size,
-        backends=facts.backends,
+        world_size=tp * pp, ranks=ranks, engine_model=facts.ft_model,
+        # One process per node, rank 0 serving: FT's own layout (its ranks != 0 wait in their
+        # model's load for rank 0's broadcasts).
+        layout=RankLayout(per_gpu=False, serving=(0,), others_stay_in_load=True),
+        backends=facts.backends, client_hidden_size=ckpt.input_hidden_size,
+        details={"model_type": model.model_type, "checkpoint_dir": str(ckpt.gpu_dir),
+                 "weight_data_type": ckpt.weight_data_type},
     )
 
 

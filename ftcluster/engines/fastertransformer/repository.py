@@ -56,7 +56,7 @@ def ft_parameters(model: FTModelSpec, plan: Plan, source: dict[str, str] | None 
     if model.data_type is not None:
         params["data_type"] = model.data_type
     elif "data_type" not in source:
-        params["data_type"] = _precision(plan.weight_data_type)
+        params["data_type"] = _precision(plan.details.get("weight_data_type"))
     if model.int8_mode is not None:
         params["int8_mode"] = str(model.int8_mode)
     if model.enable_custom_all_reduce is not None:
@@ -156,14 +156,14 @@ def prepare_repository(model: FTModelSpec, plan: Plan, out: Path) -> Prepared:
         out.rmdir()
     out.parent.mkdir(parents=True, exist_ok=True)
     _copy_tree(model.repository, out)
-    cfg_path = out / plan.ft_model / "config.pbtxt"
+    cfg_path = out / plan.engine_model / "config.pbtxt"
     cfg = read_model_config(cfg_path)
     params = ft_parameters(model, plan, {k: v.string_value for k, v in cfg.parameters.items()})
     apply_plan(cfg, params, model.max_batch_size)
     _write_config(cfg_path, cfg)
     if model.max_batch_size is not None:
-        _cap_ensembles(out, plan.ft_model, model.max_batch_size)
-    return Prepared(out, plan.ft_model, params)
+        _cap_ensembles(out, plan.engine_model, model.max_batch_size)
+    return Prepared(out, plan.engine_model, params)
 
 
 def _cap_ensembles(repo: Path, ft_model: str, mbs: int) -> None:

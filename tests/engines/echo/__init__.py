@@ -61,8 +61,8 @@ class Echo:
         names = node_names(cluster, nodes)
         ranks = tuple(RankSlot(rank=i, node_index=i, node=names[i], gpus=gpus_per_node) for i in range(nodes))
         return Plan(nodes=nodes, gpus_per_node=gpus_per_node, tensor_para_size=tp or gpus_per_node,
-                    pipeline_para_size=pp or nodes, world_size=nodes * gpus_per_node, mpi_ranks=nodes, ranks=ranks,
-                    ft_model=model.name, checkpoint_dir="", model_type="echo", backends=("python",))
+                    pipeline_para_size=pp or nodes, world_size=nodes * gpus_per_node, ranks=ranks,
+                    engine_model=model.name, backends=("python",), details={"shift": _echo(model).shift})
 
     def prepare(self, model: ModelSpec, plan: Plan, out: Path) -> Prepared:
         echo = _echo(model)
