@@ -24,7 +24,8 @@ def plan_table(plan: Plan, title: str = "plan") -> Table:
                 "mpi_ranks", "engine_model"):
         t.add_row(key, cell(getattr(plan, key)))
     for key, value in plan.details.items():   # the engine's own (FT: model_type, checkpoint_dir, ...)
-        t.add_row(key, cell(value))
+        if value is not None:
+            t.add_row(key, cell(value))
     ranks = ", ".join(f"{r.rank}->{r.node or f'node[{r.node_index}]'}" for r in plan.ranks[:16])
     if len(plan.ranks) > 16:
         ranks += f", ... ({len(plan.ranks)} ranks)"
@@ -68,6 +69,7 @@ def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
         prepared = engine_for(planned.model).prepare(planned.model, planned.plan, folder)
     if as_json:
         echo_json(document("prepare", {"path": str(prepared.path), "engine_model": prepared.model,
+                                       "ft_model": prepared.model,   # its name before the engines had a seam
                                        "parameters": dict(prepared.parameters)}))
         return
     click.echo(f"prepared {prepared.path} (the engine's model {prepared.model!r}: "

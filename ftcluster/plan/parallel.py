@@ -58,8 +58,14 @@ class Plan:
     # which the MPI check looks for in the image.
     backends: tuple[str, ...] = ()
     client_hidden_size: int | None = None   # an encoder's input width, where the engine read it (the client's)
-    # What only its engine reads or shows (`ftcluster plan`, the run record): plain JSON values.
+    # What only its engine reads or shows (`ftcluster plan`, the run record), plain JSON values;
+    # shown beside the shared keys, so none of them may take a shared key's name.
     details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.details) & _SHARED)
+        if clash:
+            raise ValueError(f"an engine's plan details may not be named as the plan's own keys: {clash}")
 
     @property
     def mpi_ranks(self) -> int:
@@ -67,31 +73,25 @@ class Plan:
         return self.layout.rank_count(self.nodes, self.gpus_per_node)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "mpi_ranks": self.mpi_ranks}
+        """The shared keys with the engine's beside them (`plan --json` keeps the keys it had
+        before the engines had a seam: FT's `ft_model`, `model_type`, ... are its details)."""
+        shared = asdict(self)
+        return {**shared.pop("details"), **shared, "mpi_ranks": self.mpi_ranks}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
-        data = _from_flat(data)
         layout = data.get("layout") or {}
         return cls(**{k: v for k, v in data.items() if k in _FIELDS},
                    ranks=tuple(RankSlot(**r) for r in data["ranks"]), backends=tuple(data.get("backends", ())),
-                   layout=RankLayout(**{**layout, "serving": tuple(layout.get("serving", (0,)))}))
+                   layout=RankLayout(**{**layout, "serving": tuple(layout.get("serving", (0,)))}),
+                   details={k: v for k, v in data.items() if k not in _SHARED},
+                   # A plan saved before the seam named the engine's model by FT's word.
+                   **({"engine_model": data["ft_model"]} if "engine_model" not in data and "ft_model" in data else {}))
 
 
 _FIELDS = {"nodes", "gpus_per_node", "tensor_para_size", "pipeline_para_size", "world_size", "engine_model",
-           "client_hidden_size", "details"}
-# A plan saved before the engines had a seam (a run folder's launched.json) held its engine's
-# facts among the shared ones: they move where they live now.
-_FLAT_DETAILS = ("model_type", "checkpoint_dir", "weight_data_type")
-
-
-def _from_flat(data: dict[str, Any]) -> dict[str, Any]:
-    if "ft_model" not in data:
-        return data
-    old = dict(data)
-    return {**old, "engine_model": old["ft_model"],
-            "client_hidden_size": old.get("input_hidden_size"),
-            "details": {k: old[k] for k in _FLAT_DETAILS if old.get(k) is not None and old.get(k) != ""}}
+           "client_hidden_size"}
+_SHARED = _FIELDS | {"ranks", "layout", "backends", "mpi_ranks"}
 
 
 def option_problems(cluster: ClusterSpec | None, nodes: int, gpus_per_node: int | None = None,

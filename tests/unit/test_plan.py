@@ -25,7 +25,8 @@ def test_default_plan_tp_is_gpus_pp_is_nodes() -> None:
     assert (p.tensor_para_size, p.pipeline_para_size, p.world_size, p.mpi_ranks) == (2, 3, 6, 3)
     assert [(r.rank, r.node_index, r.node, r.gpus) for r in p.ranks] == [
         (0, 0, "local0", 2), (1, 1, "local1", 2), (2, 2, "local2", 2)]
-    assert p.details == {"model_type": "GPT", "checkpoint_dir": "/ckpt/2-gpu", "weight_data_type": "fp32"}
+    assert p.details == {"ft_model": "fastertransformer", "model_type": "GPT", "checkpoint_dir": "/ckpt/2-gpu",
+                         "weight_data_type": "fp32", "input_hidden_size": None}
     assert p.engine_model == "fastertransformer" and p.layout == JOB_LAYOUT
 
 
@@ -220,12 +221,21 @@ def test_refuses_multi_node_without_instance_group() -> None:
 
 
 def test_a_plan_saved_before_the_engine_seam_reads_back() -> None:
-    """A run folder's launched.json from before the seam: FT's facts among the shared ones."""
+    """A run folder's launched.json from before the seam (FT's facts among the shared ones, no
+    layout) reads back as the plan made now; `plan --json` keeps every key it had."""
     p = plan_for(cluster(), model(), facts(), ckpt(), nodes=2, gpus_per_node=1)
-    flat = {k: v for k, v in p.to_dict().items() if k not in ("engine_model", "layout", "details", "client_hidden_size")}
-    flat.update(ft_model="fastertransformer", model_type="GPT", checkpoint_dir="/ckpt/1-gpu",
-                weight_data_type="fp32", input_hidden_size=None)
-    assert Plan.from_dict(json.loads(json.dumps(flat))) == p
+    old_keys = {"nodes", "gpus_per_node", "tensor_para_size", "pipeline_para_size", "world_size", "mpi_ranks", "ranks",
+                "ft_model", "checkpoint_dir", "model_type", "weight_data_type", "input_hidden_size", "backends"}
+    new = p.to_dict()
+    assert old_keys <= set(new) and new["ft_model"] == "fastertransformer" and new["model_type"] == "GPT"
+    old = {k: v for k, v in new.items() if k in old_keys}
+    assert Plan.from_dict(json.loads(json.dumps(old))) == p
+
+
+def test_engine_details_may_not_shadow_the_shared_keys() -> None:
+    p = plan_for(cluster(), model(), facts(), ckpt(), nodes=2, gpus_per_node=1)
+    with pytest.raises(ValueError, match="nodes"):
+        dataclasses.replace(p, details={"nodes": 3})
 
 
 def test_an_engine_whose_layout_the_job_cannot_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

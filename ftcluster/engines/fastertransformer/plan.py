@@ -79,8 +79,8 @@ def plan_for(
         # model's load for rank 0's broadcasts).
         layout=RankLayout(per_gpu=False, serving=(0,), others_stay_in_load=True),
         backends=facts.backends, client_hidden_size=ckpt.input_hidden_size,
-        details={"model_type": model.model_type, "checkpoint_dir": str(ckpt.gpu_dir),
-                 "weight_data_type": ckpt.weight_data_type},
+        details={"ft_model": facts.ft_model, "model_type": model.model_type, "checkpoint_dir": str(ckpt.gpu_dir),
+                 "weight_data_type": ckpt.weight_data_type, "input_hidden_size": ckpt.input_hidden_size},
     )
 
 
