@@ -83,7 +83,7 @@ def test_the_engine_plans_with_its_own_rule(tmp_path: Path, echo_env: dict[str, 
                      "--json", env=echo_env)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
-    assert plan["shift"] == 1 and plan["mpi_ranks"] == 2 and plan["layout"]["per_gpu"] is False
+    assert plan["shift"] == 5 and plan["mpi_ranks"] == 2 and plan["layout"]["per_gpu"] is False
     proc = ftcluster("plan", "--cluster", str(cluster), "--model", str(_model(tmp_path)),
                      "--nodes", str(MAX_NODES + 1), env=echo_env)
     assert proc.returncode == 3 and f"the echo engine serves on at most {MAX_NODES} nodes" in proc.stderr, \
