@@ -68,7 +68,7 @@ def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
         echo_json(document("prepare", {"path": str(prepared.path), "ft_model": prepared.model,
                                        "parameters": dict(prepared.parameters)}))
         return
-    click.echo(f"prepared {prepared.path} (FT model {prepared.model!r}: "
+    click.echo(f"prepared {prepared.path} (the engine's model {prepared.model!r}: "
                + ", ".join(f"{k}={v}" for k, v in prepared.parameters.items()) + ")")
 
 
