@@ -1,4 +1,4 @@
-"""ftcluster: serve a model with Triton and its engine (FasterTransformer first) across Slurm GPU
+"""ftcluster: serve a model with Triton and its engine (ftcluster/engines/) across Slurm GPU
 nodes, and keep it served."""
 
 __version__ = "0.1.0"

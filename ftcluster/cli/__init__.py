@@ -45,16 +45,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("commands_check",
               "Run only the MPI world check (ranks, hosts, binaries, ring, allreduce) on N nodes."),
     "preflight": ("commands_preflight", "Check every node's GPUs and the NCCL all-reduce bandwidth between them."),
-    "client": ("commands_client", "Test, benchmark and run prompts through a running Triton + FT model."),
+    "client": ("commands_client", "Test, benchmark and run prompts through a model served by Triton."),
     "compose": ("commands_serve",
                 "Write docker-compose.yml + .env serving one node (pp = 1) as a restartable service."),
     "serve": ("commands_serve",
               "Start one node as a container through the Docker SDK and wait until the model is ready."),
     "down": ("commands_serve", "Stop and remove a service started by `ftcluster serve`."),
     "gateway": ("commands_gateway", "Serve a JSON generation API (OpenAPI docs at /docs) in front of Triton."),
-    "image": ("commands_image", "Build the Triton + FasterTransformer image, push it, import it for Enroot/Pyxis."),
+    "image": ("commands_image", "Build an engine's serving image (Triton with its backend), push it, import it for Enroot/Pyxis."),
     "convert": ("commands_convert",
-                "Convert weights with FT's converter for the model type, for tensor_para_size GPUs."),
+                "Convert weights with the engine's converter for the model, for tensor_para_size GPUs."),
     "check-checkpoint": ("commands_convert",
                          "Check <checkpoint_root>/<gpus>-gpu/: config.ini fields, every shard, every file size."),
     "config": ("commands_config", "Show or set the cluster and model spec used when --cluster/--model are left out."),
@@ -170,7 +170,7 @@ def load(name: str) -> None:
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="ftcluster")
 def cli() -> None:
-    """Serve a model with Triton Inference Server + FasterTransformer across Slurm nodes.
+    """Serve a model with Triton Inference Server and its engine across Slurm nodes.
 
     The examples use the specs that `ftcluster examples` writes into ./configs.
 

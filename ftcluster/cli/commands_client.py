@@ -23,10 +23,18 @@ from ftcluster.client.endpoint import PROTOCOLS, Endpoint
 from ftcluster.errors import UserError, os_error_words
 from ftcluster.access.run_access import model_to_query, resolve_endpoint
 
-# The model a client asks for when neither --model nor --run names one: the FT backend's
-# usual model name (the demo's).
-DEFAULT_MODEL = "fastertransformer"
-MODEL_HELP = f"Model name on the server [default: the run's model with --run, else {DEFAULT_MODEL}]."
+# The model a client asks for when neither --model nor --run names one: the embedded demo
+# model's (ftcluster/demo/model.yaml, what `ftcluster launch` serves without --model).
+MODEL_HELP = "Model name on the server [default: the run's model with --run, else the demo model's]."
+
+
+def _model(model: str | None, run_ref: str | None) -> str:
+    if model:
+        return model
+    # startup: the demo spec is read (YAML) only where no --model names the model
+    from ftcluster.spec.defaults import embedded_model_name
+
+    return model_to_query(None, run_ref, embedded_model_name())
 
 
 def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,7 +45,7 @@ def _with_endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, url: str | None, run_ref: str | None, protocol: str, timeout: float,
                 token: str | None, token_file: str | None, ca: str | None, **kwargs: Any) -> Any:
         endpoint = resolve_endpoint(url, run_ref, protocol, timeout, token, token_file, ca=ca)
-        return fn(*args, endpoint=endpoint, **{**kwargs, "model": model_to_query(kwargs["model"], run_ref, DEFAULT_MODEL)})
+        return fn(*args, endpoint=endpoint, **{**kwargs, "model": _model(kwargs["model"], run_ref)})
 
     opts = [
         click.option("--url", default=None, help="Triton HOST:PORT (HTTP or gRPC port, per --protocol)."),
@@ -101,11 +109,11 @@ def _write_result(path: str | None, data: dict[str, Any], option: str = "--resul
 
 @cli.group("client")
 def client_group() -> None:
-    """Test, benchmark and run prompts through a running Triton + FT model.
+    """Test, benchmark and run prompts through a model served by Triton.
 
     \b
     Examples:
-      ftcluster client identity --url node1:8000 --model fastertransformer
+      ftcluster client identity --url node1:8000 --model gpt
       ftcluster client bench --url node1:8001 --protocol grpc --concurrency 1,4,16 --csv out.csv
       ftcluster client text --url node1:8000 --model t5 --prompts en.txt --tokenizer t5-small \\
           --reference de.txt
@@ -132,7 +140,7 @@ def identity_cmd(endpoint: Endpoint, model: str, batch_size: int | None,
 
     \b
     Example:
-      ftcluster client identity --url localhost:8000 --model fastertransformer --batch-size 4 --json
+      ftcluster client identity --url localhost:8000 --batch-size 4 --json   # the demo model
       ftcluster client identity --url localhost:8000 --save tp1.json      # one plan...
       ftcluster client identity --url localhost:8000 --against tp1.json   # ...then another
     """

@@ -1,4 +1,5 @@
-"""`convert` (the FT converter as a Slurm job) and `check-checkpoint` (is an N-gpu folder complete)."""
+"""`convert` (the engine's weight converter as a Slurm job) and `check-checkpoint` (is an N-gpu
+folder complete)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from ftcluster.errors import PlanError
 from ftcluster.observe.documents import document, run_json
 from ftcluster.spec.cluster import MAX_GPUS_PER_NODE
 from ftcluster.spec.defaults import default_cluster_path, default_model_path
+from ftcluster.spec.engines import default_engine, engine_named
 from ftcluster.spec.load import load_model, load_specs
+
+
+# The default engine's converter, for the help's words (the run's engine is its model spec's).
+_DEFAULT = default_engine()
+_CONVERTER = engine_named(_DEFAULT).converter
 
 
 @cli.command("convert")
@@ -27,7 +34,7 @@ from ftcluster.spec.load import load_model, load_specs
 @click.option("--tp", type=count(), default=None, help="tensor_para_size (default: GPUs per node).")
 @click.option("--pp", type=count(), default=None, help="pipeline_para_size (default: nodes).")
 @click.option("--converter-root", required=True, type=click.Path(file_okay=False),
-              help="FasterTransformer checkout (holds examples/pytorch/...).")
+              help=f"The engine's converter source tree ({_DEFAULT}: {_CONVERTER.root if _CONVERTER else 'none'}).")
 @click.option("--input", "input_dir", required=True, type=Word(), help="HF model folder or training checkpoint to convert.")
 @click.option("--python", default="python3", show_default=True, type=Word(),
               help="Python that runs the converter on the node (needs torch/transformers).")
@@ -38,9 +45,9 @@ from ftcluster.spec.load import load_model, load_specs
 def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gpus_per_node: int | None,
                 tp: int | None, pp: int | None, converter_root: str, input_dir: str, python: str,
                 dry_run: bool, detach: bool, timeout: float | None, as_json: bool) -> None:
-    """Convert weights with FT's converter for the model type, for tensor_para_size GPUs.
+    """Convert weights with the engine's converter for the model, for tensor_para_size GPUs.
 
-    The converter script and its arguments are looked up from model_type; the output is
+    The engine picks the converter script and its arguments for the model; the output is
     <checkpoint_root>/<tp>-gpu/, checked after the job. Runs as a job on one node through the
     cluster's launch path (inside the Pyxis container where there is one; a process here for a
     local cluster); `ftcluster status/logs/stop RUN` work for it.
@@ -48,7 +55,7 @@ def convert_cmd(cluster_path: str | None, model_path: str | None, nodes: int, gp
     \b
     Example:
       ftcluster convert --cluster configs/clusters/pyxis.yaml --model configs/models/gpt.yaml \\
-          --nodes 2 --converter-root /lustre/FasterTransformer --input /lustre/hf/gpt2
+          --nodes 2 --converter-root /lustre/src/converter --input /lustre/hf/gpt2
     """
     # Its output, checkpoint_root/<tp>-gpu, is what it makes: checkpoint_root need not exist yet.
     cluster, model = load_specs(cluster_path or default_cluster_path(), model_path or default_model_path(),

@@ -1,4 +1,5 @@
-"""`image build` and `image import`: the Triton + FT backend image for a cluster."""
+"""`image build` and `image import`: an engine's serving image (Triton with the engine's backend)
+for a cluster. What is built is the engine's (Engine.image); its words in the help are too."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from ftcluster.errors import UserError
 from ftcluster.observe.documents import document
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.defaults import default_cluster_path
+from ftcluster.spec.engines import default_engine
 from ftcluster.spec.load import load_cluster
+
+# The default engine's recipe, for the help (another engine's is named by --engine).
+_ENGINE, _RECIPE = img.engine_recipe()
 
 
 def _cluster(path: str | None) -> ClusterSpec:
@@ -34,35 +39,40 @@ def _cluster(path: str | None) -> ClusterSpec:
 
 @cli.group("image")
 def image_group() -> None:
-    """Build the Triton + FasterTransformer image, push it, import it for Enroot/Pyxis."""
+    """Build an engine's serving image (Triton with its backend), push it, import it for Enroot/Pyxis."""
 
 
 @image_group.command("build")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
-@click.option("--ft-backend", required=True, type=click.Path(file_okay=False, exists=True),
-              help="fastertransformer_backend checkout (holds docker/Dockerfile).")
-@click.option("--triton-version", default=None, type=DockerRef(), help="TRITON_VERSION build arg (default: image.triton_version, 22.12).")
+@click.option("--engine", "engine_name", default=None, metavar="NAME",
+              help=f"The engine whose image to build (a model spec's backend) [default: {default_engine()}].")
+# --ft-backend: its first spelling, kept for the scripts that use it.
+@click.option("--source", "--ft-backend", "source", required=True, type=click.Path(file_okay=False, exists=True),
+              help=f"The source tree the engine's image is built from ({_ENGINE.name}: {_RECIPE.source}).")
+@click.option("--triton-version", default=None, type=DockerRef(),
+              help=f"The Triton release, build arg {_RECIPE.version_arg} (default: image.triton_version, 22.12).")
 @click.option("--tag", default=None, type=DockerRef(), help="Image tag (default: image.tag or container.image of the spec).")
 @click.option("--push", is_flag=True, help="Push to image.registry of the spec after the build.")
 @click.option("--network", default=None, help="Network mode of RUN steps (e.g. host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded metadata as JSON.")
-def build_cmd(cluster_path: str | None, ft_backend: str, triton_version: str | None, tag: str | None,
-              push: bool, network: str | None, as_json: bool) -> None:
-    """Build docker/Dockerfile of a fastertransformer_backend checkout with the Docker SDK.
+def build_cmd(cluster_path: str | None, engine_name: str | None, source: str, triton_version: str | None,
+              tag: str | None, push: bool, network: str | None, as_json: bool) -> None:
+    """Build the engine's serving image from its source tree (--source) with the Docker SDK.
 
-    Uses the daemon DOCKER_HOST names. Records the image id and TRITON_VERSION in
-    <workspace>/images/<tag>.json.
+    Runs the engine's Dockerfile in the source tree, the Triton release as its build arg, on the
+    daemon DOCKER_HOST names. Records the image id and the release in <workspace>/images/<tag>.json.
 
     \b
     Example:
-      ftcluster image build --cluster configs/clusters/pyxis.yaml --ft-backend ~/fastertransformer_backend \\
+      ftcluster image build --cluster configs/clusters/pyxis.yaml --source ~/src/backend \\
           --triton-version 22.12 --push
     """
     cluster = _cluster(cluster_path)
+    _, recipe = img.engine_recipe(engine_name)
     version = triton_version or cluster.image.triton_version
-    name = img.image_tag(cluster, tag, version)
-    backend = Path(ft_backend).expanduser()
-    img.check_backend(backend)
+    name = img.image_tag(cluster, tag, version, recipe)
+    backend = Path(source).expanduser()
+    img.check_source(recipe, backend)
     if push and not cluster.image.registry:
         raise UserError("--push needs image.registry in the cluster spec", field="image.registry",
                         hint="e.g. image: {registry: registry.example.com/team}")
@@ -80,7 +90,7 @@ def build_cmd(cluster_path: str | None, ft_backend: str, triton_version: str | N
             else:
                 progress.console.print(f"  {escape(ev.text)}", highlight=False)
 
-        image_id = img.build_image(client, backend, name, version, on_event, network_mode=network)
+        image_id = img.build_image(client, recipe, backend, name, version, on_event, network_mode=network)
         progress.update(task, completed=progress.tasks[0].total or 1)
         pushed = None
         if push:
@@ -92,18 +102,21 @@ def build_cmd(cluster_path: str | None, ft_backend: str, triton_version: str | N
     if as_json:
         echo_json(img.image_metadata(cluster, name).to_dict())  # type: ignore[union-attr]
         return
-    click.echo(f"built {name} ({image_id[:19]}) TRITON_VERSION={version}"
+    click.echo(f"built {name} ({image_id[:19]}) {recipe.version_arg}={version}"
                + (f"; pushed {pushed}" if pushed else "") + f"; recorded in {meta_path}")
 
 
 @image_group.command("import")
 @click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), help="Cluster spec YAML.")
+@click.option("--engine", "engine_name", default=None, metavar="NAME",
+              help=f"The engine whose image it is, for the default tag [default: {default_engine()}].")
 @click.option("--tag", default=None, type=DockerRef(), help="Image to import (default: the spec's image tag).")
 @click.option("--dry-run", is_flag=True, help="Write the import script and print the command; run nothing.")
 @click.option("--force", is_flag=True, help="Replace an existing .sqsh file.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {image, sqsh, script, command, imported} as JSON (imported: false for --dry-run).")
-def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: bool, as_json: bool) -> None:
+def import_cmd(cluster_path: str | None, engine_name: str | None, tag: str | None, dry_run: bool, force: bool,
+               as_json: bool) -> None:
     """Import the built image from the local Docker daemon as an Enroot .sqsh for Pyxis.
 
     Writes <workspace>/images/import-<tag>.sh (enroot import -o <sqsh> dockerd://<tag>) and runs it.
@@ -114,7 +127,7 @@ def import_cmd(cluster_path: str | None, tag: str | None, dry_run: bool, force: 
       ftcluster image import --cluster configs/clusters/pyxis.yaml --dry-run
     """
     cluster = _cluster(cluster_path)
-    name = img.image_tag(cluster, tag)
+    name = img.image_tag(cluster, tag, recipe=img.engine_recipe(engine_name)[1])
     sqsh = img.sqsh_path(cluster, name)
     script = img.write_import_script(cluster, name, sqsh)
 

@@ -1,7 +1,7 @@
-"""Client of a served FT model: identity test, load test and text test over HTTP or gRPC.
+"""Client of a model served by Triton: identity test, load test and text test over HTTP or gRPC.
 
     from ftcluster.client import Endpoint, run_identity, run_bench, parse_steps, run_text
-    result = run_identity(Endpoint.parse("localhost:8000"), "fastertransformer")
+    result = run_identity(Endpoint.parse("localhost:8000"), "gpt")
     texts = run_text(Endpoint.parse("localhost:8000"), "ensemble", ["Hello"]).texts
 
 The names below are imported on first use (PEP 562): `launch` renders its liveness probe with

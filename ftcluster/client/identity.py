@@ -101,7 +101,7 @@ def _dtype_check(name: str, arr: np.ndarray, spec: TensorSpec, notes: list[str])
             ok = arr.size == 0 or bool(limits.min <= arr.min() and arr.max() <= limits.max)
             if ok:
                 notes.append(f"{name}: the server returned {arr.dtype.name.upper()} where config.pbtxt declares "
-                             f"{spec.dtype} (as the FasterTransformer backend does); its values fit {spec.dtype}")
+                             f"{spec.dtype} (its backend's own type, which Triton passes through); its values fit {spec.dtype}")
             else:
                 return Check(f"{name} dtype", False, f"got {arr.dtype}, declared {spec.dtype}, and values "
                              f"[{arr.min()}, {arr.max()}] do not fit it")

@@ -3,8 +3,9 @@
 An engine names itself (a model spec's `backend`), brings its model spec (the fields after the
 shared ones), plans a run (its rank layout and every refusal it knows before anything is
 submitted), writes the run's own model repository, says what its ranks must see inside their
-containers, and gives the served model's config as its server will see it (from which the
-liveness probe's smallest valid request is made). Everything else -- the scheduler, the
+containers, gives the served model's config as its server will see it (from which the
+liveness probe's smallest valid request is made), and says how its serving image is built
+(`ftcluster image build`). Everything else -- the scheduler, the
 container runtime, the job, the endpoint -- is the same for every engine.
 
 One package per engine under ftcluster/engines/ (fastertransformer/ is the first); another
@@ -43,12 +44,30 @@ class Conversion:
     record: dict[str, Any]        # what the run record keeps: enough to check the result (Converter.result_problems)
 
 
+@dataclass(frozen=True)
+class ImageRecipe:
+    """How an engine's serving image is built (`ftcluster image build --source`): a Dockerfile of
+    a source tree the user has, the tree as the build's context, the Triton release as a build arg."""
+
+    source: str                   # what --source is, in words for help and errors ("a ... checkout")
+    dockerfile: str               # the Dockerfile, relative to the source (the check: it is a file)
+    version_arg: str              # the build arg that takes the Triton release (image.triton_version)
+    repository: str               # the image's name where the cluster spec names none (tagged with the release)
+
+    def build_args(self, triton_version: str) -> dict[str, str]:
+        return {self.version_arg: triton_version}
+
+
 class Converter(Protocol):
     """An engine's weight converter and the check of what it wrote."""
 
     @property
     def output_field(self) -> str:
         """The model spec's folder field the converter writes into (it need not exist before)."""
+
+    @property
+    def root(self) -> str:
+        """What `--converter-root` is, in words for the help ("a ... checkout")."""
 
     def conversion(self, model: ModelSpec, tp: int, converter_root: Path, input_dir: str, python: str) -> Conversion:
         """The converter's run for `tp` GPUs (UserError where converter_root has no converter for the model)."""
@@ -95,6 +114,11 @@ class Engine(Protocol):
     @property
     def converter(self) -> Converter | None:
         """Its weight converter, where `ftcluster convert` can run one (None: it has none)."""
+
+    @property
+    def image(self) -> ImageRecipe | None:
+        """How its serving image is built (None: it has no image build of its own; an engine
+        written before this member is read as None too, ftcluster.service.image.recipe_of)."""
 
     def binds(self, model: ModelSpec, repository: Path, links: bool) -> list[tuple[str, str]]:
         """What one node's servers read beside the run's repository (at `repository`), as (host

@@ -26,7 +26,7 @@ from ftcluster.plan.parallel import resolve_gpus
 from ftcluster.render.scripts import JobStep
 from ftcluster.render.request import job_shape
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.engines import DEFAULT, engine_named
+from ftcluster.spec.engines import default_engine, engine_named
 from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import style_of
@@ -128,7 +128,7 @@ def finish(launch: Launch, outcome: LaunchOutcome) -> RunRecord:
         launch.store.update(rec, status="FAILED")
         raise LaunchError(f"conversion failed: {outcome.failure or 'the job ended before the converter did'}",
                           hint=f"see `ftcluster logs {rec.run_id}`")
-    converter = engine_named(str(rec.plan.get("backend", DEFAULT))).converter
+    converter = engine_named(str(rec.plan.get("backend", default_engine()))).converter
     problems = converter.result_problems(rec.plan) if converter else []
     if problems:
         launch.store.update(rec, status="FAILED")

@@ -567,16 +567,18 @@ def run_metadata(cluster: ClusterSpec, model: ModelSpec, plan: Plan, run_id: str
                  replica: dict[str, Any] | None = None) -> dict[str, Any]:
     """What served a run: specs, plan, image (with what `image build` recorded for it), versions."""
     # startup: the image code (~5 ms) only when a run's record is written, not for --dry-run
-    from ftcluster.service.image import image_metadata, image_tag
+    from ftcluster.service.image import image_metadata, image_tag, recipe_of
 
-    built = image_metadata(cluster) if cluster.container.runtime != "none" or cluster.image.tag else None
+    # The name `image build` gives the engine's image by default (the default engine's where this one has no build).
+    tag = image_tag(cluster, recipe=recipe_of(engine_for(model)))
+    built = image_metadata(cluster, tag) if cluster.container.runtime != "none" or cluster.image.tag else None
     return {
         "run_id": run_id, "created": time.time(), "ftcluster_version": __version__,
         "cluster": {"name": cluster.name, "source": cluster.source, "scheduler": cluster.scheduler,
                     "runtime": cluster.container.runtime},
         "model": {"name": model.name, "backend": model.backend, **plan.details, "source": model.source},
         "plan": plan.to_dict(),
-        "image": {"container_image": cluster.container.image, "tag": image_tag(cluster),
+        "image": {"container_image": cluster.container.image, "tag": tag,
                   # image id and TRITON_VERSION as `ftcluster image build` recorded them
                   "built": built.to_dict() if built else None},
         "tritonserver": cluster.server.binary,

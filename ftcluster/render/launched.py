@@ -24,7 +24,7 @@ from ftcluster.plan.facts import FACTS_KEY, RunFacts, member_cluster, resolve
 from ftcluster.plan.parallel import Plan
 from ftcluster.run.layout import FILES
 from ftcluster.spec.cluster import RESOLVED, ClusterSpec
-from ftcluster.spec.engines import DEFAULT, model_spec_class
+from ftcluster.spec.engines import default_engine, model_spec_class
 from ftcluster.spec.model import ModelSpec
 
 SPECS_FILE = FILES.specs   # in scripts/ (0600: the cluster's env may hold secrets)
@@ -55,7 +55,7 @@ class LaunchedSpecs:
             raise ValueError(f"not a version {' or '.join(map(str, _READ))} specs file")
         context = {RESOLVED: True}
         cluster = ClusterSpec.model_validate(data["cluster"], context=context)
-        model = model_spec_class(str(data["model"].get("backend", DEFAULT))).model_validate(data["model"], context=context)
+        model = model_spec_class(str(data["model"].get("backend", default_engine()))).model_validate(data["model"], context=context)
         # What the loader sets beside the values (not dumped with them), as it was.
         return cls(cluster.model_copy(update={"source": _text(data.get("cluster_source")),
                                               "ports_given": data.get("ports_given") is not False}),

@@ -1,7 +1,8 @@
-"""The Triton + FT backend image: build it (Docker SDK), push it, import it for Enroot/Pyxis.
+"""The serving image: build it (Docker SDK), push it, import it for Enroot/Pyxis.
 
-The build runs the user's fastertransformer_backend checkout's `docker/Dockerfile` with build arg
-TRITON_VERSION on the daemon DOCKER_HOST names. What was built is recorded as JSON in
+What is built is the engine's (its ImageRecipe, ftcluster.engines.base): a Dockerfile of a source
+tree the user has, with the Triton release as a build arg, on the daemon DOCKER_HOST names; what
+this module does with it is the same for every engine. What was built is recorded as JSON in
 `<workspace>/images/<tag>.json` (image id, TRITON_VERSION, the .sqsh once imported), so a launch
 can record which image served a run: `image_metadata(cluster)`.
 """
@@ -20,11 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ftcluster.engines.base import Engine, ImageRecipe
 from ftcluster.errors import UserError
 from ftcluster.spec.cluster import ClusterSpec
+from ftcluster.spec.engines import default_engine, engine_named
 
-DEFAULT_REPO = "ftcluster/triton_with_ft"
-DOCKERFILE = "docker/Dockerfile"
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 
 
@@ -37,13 +38,31 @@ class ImageMetadata:
     tag: str
     image_id: str
     triton_version: str
-    ft_backend: str
+    ft_backend: str                 # the source it was built from (the key of every record written so far)
     built: float
     pushed: str | None = None       # the registry reference, once pushed
     sqsh: str | None = None         # the Enroot image, once imported
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# ---- the engine's recipe -------------------------------------------------------------------
+
+def recipe_of(engine: Engine) -> ImageRecipe | None:
+    """The engine's image recipe (None: it has none; an engine written before `Engine.image` has none)."""
+    recipe: ImageRecipe | None = getattr(engine, "image", None)
+    return recipe
+
+
+def engine_recipe(name: str | None = None) -> tuple[Engine, ImageRecipe]:
+    """The engine `name` (default: the default engine) and its image recipe; UserError where it has none."""
+    engine: Engine = engine_named(name or default_engine())
+    recipe = recipe_of(engine)
+    if recipe is None:
+        raise UserError(f"the engine {engine.name} has no image build", field="--engine",
+                        hint="build its image with its own tools and name it in container.image")
+    return engine, recipe
 
 
 # ---- names --------------------------------------------------------------------------------
@@ -53,8 +72,9 @@ def _is_sqsh(ref: str | None) -> bool:
 
 
 def image_tag(cluster: ClusterSpec, override: str | None = None,
-              triton_version: str | None = None) -> str:
-    """--tag, else image.tag, else container.image when it names an image, else the default."""
+              triton_version: str | None = None, recipe: ImageRecipe | None = None) -> str:
+    """--tag, else image.tag, else container.image when it names an image, else the recipe's
+    (default: the default engine's) repository tagged with the Triton release."""
     if override:
         return override
     if cluster.image.tag:
@@ -62,7 +82,8 @@ def image_tag(cluster: ClusterSpec, override: str | None = None,
     if cluster.container.image and not _is_sqsh(cluster.container.image) \
             and not cluster.container.image.startswith("/"):
         return cluster.container.image
-    return f"{DEFAULT_REPO}:{triton_version or cluster.image.triton_version}"
+    repository = (recipe or engine_recipe()[1]).repository
+    return f"{repository}:{triton_version or cluster.image.triton_version}"
 
 
 def _safe(tag: str) -> str:
@@ -117,11 +138,11 @@ class BuildEvent:
     steps: int = 0
 
 
-def check_backend(ft_backend: Path) -> Path:
-    dockerfile = ft_backend / DOCKERFILE
+def check_source(recipe: ImageRecipe, source: Path, option: str = "--source") -> Path:
+    """The recipe's Dockerfile in `source` (UserError naming `option` where it is not a file)."""
+    dockerfile = source / recipe.dockerfile
     if not dockerfile.is_file():
-        raise UserError(f"{dockerfile} does not exist", field="--ft-backend",
-                        hint="point it at a fastertransformer_backend checkout (it has docker/Dockerfile)")
+        raise UserError(f"{dockerfile} does not exist", field=option, hint=f"point it at {recipe.source}")
     return dockerfile
 
 
@@ -161,17 +182,17 @@ def build_events(stream: Iterable[dict[str, Any]]) -> Iterator[BuildEvent]:
                 yield BuildEvent("log", line.rstrip())
 
 
-def build_image(client: Any, ft_backend: Path, tag: str, triton_version: str,
+def build_image(client: Any, recipe: ImageRecipe, source: Path, tag: str, triton_version: str,
                 on_event: Callable[[BuildEvent], None], network_mode: str | None = None) -> str:
-    """Build docker/Dockerfile of the checkout; the new image's id."""
+    """Build the recipe's Dockerfile of `source` (the build's context); the new image's id."""
     # optional extra: docker (the Docker SDK)
     from docker.errors import APIError
 
-    check_backend(ft_backend)
+    check_source(recipe, source)
     try:
-        stream = client.api.build(path=str(ft_backend), dockerfile=DOCKERFILE, tag=tag, rm=True,
+        stream = client.api.build(path=str(source), dockerfile=recipe.dockerfile, tag=tag, rm=True,
                                   forcerm=True, decode=True, network_mode=network_mode,
-                                  buildargs={"TRITON_VERSION": triton_version})
+                                  buildargs=recipe.build_args(triton_version))
         for event in build_events(stream):
             on_event(event)
         image_id: str = client.images.get(tag).id
@@ -206,10 +227,10 @@ def push_image(client: Any, tag: str, registry: str, on_line: Callable[[str], No
 
 
 def record_build(cluster: ClusterSpec, tag: str, image_id: str, triton_version: str,
-                 ft_backend: Path, pushed: str | None) -> Path:
+                 source: Path, pushed: str | None) -> Path:
     old = image_metadata(cluster, tag)
     meta = ImageMetadata(tag=tag, image_id=image_id, triton_version=triton_version,
-                         ft_backend=str(ft_backend.resolve()), built=time.time(), pushed=pushed,
+                         ft_backend=str(source.resolve()), built=time.time(), pushed=pushed,
                          sqsh=old.sqsh if old and old.image_id == image_id else None)
     return write_metadata(cluster, meta)
 

@@ -508,14 +508,16 @@ class Server(SpecModel):
 
 
 class ImageSpec(SpecModel):
-    """The Triton + FT image `ftcluster image build/import` makes (all optional)."""
+    """The serving image (Triton with the engine's backend) `ftcluster image build/import` makes
+    (all optional)."""
 
-    # Image name[:tag]; default: container.image when that is an image name, else
-    # ftcluster/triton_with_ft:<triton_version>.
+    # Image name[:tag]; default: container.image when that is an image name, else the engine's
+    # image name tagged <triton_version> (the default engine's: ftcluster/triton_with_ft).
     tag: str | None = None
     # Push target, e.g. registry.example.com:5000/team; None: build locally only.
     registry: str | None = None
-    # The NGC tritonserver release the backend's docker/Dockerfile builds on (TRITON_VERSION).
+    # The NGC tritonserver release the engine's Dockerfile builds on (its build arg, e.g.
+    # TRITON_VERSION).
     triton_version: str = "22.12"
     # Where `image import` writes the Enroot image; default: container.image when it ends in
     # .sqsh, else <workspace>/images/<tag>.sqsh.

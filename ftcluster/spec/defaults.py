@@ -34,8 +34,14 @@ def embedded_cluster_path() -> Path:
 
 
 def embedded_model_path() -> Path:
-    """The embedded FT-shaped test model shipped with the package."""
+    """The embedded test model shipped with the package (the default engine's shape)."""
     return embedded("model")
+
+
+def embedded_model_name() -> str:
+    """The embedded test model's name on the server: the model a client asks for when nothing
+    names one."""
+    return str(yaml.safe_load(embedded_model_path().read_text())["name"])
 
 
 def read_config() -> dict[str, str]:
@@ -84,7 +90,7 @@ def default_cluster_path() -> Path:
 
 def default_model_path() -> Path:
     """The model spec used when none is named: $FTCLUSTER_MODEL, the user's config file, else the
-    embedded FT-shaped test model."""
+    embedded test model."""
     return default_path("model")
 
 

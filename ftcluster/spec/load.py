@@ -20,7 +20,7 @@ from ftcluster.errors import SpecError, UserError, every
 from ftcluster.spec import yaml_text
 from ftcluster.spec.cluster import LOCAL_PORTS, ClusterSpec
 from ftcluster.spec.errors import checked, cut, format_errors
-from ftcluster.spec.engines import DEFAULT, model_spec_class
+from ftcluster.spec.engines import default_engine, model_spec_class
 from ftcluster.spec.model import ModelSpec
 
 _S = TypeVar("_S", bound=BaseModel)
@@ -160,7 +160,7 @@ def _kind(cls: type[BaseModel]) -> str:
 def _model_class(data: dict[str, Any]) -> type[ModelSpec]:
     """The model spec class the data's `backend` names (the shared one where it is no name: its
     check says so); UserError: no engine has that name."""
-    backend = data.get("backend", DEFAULT)
+    backend = data.get("backend", default_engine())
     return model_spec_class(backend) if isinstance(backend, str) else ModelSpec
 
 

@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from ftcluster.spec.base import NAME_RE, SpecModel, plugin_lookup_back, plugin_lookup_off
-from ftcluster.spec.engines import DEFAULT
+from ftcluster.spec.engines import default_engine
 
 _PLUGINS_WERE = plugin_lookup_off()   # back after the last model (ftcluster.spec.base)
 
@@ -39,9 +39,10 @@ class ModelSpec(SpecModel):
     # The Triton model the client queries: a folder of the repository (an ensemble, or the
     # engine's model itself); letters, digits, '.', '_' and '-'.
     name: str
-    # The engine that serves the model (ftcluster/engines/): fastertransformer, the default, or
-    # one an installed package adds.
-    backend: str = DEFAULT
+    # The engine that serves the model (ftcluster/engines/): a built-in one, or one an installed
+    # package adds. Unset: the default engine (ftcluster.engines.built_in), asked for when a spec
+    # is read (the table lives above the spec layer).
+    backend: str = Field(default_factory=default_engine)
     client: ClientDefaults = ClientDefaults()
     # Where the spec came from; set by the loader, not by users.
     source: str | None = Field(None, exclude=True)

@@ -30,11 +30,12 @@ from pydantic_core import PydanticUndefined
 # found through their fields.
 # The model spec is each built-in engine's (its fields after the shared ones).
 from ftcluster.spec.cluster import ClusterSpec
-from ftcluster.spec.engines import BUILT_IN, DEFAULT, model_spec_class
+from ftcluster.spec.engines import built_in, default_engine, model_spec_class
 
 ROOTS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("cluster", "--cluster", ClusterSpec),
-    *(("model" if name == DEFAULT else f"model ({name})", "--model", model_spec_class(name)) for name in BUILT_IN),
+    *(("model" if name == default_engine() else f"model ({name})", "--model", model_spec_class(name))
+      for name in built_in()),
 )
 
 

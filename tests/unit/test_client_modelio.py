@@ -119,8 +119,8 @@ def test_checks_pass_and_fail() -> None:
     # values are compared, the difference is a note (the check before failed it).
     notes: list[str] = []
     assert all(c.ok for c in check_response(io, req, _gpt_response(req.prompt_ids, 3, np.int32), notes))
-    assert notes == ["sequence_length: the server returned INT32 where config.pbtxt declares UINT32 (as the "
-                     "FasterTransformer backend does); its values fit UINT32"]
+    assert notes == ["sequence_length: the server returned INT32 where config.pbtxt declares UINT32 (its "
+                     "backend's own type, which Triton passes through); its values fit UINT32"]
     negative = dict(good, sequence_length=np.full((2, 1), -1, np.int32))
     assert "sequence_length dtype" in failed(negative)
     assert "sequence_length dtype" in failed(_gpt_response(req.prompt_ids, 3, np.float32))

@@ -149,6 +149,25 @@ def test_image_import_dry_run_and_without_enroot(tmp_path: Path) -> None:
     assert "Traceback" not in p.stderr and not sqsh.exists()
 
 
+def test_image_build_takes_the_engines_source_under_either_spelling(tmp_path: Path) -> None:
+    """--source and its first spelling --ft-backend are one option; the check of the source is
+    the engine's recipe's (its Dockerfile), made before any daemon is asked."""
+    cluster, _ = write_specs(tmp_path, scheduler="slurm", image={"tag": "ftc/t:1"})
+    src = tmp_path / "src"
+    src.mkdir()
+    recipe = img.engine_recipe()[1]
+    for option in ("--source", "--ft-backend"):
+        p = ftc("image", "build", "--cluster", str(cluster), option, str(src),
+                env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
+        assert p.returncode == 3, p.stderr
+        assert p.stderr.startswith(f"error: --source: {src / recipe.dockerfile} does not exist"), p.stderr
+        assert f"point it at {recipe.source}" in p.stderr
+    p = ftc("image", "build", "--cluster", str(cluster), "--engine", "nosuch", "--source", str(src))
+    assert p.returncode != 0 and "no engine is named 'nosuch'" in p.stderr, p.stderr
+    assert img.image_tag(ClusterSpec(scheduler="local", workspace=str(tmp_path)), recipe=recipe) \
+        == f"{recipe.repository}:22.12"
+
+
 def test_image_metadata_round_trip(tmp_path: Path) -> None:
     cluster = ClusterSpec(scheduler="local", workspace=str(tmp_path), image={"tag": "a/b:1"})
     assert img.image_metadata(cluster) is None

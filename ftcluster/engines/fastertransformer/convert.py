@@ -17,6 +17,7 @@ from ftcluster.spec.model import ModelSpec
 
 class FTConverter:
     output_field = "checkpoint_root"
+    root = "a FasterTransformer checkout, which holds examples/pytorch/..."
 
     def conversion(self, model: ModelSpec, tp: int, converter_root: Path, input_dir: str, python: str) -> Conversion:
         ft = ft_spec(model, "convert")

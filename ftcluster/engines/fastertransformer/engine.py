@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ftcluster.engines.base import Converter, Prepared
+from ftcluster.engines.base import Converter, ImageRecipe, Prepared
 from ftcluster.engines.triton_config import read_model_config
+from ftcluster.engines.fastertransformer.image import IMAGE
 from ftcluster.engines.fastertransformer.plan import make_ft_plan
 from ftcluster.engines.fastertransformer.repository import ft_parameters, prepare_repository
 from ftcluster.engines.fastertransformer.spec import FTModelSpec, ft_spec
@@ -32,6 +33,7 @@ class FasterTransformer:
     # TRITONBACKEND_ModelInstanceInitialize in src/libfastertransformer.cc logs it on every rank;
     # every rank != 0 then blocks in model load for good and never opens its ports.
     loaded_marker = r"TRITONBACKEND_ModelInstanceInitialize: .* \(count [0-9]+\) \(instance_id [0-9]+\)"
+    image: ImageRecipe = IMAGE
 
     def plan(self, cluster: ClusterSpec, model: ModelSpec, nodes: int, gpus_per_node: int,
              tp: int | None, pp: int | None) -> Plan:

@@ -52,6 +52,7 @@ class Echo:
     name = "echo"
     spec = EchoSpec
     loaded_marker = r"echo engine: rank [0-9]+ of [0-9]+ loaded"
+    image = None   # it serves in the image the cluster spec names: no image build of its own
 
     def plan(self, cluster: ClusterSpec, model: ModelSpec, nodes: int, gpus_per_node: int,
              tp: int | None, pp: int | None) -> Plan:
