@@ -56,7 +56,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
 @cli.command("prepare")
 @plan_options
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="New folder for the model repository.")
-@click.option("--json", "as_json", is_flag=True, help="Print {path, ft_model, parameters} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print {path, engine_model, parameters} as JSON.")
 def prepare_cmd(out: str, as_json: bool, **kw: Any) -> None:
     """Write the per-run model repository (config.pbtxt set for the plan) to --out.
 
