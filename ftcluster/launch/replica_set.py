@@ -24,7 +24,7 @@ from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch.run import Launch, LaunchOptions, Progress, run_paths, workspace_dir
 from ftcluster.launch.successor import run_specs
 from ftcluster.render.launched import LaunchedSpecs, read_specs, write_specs
-from ftcluster.launchers import launcher_for
+from ftcluster.schedulers import scheduler_for
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.engines import make_plan
 from ftcluster.plan.parallel import Plan
@@ -153,7 +153,7 @@ class ReplicaSet:
     def problems_for(self, replicas: int) -> None:
         """Refuse `replicas` members of this plan (UserError naming every problem)."""
         nodes_known = None
-        slurm = getattr(launcher_for(self.cluster), "slurm", None)
+        slurm = getattr(scheduler_for(self.cluster), "slurm", None)
         if slurm is not None:
             nodes_known = slurm.partition_nodes(self.cluster.partition)
         problems = self.problems(replicas, nodes_known)

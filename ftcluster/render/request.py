@@ -20,7 +20,7 @@ from ftcluster.plan.endpoint import new_token
 from ftcluster.plan.facts import RunFacts
 from ftcluster.render.scripts import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.resources import package_path
-from ftcluster.slurm import Slurm
+from ftcluster.schedulers.slurm_cli import Slurm
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.model import ModelSpec
 from ftcluster.spec.launch_styles import STYLES
