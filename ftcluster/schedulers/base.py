@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.hosts.runner import Runner
@@ -22,12 +22,22 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
 
 class Scheduler(ABC):
     name: str
+    # The scheduler gives the job notice of its time limit (a signal before it: Slurm's
+    # `--signal`, which the job template sets from the leads that render works out): a serving
+    # run hands over to a successor then, which this scheduler submits; and it may requeue a job.
+    time_limit_notice: ClassVar[bool] = False
     # The clock its waits run on (tests: a virtual one, to count what a long wait costs).
     clock: Clock = CLOCK
 
     def __init__(self, runner: Runner, runtime: Runtime | None = None):
         self.runner = runner
         self.runtime = runtime or Runtime()
+
+    @staticmethod
+    def submit_command(script: str) -> tuple[str, ...]:
+        """The argv that starts a job script from the run folder (the request's cwd): here, as a
+        process of the launching command."""
+        return ("bash", script)
 
     def with_ports(self, cluster: ClusterSpec, plan: Plan) -> ClusterSpec:
         """The spec with the ports the servers will take, where the launcher picks them (a spec

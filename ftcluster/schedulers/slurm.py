@@ -34,6 +34,12 @@ TEARDOWN_GRACE = 60.0
 
 class SlurmScheduler(Scheduler):
     name = "slurm"
+    time_limit_notice = True
+
+    @staticmethod
+    def submit_command(script: str) -> tuple[str, ...]:
+        # Submitted from the run folder: #SBATCH --output paths are relative.
+        return Slurm.submit_command(script)
 
     def __init__(self, runner: Runner, runtime: Runtime | None = None):
         super().__init__(runner, runtime)
