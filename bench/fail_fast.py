@@ -31,7 +31,7 @@ import yaml
 
 from ftcluster.job.names import FILES
 from ftcluster.launch.run import Launch, LaunchOptions
-from ftcluster.launchers import launcher_for
+from ftcluster.schedulers import scheduler_for
 from ftcluster.engines import make_plan
 from ftcluster.render.scripts import RunPaths
 from ftcluster.spec.defaults import embedded_model_path
@@ -64,7 +64,7 @@ def once(cluster_path: Path, nodes: int) -> dict[str, float]:
     ready = time.time() - t0
     rec = outcome.record
     paths = RunPaths(rec.run_id, Path(rec.run_dir))
-    launcher = launcher_for(cluster)
+    launcher = scheduler_for(cluster)
     try:
         return _kill_and_time(rec.run_id, rec.job_id or "", paths, launcher, ready)
     except BaseException:

@@ -87,7 +87,7 @@ def run_plain(gpus: int, sizes: str, args: argparse.Namespace) -> dict[str, floa
 
 def run_preflight(gpus: int, sizes: str, args: argparse.Namespace,
                   work: Path) -> tuple[dict[str, float], dict[str, Any]]:
-    from ftcluster.launchers.local_ranks import run_local_ranks
+    from ftcluster.schedulers.local_ranks import run_local_ranks
 
     out = work / "out"
     argv = [sys.executable, "-m", "ftcluster.rank.preflight", "--sizes", sizes, "--out", str(out),

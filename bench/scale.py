@@ -47,7 +47,7 @@ from fail_fast import _kill_and_time  # noqa: E402
 
 from ftcluster.run.events import EV, parse_events  # noqa: E402
 from ftcluster.launch.run import Launch, LaunchOptions  # noqa: E402
-from ftcluster.launchers import launcher_for  # noqa: E402
+from ftcluster.schedulers import scheduler_for  # noqa: E402
 from ftcluster.engines import make_plan  # noqa: E402
 from ftcluster.render.scripts import RunPaths  # noqa: E402
 from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
@@ -199,14 +199,14 @@ def serving_round(cluster_path: Path, nodes: int, env: dict[str, str], serve: fl
         row.update(stop(rec.run_id, run))
         return row
     except BaseException:
-        launcher_for(load_cluster(cluster_path)).cancel(rec.job_id or "", RunPaths(rec.run_id, run))
+        scheduler_for(load_cluster(cluster_path)).cancel(rec.job_id or "", RunPaths(rec.run_id, run))
         raise
 
 
 def fail_fast_round(cluster_path: Path, nodes: int) -> dict[str, float]:
     rec, ready, run = launch(cluster_path, nodes)
     paths = RunPaths(rec.run_id, run)
-    launcher = launcher_for(load_cluster(cluster_path))
+    launcher = scheduler_for(load_cluster(cluster_path))
     try:
         got = _kill_and_time(rec.run_id, rec.job_id or "", paths, launcher, ready, rank=nodes - 1)
     except BaseException:

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from ftcluster.launchers.local import port_free
+from ftcluster.schedulers.local import port_free
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.observe.status import rank_exit as state_rank_exit
 

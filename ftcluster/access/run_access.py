@@ -98,7 +98,7 @@ def tls_cert_of(run_dir: Path) -> str | None:
 
 def endpoint_of(rec: RunRecord, protocol: str) -> str:
     """HOST:PORT of the run's endpoint for `protocol` (http or grpc)."""
-    # startup: the run's status (launchers, the scheduler's queries) only when a run's endpoint is looked up
+    # startup: the run's status (the schedulers and their queries) only when a run's endpoint is looked up
     from ftcluster.observe.status import run_status
 
     st = run_status(rec)

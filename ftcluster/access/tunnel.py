@@ -16,7 +16,7 @@ from typing import Any
 
 from ftcluster.errors import UserError
 from ftcluster.hosts.login import HOP_ENV, SshTarget, connect
-from ftcluster.slurm import UNREACHABLE
+from ftcluster.run.job_info import UNREACHABLE
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.observe.status import moved_to
 

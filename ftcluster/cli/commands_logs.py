@@ -12,10 +12,10 @@ from ftcluster.cli.output import complete_run
 from ftcluster.cli.commands_runs import forward_record
 from ftcluster.cli.numbers import count
 from ftcluster.errors import EXIT_FAILED, UserError, all_problems
-from ftcluster.launchers import launcher_for_record
+from ftcluster.schedulers import scheduler_for_record
 from ftcluster.run.logs import Follower, LogSource, follow, follow_job, incarnations, sources, tail
 from ftcluster.run.state import STOPPED_REASON
-from ftcluster.slurm import JobState
+from ftcluster.run.job_info import JobState
 from ftcluster.observe.status import member_records, paths_of, successors
 from ftcluster.run.store import RunRecord, RunStore
 from ftcluster.spec.launch_styles import STEP_STYLES
@@ -107,12 +107,12 @@ def logs_cmd(run: str | None, follow_: bool, rank: int | None, all_ranks: bool, 
         click.echo(f"(run {rec.run_id} has no job: it was never submitted, nothing to follow)", err=True)
         sys.exit(EXIT_FAILED)
     # startup: the job watch only to follow a job (-f), not for `logs` alone
-    from ftcluster.launchers.watch import JobWatch
+    from ftcluster.schedulers.watch import JobWatch
 
     # The service, not one job: a run that handed over (its time limit, a lost node) is followed
     # on into its successor, from the successor's first line (it started while this one served).
     while True:
-        watch = JobWatch(launcher_for_record(rec), rec.job_id or "", paths)
+        watch = JobWatch(scheduler_for_record(rec), rec.job_id or "", paths)
         try:
             final = follow_job(follower, watch, emit,
                                relabel=lambda: sources(paths, rec.nodes, rank, not client_only, with_client, step),

@@ -49,7 +49,7 @@ def status_cmd(run: str | None, as_json: bool) -> None:
     Example:
       ftcluster status gpt-20261121-101500-ab12
     """
-    # startup: the status readers (launchers, the scheduler) only for `status`, not `list` or `--help`
+    # startup: the status readers (the schedulers and their queries) only for `status`, not `list` or `--help`
     from ftcluster.observe.status import run_status
 
     rec = RunStore().get(run)
@@ -184,12 +184,12 @@ def _stop(rec: RunRecord, store: RunStore, replica: int | None) -> tuple[list[Ru
     later = [r for r in successors(rec, store) if r.job_id and r.status in LIVE_STATUSES]
     if rec.job_id and not later:
         # startup: the run's launcher and state only when a run is stopped
-        from ftcluster.launchers import launcher_for_record
+        from ftcluster.schedulers import scheduler_for_record
         from ftcluster.run.state import run_state
         from ftcluster.observe.status import paths_of
         from ftcluster.run.events import events_in
 
-        launcher = launcher_for_record(rec)
+        launcher = scheduler_for_record(rec)
         info = run_state(launcher.info(rec.job_id, paths_of(rec)), events_in(Path(rec.run_dir)), rec.status)
         if info.gone and launcher.identifies(rec.job_id):
             # Nothing to stop, but what the run left on this side (a Docker run's keys) goes.

@@ -24,7 +24,7 @@ from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.launch.run import Launch, LaunchOptions, Progress, run_paths, workspace_dir
 from ftcluster.launch.successor import run_specs
 from ftcluster.render.launched import LaunchedSpecs, read_specs, write_specs
-from ftcluster.launchers import launcher_for
+from ftcluster.schedulers import scheduler_class, scheduler_for
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.engines import make_plan
 from ftcluster.plan.parallel import Plan
@@ -59,7 +59,7 @@ def front_step(cluster: ClusterSpec, paths: RunPaths, build: bool) -> JobStep:
     private = resolve(cluster, serves=False).access == "private"
     python = cluster.python or sys.executable
     # On Slurm the front hands over to a job of its own before its time limit (ftcluster.job.front).
-    lead = handover_lead(cluster) if cluster.scheduler == "slurm" else 0
+    lead = handover_lead(cluster) if scheduler_class(cluster.scheduler).time_limit_notice else 0
     settings = FrontSettings(
         caddy=proxy_binary(cluster.proxy) if build else cluster.proxy.binary,
         config=str(paths.scripts / FRONT_CADDY), members=str(paths.run_dir / MEMBERS_FILE),
@@ -153,7 +153,7 @@ class ReplicaSet:
     def problems_for(self, replicas: int) -> None:
         """Refuse `replicas` members of this plan (UserError naming every problem)."""
         nodes_known = None
-        slurm = getattr(launcher_for(self.cluster), "slurm", None)
+        slurm = getattr(scheduler_for(self.cluster), "slurm", None)
         if slurm is not None:
             nodes_known = slurm.partition_nodes(self.cluster.partition)
         problems = self.problems(replicas, nodes_known)

@@ -21,8 +21,8 @@ from ftcluster.errors import Interrupted, PlanError, UserError, every, os_error_
 from ftcluster.run.events import EV, Event
 from ftcluster.job.poll import CLOCK, EVENTS, LOGS, STARTING, Backoff, Clock
 from ftcluster.render.launched import LaunchedSpecs, write_specs
-from ftcluster.launchers import launcher_for, launcher_named
-from ftcluster.launchers.base import Launcher
+from ftcluster.schedulers import scheduler_for, scheduler_named
+from ftcluster.schedulers.base import Scheduler
 from ftcluster.run.layout import FILES
 from ftcluster.engines import engine_for
 from ftcluster.run.phases import PHASES
@@ -32,13 +32,13 @@ from ftcluster.plan.facts import RunFacts
 from ftcluster.render.scripts import JobStep, RenderOptions, RunPaths, run_facts
 from ftcluster.spec.launch_styles import style_of
 from ftcluster.render.request import JobRequest, build_request
-from ftcluster.slurm import JobInfo, JobState
+from ftcluster.run.job_info import JobInfo, JobState
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.model import ModelSpec
 from ftcluster.run.store import RunRecord, RunStore, new_run_id
 
 if TYPE_CHECKING:
-    from ftcluster.launchers.watch import JobWatch
+    from ftcluster.schedulers.watch import JobWatch
     from ftcluster.run.logs import Follower
 
 
@@ -141,7 +141,7 @@ def render_options(cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, pa
     mpi: dict[str, Any] = {}
     if style_of(cluster).one_host and build and (opts.step is None or opts.step.per_node):
         # startup: Open MPI's lookup (ctypes) only for the local style
-        from ftcluster.launchers.local_mpi import find_local_mpi
+        from ftcluster.schedulers.local_mpi import find_local_mpi
 
         local = find_local_mpi()
         mpi = {"mpirun": local.mpirun, "extra_env": {"FTC_LIBMPI": local.libmpi} if local.libmpi else {}}
@@ -201,7 +201,7 @@ def _read_only(folder: Path) -> bool:
 
 def _check_local_gpus(cluster: ClusterSpec, plan: Plan) -> None:
     # startup: a local launch's alone (a dry run or another style's launch has no use for it)
-    from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
+    from ftcluster.schedulers.host_gpus import host_gpus, local_gpu_problem
 
     visible = cluster.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     problem = local_gpu_problem(plan.nodes, plan.gpus_per_node, visible, host_gpus())
@@ -223,14 +223,14 @@ class Launch:
 
     def __init__(self, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan, opts: LaunchOptions,
                  progress: Progress | None = None, store: RunStore | None = None,
-                 launcher: Launcher | None = None, run_id: str | None = None,
+                 launcher: Scheduler | None = None, run_id: str | None = None,
                  record_plan: dict[str, Any] | None = None, clock: Clock = CLOCK,
                  predecessor: str | None = None):
         self.cluster, self.model, self.plan, self.opts = cluster, model, plan, opts
         self.clock = clock
         self.progress = progress or (lambda phase, t, detail: None)
         self._store = store
-        self.launcher = launcher or launcher_for(cluster)
+        self.launcher = launcher or scheduler_for(cluster)
         self.record_plan = record_plan
         self.predecessor = predecessor
         if opts.step is None:
@@ -369,7 +369,7 @@ class Launch:
         the launch."""
         assert record.job_id is not None
         # startup: following the job's events, log and scheduler; once it is submitted, not before
-        from ftcluster.launchers.watch import JobWatch
+        from ftcluster.schedulers.watch import JobWatch
         from ftcluster.run.logs import Follower, LogSource
 
         w = _Watch(t0, LaunchOutcome(record, False, {"submitted": 0.0}),
@@ -544,7 +544,7 @@ class Launch:
 
 
 def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None, plan: Plan,
-              launcher: Launcher | None = None, replica: dict[str, Any] | None = None,
+              launcher: Scheduler | None = None, replica: dict[str, Any] | None = None,
               specs: LaunchedSpecs | None = None) -> list[Path]:
     """Lay out the run folder as its job expects it: the request's files, the model repository
     (a run with servers), what its launcher prepares (the Docker styles' per-run ssh keys),
@@ -554,7 +554,7 @@ def write_run(request: JobRequest, cluster: ClusterSpec, model: ModelSpec | None
     if request.kind in ("serve", "check") and model is not None:
         engine_for(model).prepare(model, plan, paths.repo)
     written = request.write_files()
-    (launcher or launcher_named(request.launcher)).prepare_resources(request)
+    (launcher or scheduler_named(request.launcher)).prepare_resources(request)
     if model is not None:
         written.append(write_run_metadata(paths, cluster, model, plan, replica))
         specs = specs or LaunchedSpecs(cluster, model, plan)

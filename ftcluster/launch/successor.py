@@ -21,6 +21,7 @@ from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
 from ftcluster.render.launched import LaunchedSpecs, read_facts, read_specs
 from ftcluster.engines import make_plan
 from ftcluster.plan.replicas import member_cluster
+from ftcluster.schedulers import scheduler_for
 from ftcluster.access.run_access import read_token
 from ftcluster.spec.load import load_cluster, load_model
 from ftcluster.run.store import RunRecord, RunStore
@@ -122,7 +123,9 @@ def successor_launch(run_dir: Path, exclude: list[str], faults: tuple[str, ...] 
                          service=cfg.service or cfg.run_id, specs=launched,
                          # The same run, continued: its facts (ports, access, restarts) as its launch saved them.
                          facts=read_facts(run_dir))
-    return Launch(cluster, launched.model, launched.plan, opts, predecessor=cfg.run_id)
+    # The cluster's scheduler (holding its runtime) submits it, as it submitted the predecessor.
+    return Launch(cluster, launched.model, launched.plan, opts, predecessor=cfg.run_id,
+                  launcher=scheduler_for(cluster))
 
 
 def submit_successor(run_dir: Path, exclude: list[str], faults: tuple[str, ...] = ()) -> LaunchOutcome:

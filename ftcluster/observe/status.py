@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ftcluster.observe.documents import document, run_hosts
 from ftcluster.errors import UserError
 from ftcluster.run.events import EV, events_in
-from ftcluster.launchers import launcher_for_record, launcher_named, record_launcher
+from ftcluster.schedulers import scheduler_for_record, scheduler_named, record_launcher
 from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.run.phases import PHASES
 from ftcluster.plan.facts import saved_access
@@ -27,7 +27,7 @@ from ftcluster.spec.launch_styles import STEP_STYLES
 
 if TYPE_CHECKING:
     from ftcluster.job.ranks import LoadProgress
-    from ftcluster.slurm import JobInfo
+    from ftcluster.run.job_info import JobInfo
 
 # A rank's state (machine value) -> the words `ftcluster status` shows.
 RANK_STATES = {
@@ -174,7 +174,7 @@ def run_status(rec: RunRecord) -> dict[str, Any]:
     }
     scheduler_nodes: list[str] = []
     if rec.job_id:
-        info = run_state(launcher_for_record(rec).info(rec.job_id, paths), events, rec.status)
+        info = run_state(scheduler_for_record(rec).info(rec.job_id, paths), events, rec.status)
         st.update(state=info.state.value, raw_state=info.raw_state, reason=info.reason or None,
                   source=info.source, exit_code=exit_number(info.exit_code))
         scheduler_nodes = list(dict.fromkeys(info.nodes))
@@ -306,7 +306,7 @@ def _successor(events: list[Any]) -> dict[str, Any] | None:
                      excluded=[n for n in (args[3] if len(args) > 3 else "").split(",") if n])
         rec = RunStore().exact(args[0])
         if rec is not None and rec.job_id:
-            info = run_state(launcher_for_record(rec).info(rec.job_id, paths_of(rec)), events_in(Path(rec.run_dir)),
+            info = run_state(scheduler_for_record(rec).info(rec.job_id, paths_of(rec)), events_in(Path(rec.run_dir)),
                              rec.status)
             found.update(state=info.state.value, reason=info.reason or None)
     return found
@@ -396,7 +396,7 @@ def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
             groups.setdefault(record_launcher(rec), []).append(rec)
     states: dict[str, JobInfo] = {}
     for name, recs in groups.items():
-        found = launcher_named(name).infos([(r.job_id or "", paths_of(r)) for r in recs])
+        found = scheduler_named(name).infos([(r.job_id or "", paths_of(r)) for r in recs])
         states.update({r.run_id: run_state(found[r.job_id or ""], events_in(Path(r.run_dir)), r.status) for r in recs})
     return states
 
@@ -405,7 +405,7 @@ def live_states(records: Sequence[RunRecord]) -> dict[str, JobInfo]:
 def stop_run(rec: RunRecord, store: RunStore | None = None) -> RunRecord:
     if not rec.job_id:
         raise UserError(f"run {rec.run_id} was never submitted")
-    launcher = launcher_for_record(rec)
+    launcher = scheduler_for_record(rec)
     paths = paths_of(rec)
     # The job's teardown reads this to tell this stop from Slurm's own TERM (its `stopped`, a
     # clean end); it lasts as long as the stop, so a folder submitted again never finds it.

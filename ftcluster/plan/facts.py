@@ -3,7 +3,7 @@ style, which runs are private, where Triton listens behind a proxy, a replica se
 ports and every port the set takes, the port stride of ranks that share one host, how often a
 serving world restarts, which runs probe their liveness and with what request).
 
-render, the launchers, status, replica sets and successors read a `RunFacts`; none works a fact
+render, the schedulers, status, replica sets and successors read a `RunFacts`; none works a fact
 out again. A launch saves its run's facts beside its specs (scripts/specs.json, `facts`), so
 that what the run was launched as can be read back without the rules: `status` reads the access
 from there. Pure: `resolve` touches nothing.

@@ -1,7 +1,7 @@
 """Who am I in the world: rank, world size, local rank and rendezvous address from the environment.
 
 Sources, first match wins:
-  FTC_*        ftcluster's local launcher (ftcluster.launchers.local_ranks)
+  FTC_*        ftcluster's local launcher (ftcluster.schedulers.local_ranks)
   SLURM_*      srun; the master is the first host of SLURM_JOB_NODELIST
   OMPI_COMM_*  mpirun (Open MPI)
   PMIX_RANK    any PMIx launcher; the world size then comes from WORLD_SIZE

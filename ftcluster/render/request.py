@@ -20,7 +20,7 @@ from ftcluster.plan.endpoint import new_token
 from ftcluster.plan.facts import RunFacts
 from ftcluster.render.scripts import PRIVATE_FILES, RenderOptions, render, write_private
 from ftcluster.resources import package_path
-from ftcluster.slurm import Slurm
+from ftcluster.schedulers import scheduler_class
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.model import ModelSpec
 from ftcluster.spec.launch_styles import STYLES
@@ -124,10 +124,9 @@ def job_shape(cluster: ClusterSpec, nodes: int, gpus_per_node: int) -> Plan:
 
 
 def submit_argv(scheduler: str, script: str) -> tuple[str, ...]:
-    """The argv that starts a job script from the run folder: sbatch for Slurm's styles (submitted
-    from the run folder, the request's cwd: #SBATCH --output paths are relative), bash where the
-    job runs as a process of the launching command (local, ssh + Docker)."""
-    return Slurm.submit_command(script) if scheduler == "slurm" else ("bash", script)
+    """The argv that starts a job script from the run folder, as its scheduler says: sbatch for
+    Slurm's styles, bash where the job runs as a process of the launching command (local, ssh)."""
+    return scheduler_class(scheduler).submit_command(script)
 
 
 def request_kind(opts: RenderOptions) -> str:

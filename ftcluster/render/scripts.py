@@ -63,6 +63,7 @@ from ftcluster.job.config import (
 from ftcluster.job.bash import UNMARK_PYTHON_ENVS
 from ftcluster.render.liveness_request import liveness_config
 from ftcluster.spec.launch_styles import STYLES
+from ftcluster.schedulers import scheduler_class
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # Files copied into scripts/ under another name than their module's in ftcluster/rank/: a
@@ -401,9 +402,11 @@ def context(
     facts = run_facts(cluster, model, plan, opts)
     style = STYLES[facts.style]
     env = {**cluster.env, **opts.extra_env}
-    serving_on_slurm = opts.keep_serving and opts.runs_servers and cluster.scheduler == "slurm"
+    # Only Slurm gives notice of a time limit (and requeues): its scheduler says so.
+    notice = scheduler_class(cluster.scheduler).time_limit_notice
+    serving_on_slurm = opts.keep_serving and opts.runs_servers and notice
     extra = opts.step.paths if opts.step else ()
-    step_notice = opts.step is not None and opts.step.notice and cluster.scheduler == "slurm"
+    step_notice = opts.step is not None and opts.step.notice and notice
     private = facts.private
     rotation = opts.rotation and opts.runs_servers
     return RenderContext(
@@ -458,7 +461,7 @@ def context(
         run_client=opts.client,
         keep_serving=opts.keep_serving, restarts=facts.restarts,
         serving_on_slurm=serving_on_slurm,
-        requeue=serving_on_slurm or (opts.step is not None and opts.step.serves and cluster.scheduler == "slurm"),
+        requeue=serving_on_slurm or (opts.step is not None and opts.step.serves and notice),
         # Only Slurm gives notice of a time limit; a run that does not serve has nothing to hand over.
         handover_lead=handover_lead(cluster) if serving_on_slurm or step_notice else 0,
         carried_faults=list(opts.carried_faults) if opts.keep_serving else [],

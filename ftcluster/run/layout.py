@@ -1,4 +1,4 @@
-"""The run folder's layout, shared by rendering, launchers, logs and status.
+"""The run folder's layout, shared by rendering, schedulers, logs and status.
 
 Kept free of heavy imports (no specs, no templates) so that `status`, `logs` and `stop` start fast.
 """

@@ -17,10 +17,10 @@ from ftcluster.run.layout import FILES, RunPaths
 from ftcluster.hosts.runner import LocalRunner, Runner
 from ftcluster.run.events import EV
 from ftcluster.run.state import ended, run_state, this_attempt
-from ftcluster.slurm import JobState
+from ftcluster.run.job_info import JobState
 
 if TYPE_CHECKING:
-    from ftcluster.launchers.watch import JobWatch
+    from ftcluster.schedulers.watch import JobWatch
 
 _BLOCK = 64 * 1024
 

@@ -97,6 +97,6 @@ def job_id_of(pid: int) -> str:
     """The job id of the job script with this pid, `local:PID@START`, its start time read now.
     One already gone gets start 0, which no live process has: the id reports (from the run's
     events) and never names a process to signal. The job is also known by its command line
-    (launchers/local.py's _job_mark), so a pid reused since is never taken for it either."""
+    (schedulers/local.py's _job_mark), so a pid reused since is never taken for it either."""
     ident = ProcessId.of(pid)
     return f"local:{ident or f'{pid}@0'}"

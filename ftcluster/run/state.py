@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ftcluster.run.events import EV, Event, last
-from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
+from ftcluster.run.job_info import NO_SUCH_JOB, JobInfo, JobState
 
 STOPPED_REASON = "stopped by `ftcluster stop`"
 CANCELLED_REASON = "cancelled: its `ftcluster launch` was interrupted"

@@ -677,7 +677,7 @@ class ClusterSpec(SpecModel):
     # Where the spec came from; set by the loader, not by users.
     source: str | None = Field(None, exclude=True)
     # False: the spec file left `ports` out, and the local style serves on a block free at
-    # launch (launchers.local); set by the loader, not by users.
+    # launch (schedulers.local); set by the loader, not by users.
     ports_given: bool = Field(True, exclude=True)
 
     @field_validator("name")

@@ -1,8 +1,11 @@
 """The launch styles, one row each: what a style is made of and how it behaves.
 
-A new style is a row here, an entry script template that extends job_templates/job.sh.j2, a
-launcher module in ftcluster/launchers/ and a behaviour class in ftcluster/job/styles.py (how
-the job reaches the nodes and its containers). Rendering, the job request, status, logs and stop
+A style is a scheduler x a container runtime. A new style is a row here naming its scheduler
+(a key of SCHEDULERS: a module in ftcluster/schedulers/) and its runtime (a key of RUNTIMES: a
+module in ftcluster/runtimes/), either of them new or both existing; its launcher name (a key of
+LAUNCHERS, which run records keep); an entry script template that extends
+job_templates/job.sh.j2; and a behaviour class in ftcluster/job/styles.py (how the job reaches
+the nodes and its containers). Rendering, the job request, status, logs and stop
 find it through this table and ask its fields, never its name. Light (no specs, no templates)
 so that status/logs/stop start fast.
 """
@@ -21,7 +24,8 @@ class Style:
     name: str
     summary: str               # one line for the entry script's header: how the ranks start
     template: str              # the entry script's template in job_templates/ (extends job.sh.j2)
-    launcher: str              # a key of LAUNCHERS
+    scheduler: str             # a key of SCHEDULERS: submits, follows and stops the job
+    runtime: str               # a key of RUNTIMES: the image's check, the run's resources (keys)
     runs_here: bool            # the job runs on this host as a process group (job.sh), not through sbatch (job.sbatch)
     in_image: bool             # the ranks run inside the user's image (its own python3, no ftcluster)
     node_script: str = ""      # a node-side script template rendered beside the job (containers up/down/guard)
@@ -37,27 +41,36 @@ class Style:
     proxy_in_container: bool = False
 
     @property
+    def launcher(self) -> str:
+        """The name run records and job requests keep for this style's scheduler and runtime."""
+        return launcher_of(self.scheduler, self.runtime)
+
+    @property
     def job_style(self) -> str:
         """The supervisor's behaviour class for this style (ftcluster.job.styles.JOB_STYLES)."""
         return self.name
 
 
 STYLES: dict[str, Style] = {s.name: s for s in (
-    Style("none", "srun --mpi starts one rank per node on the hosts themselves", "slurm_job.sh.j2", "slurm",
+    Style("none", "srun --mpi starts one rank per node on the hosts themselves", "slurm_job.sh.j2", "slurm", "none",
           runs_here=False, in_image=False, converts=True),
     Style("pyxis", "srun --mpi starts one rank per node in the image through Pyxis (--container-image)",
-          "slurm_job.sh.j2", "pyxis_slurm", runs_here=False, in_image=True, node_script="pyxis_node.sh.j2",
+          "slurm_job.sh.j2", "slurm", "pyxis",
+          runs_here=False, in_image=True, node_script="pyxis_node.sh.j2",
           srun_mounts=True, converts=True),
     Style("docker", "a Docker container per node (srun runs scripts/docker_node.sh), mpirun over ssh from rank 0's",
-          "slurm_job.sh.j2", "docker_slurm", runs_here=False, in_image=True, node_script="docker_node.sh.j2",
+          "slurm_job.sh.j2", "slurm", "docker",
+          runs_here=False, in_image=True, node_script="docker_node.sh.j2",
           run_keys=True, docker_run=True, converts=True),
     Style("ssh_docker", "a Docker container per host over ssh (python -m ftcluster.hosts.fanout), mpirun over ssh from "
-          "rank 0's", "here_job.sh.j2", "ssh_docker", runs_here=True, in_image=True, node_script="docker_node.sh.j2",
+          "rank 0's", "here_job.sh.j2", "ssh", "docker",
+          runs_here=True, in_image=True, node_script="docker_node.sh.j2",
           run_keys=True, docker_run=True, host_list=True, proxy_in_container=True),
     Style("charliecloud", "srun --mpi starts one rank per node, each inside ch-run IMAGE (Charliecloud)",
-          "slurm_job.sh.j2", "charliecloud_slurm", runs_here=False, in_image=True,
+          "slurm_job.sh.j2", "slurm", "charliecloud",
+          runs_here=False, in_image=True,
           node_script="charliecloud_node.sh.j2", converts=True),
-    Style("local", "one mpirun starts every rank on this machine, ports apart", "here_job.sh.j2", "local",
+    Style("local", "one mpirun starts every rank on this machine, ports apart", "here_job.sh.j2", "local", "none",
           runs_here=True, in_image=False, one_host=True, converts=True),
 )}
 
@@ -65,15 +78,37 @@ STYLES: dict[str, Style] = {s.name: s for s in (
 # style (its launcher is recorded beside it): no server ranks, one step log.
 STEP_STYLES = ("preflight", "convert", "front")
 
-# Launcher name -> "module:class"; imported on use (a launcher pulls in its scheduler's code).
-LAUNCHERS: dict[str, str] = {
-    "slurm": "ftcluster.launchers.slurm:SlurmLauncher",
-    "pyxis_slurm": "ftcluster.launchers.slurm:PyxisSlurmLauncher",
-    "charliecloud_slurm": "ftcluster.launchers.charliecloud:CharliecloudSlurmLauncher",
-    "docker_slurm": "ftcluster.launchers.docker_slurm:DockerSlurmLauncher",
-    "ssh_docker": "ftcluster.launchers.ssh_docker:SshDockerLauncher",
-    "local": "ftcluster.launchers.local:LocalLauncher",
+# Scheduler name (a cluster spec's `scheduler`) -> "module:class"; imported on use
+# (ftcluster.schedulers): a scheduler pulls in its own code (Slurm's CLI, the local job's).
+SCHEDULERS: dict[str, str] = {
+    "slurm": "ftcluster.schedulers.slurm:SlurmScheduler",
+    "ssh": "ftcluster.schedulers.ssh:SshScheduler",
+    "local": "ftcluster.schedulers.local:LocalScheduler",
 }
+
+# Container runtime name (a spec's container.runtime; "none": the hosts themselves) -> "module:class".
+RUNTIMES: dict[str, str] = {
+    "none": "ftcluster.runtimes.none:NoRuntime",
+    "pyxis": "ftcluster.runtimes.pyxis:PyxisRuntime",
+    "charliecloud": "ftcluster.runtimes.charliecloud:CharliecloudRuntime",
+    "docker": "ftcluster.runtimes.docker:DockerRuntime",
+}
+
+# Launcher name -> (scheduler, runtime): the name run records and job requests keep (run
+# folders written before the two axes were split name these too, and resolve through here).
+LAUNCHERS: dict[str, tuple[str, str]] = {
+    "slurm": ("slurm", "none"),
+    "pyxis_slurm": ("slurm", "pyxis"),
+    "charliecloud_slurm": ("slurm", "charliecloud"),
+    "docker_slurm": ("slurm", "docker"),
+    "ssh_docker": ("ssh", "docker"),
+    "local": ("local", "none"),
+}
+
+
+def launcher_of(scheduler: str, runtime: str) -> str:
+    """The launcher name of a scheduler and runtime (a pair of LAUNCHERS)."""
+    return next(name for name, pair in LAUNCHERS.items() if pair == (scheduler, runtime))
 
 
 def style_name(scheduler: str, runtime: str) -> str:

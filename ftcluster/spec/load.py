@@ -85,7 +85,7 @@ def load_cluster(path: str | Path, overrides: dict[str, Any] | None = None,
     given = "ports" in {**data, **(overrides or {})}
     if not given and {**data, **(overrides or {})}.get("scheduler") == "local":
         # What a render or dry run shows, and a run folder started by hand takes; a launch
-        # picks a free block (launchers.local).
+        # picks a free block (schedulers.local).
         data = {**data, "ports": LOCAL_PORTS}
     spec = _with_values(p, data, overrides or {}, options)
     return spec.model_copy(update={"source": str(p.resolve()), "ports_given": given})

@@ -21,7 +21,7 @@ import yaml
 from ftcluster.job.names import FILES
 from ftcluster.job.submit import queue_state
 from ftcluster.hosts.runner import CommandResult, LocalRunner
-from ftcluster.slurm import Slurm
+from ftcluster.schedulers.slurm_cli import Slurm
 from ftcluster.client.ready import server_id
 from tests.launch_helpers import (
     assert_served_like_ft,

@@ -228,7 +228,7 @@ def test_proxy_stop_ends_the_runs_caddy_and_removes_its_files(tmp_path: Path, ig
 
 
 def test_stop_removes_a_staged_copy_a_killed_job_left(tmp_path: Path) -> None:
-    from ftcluster.launchers.ssh_docker import SshDockerLauncher
+    from ftcluster.schedulers.ssh import SshScheduler
     from ftcluster.run.layout import RunPaths
     from ftcluster.hosts.runner import LocalRunner
 
@@ -236,5 +236,5 @@ def test_stop_removes_a_staged_copy_a_killed_job_left(tmp_path: Path) -> None:
     stage = paths.state / "proxy-stage"
     stage.mkdir(parents=True)
     (stage / "caddy").write_text("#!/bin/sh\n")
-    SshDockerLauncher(LocalRunner()).release_resources(paths)
+    SshScheduler(LocalRunner()).release_resources(paths)
     assert not stage.exists() and paths.state.is_dir()

@@ -11,13 +11,13 @@ import pytest
 from ftcluster.launch import run as launch_module
 from ftcluster.job.poll import EVENTS, SCHEDULER_PER_MINUTE, STARTING
 from ftcluster.launch.run import Launch, LaunchOptions, LaunchOutcome
-from ftcluster.launchers.base import Submission
-from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.runtimes.base import Submission
+from ftcluster.schedulers.slurm import SlurmScheduler
 from ftcluster.run.layout import RunPaths
 from ftcluster.engines import make_plan
 from ftcluster.plan.parallel import Plan
 from ftcluster.hosts.runner import LocalRunner
-from ftcluster.slurm import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
+from ftcluster.run.job_info import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
 from ftcluster.spec.cluster import ClusterSpec
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.load import load_model
@@ -29,7 +29,7 @@ RUNNING = JobInfo("42", JobState.RUNNING, "RUNNING", source="squeue")
 COMPLETED = JobInfo("42", JobState.COMPLETED, "COMPLETED", source="sacct")
 
 
-class Scripted(SlurmLauncher):
+class Scripted(SlurmScheduler):
     """Slurm's launcher (its requeue check) over a scripted scheduler: the job writes `events`
     at submission; each info() gives the next answer (the last one again), after writing the
     events `later` holds for that answer."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launchers.host_gpus import host_gpus, local_gpu_problem
+from ftcluster.schedulers.host_gpus import host_gpus, local_gpu_problem
 
 
 def test_host_gpus_counts_the_drivers_folders(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_a_local_launch_past_the_machines_gpus_is_refused_before_anything_is_wri
     (gpus / "0000:18:00.0").mkdir(parents=True)
     cluster = tmp_path / "local.yaml"
     cluster.write_text(f"name: one-gpu\nscheduler: local\ngpus_per_node: 1\nworkspace: {tmp_path / 'ws'}\n")
-    code = ("import sys, pathlib, ftcluster.launchers.host_gpus as h; h.NVIDIA_GPUS = pathlib.Path(sys.argv[1]); "
+    code = ("import sys, pathlib, ftcluster.schedulers.host_gpus as h; h.NVIDIA_GPUS = pathlib.Path(sys.argv[1]); "
             "from ftcluster.cli import main; sys.argv = ['ftcluster', 'launch', '--cluster', sys.argv[2], "
             "'--nodes', '2']; main()")
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from ftcluster.hosts.runner import LocalRunner
-from ftcluster.launchers.local import LocalLauncher
-from ftcluster.launchers.ssh_docker import SshDockerLauncher
+from ftcluster.schedulers.local import LocalScheduler
+from ftcluster.schedulers.ssh import SshScheduler
 from ftcluster.engines import make_plan
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.load import load_cluster, load_model
@@ -28,7 +28,7 @@ def test_only_the_local_style_picks_free_ports(tmp_path: Path) -> None:
     ssh = load_cluster(_spec(tmp_path, scheduler="ssh", hosts=["n1", "n2"],
                              container={"runtime": "docker", "image": "triton:22.12"}))
     assert not local.ports_given and not ssh.ports_given
-    picked = LocalLauncher(LocalRunner()).with_ports(local, make_plan(local, model, 2))
+    picked = LocalScheduler(LocalRunner()).with_ports(local, make_plan(local, model, 2))
     assert picked.ports.http != local.ports.http
-    kept = SshDockerLauncher(LocalRunner()).with_ports(ssh, make_plan(ssh, model, 2))
+    kept = SshScheduler(LocalRunner()).with_ports(ssh, make_plan(ssh, model, 2))
     assert kept.ports == ssh.ports and kept.ports.http == 8000

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster.hosts.runner import LocalRunner
-from ftcluster.launchers.local import LocalLauncher
+from ftcluster.schedulers.local import LocalScheduler
 from ftcluster.run.layout import RunPaths
 from ftcluster.run.procs import job_id_of
 
@@ -51,7 +51,7 @@ def _start_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None
 
 @pytest.mark.skipif(os.geteuid() != 0 or not NS_LAST_PID.exists(), reason="needs root to hand a pid out again")
 def test_a_pid_come_round_again_is_not_an_ended_jobs(tmp_path: Path) -> None:
-    launcher = LocalLauncher(LocalRunner())
+    launcher = LocalScheduler(LocalRunner())
     ended = _run_folder(tmp_path, "r-ended", "exit 0\n")
     ended_id = launcher.submit(ended)
     pid = int(ended_id.split(":")[1].split("@")[0])

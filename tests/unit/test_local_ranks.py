@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launchers.local_ranks import gpu_slices, run_local_ranks
+from ftcluster.schedulers.local_ranks import gpu_slices, run_local_ranks
 
 # Each rank records its pid and a child's pid, so the test can prove both are gone.
 SPAWN = """

@@ -14,12 +14,13 @@ import pytest
 
 from ftcluster.run import logs as logs_module
 from ftcluster.job.poll import EVENTS, SCHEDULER_PER_MINUTE, Budget
-from ftcluster.launchers.slurm import PyxisSlurmLauncher
+from ftcluster.runtimes.pyxis import PyxisRuntime
+from ftcluster.schedulers.slurm import SlurmScheduler
 from ftcluster.run.layout import RunPaths
 from ftcluster.run.logs import Follower, LogSource, follow_job
 from ftcluster.hosts.runner import CommandResult
-from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
-from ftcluster.launchers.watch import JobWatch
+from ftcluster.run.job_info import NO_SUCH_JOB, JobInfo, JobState
+from ftcluster.schedulers.watch import JobWatch
 from tests.fake_clock import START, FakeClock, World, most_in_a_minute
 
 
@@ -214,7 +215,7 @@ def test_stop_waits_through_a_minute_of_teardown_on_a_few_queries(tmp_path: Path
     paths = _run(tmp_path)
     paths.events.write_text("1 job_started n1 42\n")
     slurm = SlurmOnAClock(world, paths, teardown=60.0)
-    launcher = PyxisSlurmLauncher(slurm)  # type: ignore[arg-type]
+    launcher = SlurmScheduler(slurm, PyxisRuntime())  # type: ignore[arg-type]
     launcher.clock = world
     launcher.cancel("42", paths, grace=10.0)
     # Gone when the teardown ends, seen right after (the job's `done` brought the question forward).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ftcluster.launchers.local_ranks import run_local_ranks
+from ftcluster.schedulers.local_ranks import run_local_ranks
 from ftcluster.rank.env import NVLS_OFF, RankEnvError, child_env, detect_rank_env, first_host
 from ftcluster.rank.preflight import (
     GpuInfo,

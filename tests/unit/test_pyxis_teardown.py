@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from ftcluster.errors import UserError
-from ftcluster.launchers import launcher_for
-from ftcluster.launchers.slurm import PyxisSlurmLauncher
+from ftcluster.runtimes.pyxis import PyxisRuntime
+from ftcluster.schedulers import scheduler_for
+from ftcluster.schedulers.slurm import SlurmScheduler
 from ftcluster.hosts.runner import LocalRunner
 from tests.unit.test_render import RUN_DIR, render_style, write_env_file
 
@@ -102,7 +103,7 @@ def _pyxis_cluster(image: str):  # type: ignore[no-untyped-def]
 
 
 def test_launcher_refuses_a_relative_or_missing_sqsh(tmp_path: Path) -> None:
-    launcher = PyxisSlurmLauncher(LocalRunner())
+    launcher = SlurmScheduler(LocalRunner(), PyxisRuntime())
     launcher.slurm.partition_nodes = lambda partition: None  # type: ignore[method-assign]
     with pytest.raises(UserError, match=r"^container.image: .*relative.*absolute path"):
         launcher.check(_pyxis_cluster("./images/triton.sqsh"), _plan())  # type: ignore[arg-type]
@@ -112,7 +113,8 @@ def test_launcher_refuses_a_relative_or_missing_sqsh(tmp_path: Path) -> None:
     sqsh.touch()
     launcher.check(_pyxis_cluster(str(sqsh)), _plan())  # type: ignore[arg-type]
     launcher.check(_pyxis_cluster("nvcr.io#nvidia/tritonserver:22.12-py3"), _plan())  # type: ignore[arg-type]
-    assert isinstance(launcher_for(_pyxis_cluster(str(sqsh))), PyxisSlurmLauncher)
+    found = scheduler_for(_pyxis_cluster(str(sqsh)))
+    assert isinstance(found, SlurmScheduler) and isinstance(found.runtime, PyxisRuntime)
 
 
 def _plan():  # type: ignore[no-untyped-def]

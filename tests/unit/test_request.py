@@ -10,22 +10,25 @@ from pathlib import Path
 import pytest
 
 from ftcluster.launch.run import Launch, LaunchOptions, write_run
-from ftcluster.launchers import launcher_class, launcher_for_record, launcher_named
-from ftcluster.launchers.base import Launcher, Submission
-from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
-from ftcluster.launchers.local import LocalLauncher
-from ftcluster.launchers.ssh_keys import RunKeysLauncher
-from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.runtimes.base import Runtime, Submission
+from ftcluster.runtimes.docker import DockerRuntime
+from ftcluster.runtimes.none import NoRuntime
+from ftcluster.runtimes.pyxis import PyxisRuntime
+from ftcluster.schedulers import scheduler_class, scheduler_for_record, scheduler_named
+from ftcluster.schedulers.base import Scheduler
+from ftcluster.schedulers.local import LocalScheduler
+from ftcluster.schedulers.slurm import SlurmScheduler
+from ftcluster.schedulers.ssh import SshScheduler
 from ftcluster.run.layout import RunPaths
 from ftcluster.engines import make_plan
 from ftcluster.render.scripts import RenderOptions
 from ftcluster.render.request import JobRequest, build_request
 from ftcluster.hosts.runner import LocalRunner
-from ftcluster.slurm import JobInfo, JobState
+from ftcluster.run.job_info import JobInfo, JobState
 from ftcluster.spec.defaults import embedded_model_path
 from ftcluster.spec.load import load_model
 from ftcluster.run.store import RunRecord, RunStore
-from ftcluster.spec.launch_styles import LAUNCHERS, STYLES
+from ftcluster.spec.launch_styles import LAUNCHERS, RUNTIMES, SCHEDULERS, STYLES
 from tests.helpers_specs import cluster
 
 SLURM = {"name": "s", "scheduler": "slurm", "partition": "gpu", "gpus_per_node": 1,
@@ -41,8 +44,11 @@ def _request(tmp_path: Path, **spec: object) -> JobRequest:
 
 def test_every_style_names_a_template_and_a_launcher() -> None:
     for style in STYLES.values():
-        assert style.launcher in LAUNCHERS
-        assert isinstance(launcher_named(style.launcher), Launcher)
+        assert style.launcher in LAUNCHERS and LAUNCHERS[style.launcher] == (style.scheduler, style.runtime)
+        assert style.scheduler in SCHEDULERS and style.runtime in RUNTIMES
+        found = scheduler_named(style.launcher)
+        assert isinstance(found, Scheduler) and isinstance(found.runtime, Runtime)
+        assert (found.name, found.runtime.name) == (style.scheduler, style.runtime)
 
 
 @pytest.mark.parametrize(("spec", "launcher", "argv0"), [
@@ -85,18 +91,18 @@ def test_writing_a_request_lays_out_the_run_folder(tmp_path: Path) -> None:
 
 def test_the_docker_launchers_make_and_remove_the_runs_keys(tmp_path: Path) -> None:
     for style in STYLES.values():
-        assert isinstance(launcher_named(style.launcher), RunKeysLauncher) == style.run_keys, style.name
+        assert isinstance(scheduler_named(style.launcher).runtime, DockerRuntime) == style.run_keys, style.name
     for spec, keys in (({"container": {"runtime": "docker", "image": "i:1"}}, True), ({}, False)):
         req = _request(tmp_path / str(keys), **spec)
         c = cluster(**{**SLURM, **spec})
         write_run(req, c, None, make_plan(c, load_model(embedded_model_path()), 1))   # as `render --out` does
         ssh = req.paths.state / "ssh"
         assert (ssh / "id_ed25519").is_file() == (ssh / "host_ed25519").is_file() == keys
-        launcher_named(req.launcher).release_resources(req.paths)
+        scheduler_named(req.launcher).release_resources(req.paths)
         assert not ssh.exists()
 
 
-class Recording(Launcher):
+class Recording(Scheduler):
     """Records the request it is given; the job ends at once."""
 
     submitted: list[Submission] = []
@@ -126,25 +132,30 @@ def test_launch_submits_the_request_the_dry_run_printed(tmp_path: Path) -> None:
     assert (rec.launcher, rec.job_id) == ("slurm", "42") and not outcome.ok  # no `done` event
 
 
-@pytest.mark.parametrize(("scheduler", "style", "launcher", "cls"), [
-    ("slurm", "none", "", SlurmLauncher),
-    ("slurm", "docker", "", DockerSlurmLauncher),
-    ("slurm", "convert", "", SlurmLauncher),       # `convert` runs: their scheduler's jobs
-    ("local", "convert", "", LocalLauncher),
-    ("slurm", "none", "docker_slurm", DockerSlurmLauncher),  # the recorded launcher wins
+@pytest.mark.parametrize(("scheduler", "style", "launcher", "cls", "runtime"), [
+    ("slurm", "none", "", SlurmScheduler, NoRuntime),
+    ("slurm", "docker", "", SlurmScheduler, DockerRuntime),
+    ("slurm", "convert", "", SlurmScheduler, NoRuntime),       # `convert` runs: their scheduler's jobs
+    ("local", "convert", "", LocalScheduler, NoRuntime),
+    ("slurm", "none", "docker_slurm", SlurmScheduler, DockerRuntime),  # the recorded launcher wins
+    # Launcher names that run folders recorded before the scheduler and runtime were split
+    ("slurm", "pyxis", "pyxis_slurm", SlurmScheduler, PyxisRuntime),
+    ("ssh", "ssh_docker", "ssh_docker", SshScheduler, DockerRuntime),
+    ("ssh", "convert", "", SshScheduler, DockerRuntime),
 ])
 def test_status_logs_and_stop_find_the_runs_launcher(scheduler: str, style: str, launcher: str,
-                                                     cls: type[Launcher]) -> None:
+                                                     cls: type[Scheduler], runtime: type[Runtime]) -> None:
     rec = RunRecord(run_id="r", created=0.0, cluster_name="c", cluster_source="", scheduler=scheduler,
                     style=style, run_dir="/x", nodes=1, model="m", launcher=launcher)
-    assert type(launcher_for_record(rec)) is cls
+    found = scheduler_for_record(rec)
+    assert type(found) is cls and type(found.runtime) is runtime
 
 
-def test_the_launchers_never_import_the_request() -> None:
-    """One way only: the request imports the launchers (each builds its argv); a launcher reads
-    a request through launchers.base.Submission, not even under TYPE_CHECKING."""
-    package = Path(launcher_class.__code__.co_filename).parent
-    for source in package.glob("*.py"):
+def test_the_schedulers_and_runtimes_never_import_the_request() -> None:
+    """One way only: the request imports the schedulers (each builds its argv); a scheduler or a
+    runtime reads a request through runtimes.base.Submission, not even under TYPE_CHECKING."""
+    package = Path(scheduler_class.__code__.co_filename).parent
+    for source in [*package.glob("*.py"), *(package.parent / "runtimes").glob("*.py")]:
         for node in ast.walk(ast.parse(source.read_text())):
             names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
                      if isinstance(node, ast.ImportFrom) else

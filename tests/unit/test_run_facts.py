@@ -16,7 +16,7 @@ from ftcluster.job.config import JobConfig, LivenessConfig
 from ftcluster.launch.replica_set import ReplicaSet, front_step, recorded_set, write_members
 from ftcluster.launch.run import Launch, LaunchOptions, job_request, write_run
 from ftcluster.launch.successor import successor_launch
-from ftcluster.launchers.local import _ports_of
+from ftcluster.schedulers.local import _ports_of
 from ftcluster.observe.status import run_status
 from ftcluster.plan.facts import RunFacts, member_ports, resolve
 from ftcluster.engines import make_plan

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster.observe import status as status_module
-from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.schedulers.slurm import SlurmScheduler
 from ftcluster.run.state import STOPPED_REASON
 from ftcluster.observe.status import live_states, run_status
 from ftcluster.run.store import RunRecord
@@ -33,8 +33,8 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: str, recorded:
     (run_dir / "state").mkdir(parents=True)
     (run_dir / "state" / "events").write_text(events)
     runner = Scripted(squeue=(0, "", "") if scontrol is not INVALID else INVALID, sacct=NO_ACCOUNTING, scontrol=scontrol)
-    monkeypatch.setattr(status_module, "launcher_for_record", lambda rec: SlurmLauncher(runner))
-    monkeypatch.setattr(status_module, "launcher_named", lambda name: SlurmLauncher(runner))
+    monkeypatch.setattr(status_module, "scheduler_for_record", lambda rec: SlurmScheduler(runner))
+    monkeypatch.setattr(status_module, "scheduler_named", lambda name: SlurmScheduler(runner))
     return RunRecord(run_id="run", created=time.time(), cluster_name="c", cluster_source="", scheduler="slurm",
                      style="none", run_dir=str(run_dir), nodes=1, model="m", job_id="7", status=recorded)
 

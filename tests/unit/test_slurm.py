@@ -1,4 +1,4 @@
-"""ftcluster.slurm without a cluster: a scripted runner answers squeue/sacct/scontrol as Slurm does."""
+"""ftcluster.schedulers.slurm_cli without a cluster: a scripted runner answers squeue/sacct/scontrol as Slurm does."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from typing import IO
 import pytest
 
 from ftcluster.errors import LaunchError
-from ftcluster.launchers.docker_slurm import DockerSlurmLauncher
-from ftcluster.launchers.slurm import PyxisSlurmLauncher, SlurmLauncher
+from ftcluster.runtimes.base import Runtime
+from ftcluster.runtimes.docker import DockerRuntime
+from ftcluster.runtimes.pyxis import PyxisRuntime
+from ftcluster.schedulers.slurm import SlurmScheduler
 from ftcluster.run.layout import RunPaths
 from ftcluster.render.request import submit_argv
 from ftcluster.hosts.runner import CommandResult
-from ftcluster.slurm import JobInfo, JobState, Slurm
+from ftcluster.run.job_info import JobInfo, JobState
+from ftcluster.schedulers.slurm_cli import Slurm
 from tests.fake_clock import FakeClock
 
 
@@ -71,15 +74,15 @@ class Cancellable(Scripted):
         return super().run(argv, cwd=cwd, timeout=timeout)
 
 
-@pytest.mark.parametrize(("launcher", "scancel"), [
+@pytest.mark.parametrize(("runtime", "scancel"), [
     # SIGTERM to the batch shell alone, whose trap runs the node teardown
-    (SlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
-    (PyxisSlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
-    (DockerSlurmLauncher, ["scancel", "--batch", "--signal=TERM", "7"]),
+    (None, ["scancel", "--batch", "--signal=TERM", "7"]),
+    (PyxisRuntime(), ["scancel", "--batch", "--signal=TERM", "7"]),
+    (DockerRuntime(), ["scancel", "--batch", "--signal=TERM", "7"]),
 ])
-def test_cancel_runs_slurms_scancel(tmp_path: Path, launcher: type[SlurmLauncher], scancel: list[str]) -> None:
+def test_cancel_runs_slurms_scancel(tmp_path: Path, runtime: Runtime | None, scancel: list[str]) -> None:
     runner = Cancellable(squeue=(0, "RUNNING|None|n1\n", ""))
-    launcher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
+    SlurmScheduler(runner, runtime).cancel("7", RunPaths("r", tmp_path), grace=0.0)
     assert [c for c in runner.calls if c[0] == "scancel"] == [scancel]
     assert submit_argv("slurm", "s.sbatch") == Slurm.submit_command("s.sbatch") == ("sbatch", "--parsable", "s.sbatch")
 
@@ -87,7 +90,7 @@ def test_cancel_runs_slurms_scancel(tmp_path: Path, launcher: type[SlurmLauncher
 def test_cancel_of_a_pending_job_is_a_plain_scancel(tmp_path: Path) -> None:
     # No batch shell to ask: a job not running (pending, or requeued) is cancelled at once.
     runner = Cancellable(squeue=(0, "PENDING|Resources|\n", ""))
-    SlurmLauncher(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
+    SlurmScheduler(runner).cancel("7", RunPaths("r", tmp_path), grace=0.0)
     assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "7"]]
 
 
@@ -114,7 +117,7 @@ def test_a_cancel_slurm_did_not_take_says_the_job_may_still_run() -> None:
 
 def test_a_cancel_taken_but_never_confirmed_is_not_called_done(tmp_path: Path) -> None:
     # scancel went through, then slurmctld fell silent: `stop` must not say the job ended.
-    launcher = SlurmLauncher(Scripted(squeue=TIMED_OUT, sacct=(1, "", "disabled")))
+    launcher = SlurmScheduler(Scripted(squeue=TIMED_OUT, sacct=(1, "", "disabled")))
     launcher.clock = FakeClock()
     with pytest.raises(LaunchError) as e:
         launcher.cancel("7", RunPaths("r", tmp_path), grace=0.0)
@@ -146,7 +149,7 @@ def test_a_job_through_its_teardown_but_completing_in_slurm_is_stopped(tmp_path:
     paths.events.parent.mkdir(parents=True)
     paths.events.write_text("1.0 serving n1:8000\n2.0 done 0\n3.0 job_started n1 7\n")
     runner = EndsCompleting(paths.events, says_done)
-    launcher = SlurmLauncher(runner)
+    launcher = SlurmScheduler(runner)
     launcher.clock = FakeClock()
     start = launcher.clock.monotonic()
     launcher.cancel("7", paths, grace=10.0)
@@ -173,7 +176,7 @@ def test_a_second_stop_of_a_job_completing_after_its_own_done_does_not_wait_for_
     paths.events.write_text(events)
     runner = Scripted(squeue=(0, "COMPLETING|NonZeroExitCode|n2\n", ""),
                       scancel=(1, "", "scancel: error: Kill job error on job id 7: Job/step already completing or completed"))
-    launcher = SlurmLauncher(runner)
+    launcher = SlurmScheduler(runner)
     launcher.clock = FakeClock()
     start = launcher.clock.monotonic()
     launcher.cancel("7", paths, grace=10.0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ftcluster.errors import UserError
-from ftcluster.launchers.local_mpi import find_local_mpi
+from ftcluster.schedulers.local_mpi import find_local_mpi
 from tests.unit.test_rank_leftovers import _wrapper_of
 from tests.unit.test_request import _request
 

@@ -13,9 +13,9 @@ from rich.console import Console
 
 from ftcluster.observe import status as status_module
 from ftcluster.cli.commands_runs import status_table
-from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.schedulers.slurm import SlurmScheduler
 from ftcluster.hosts.runner import CommandResult
-from ftcluster.slurm import Slurm
+from ftcluster.schedulers.slurm_cli import Slurm
 from ftcluster.observe.status import run_status
 from ftcluster.run.store import RunRecord, RunStore
 from tests.unit.test_slurm import Scripted
@@ -52,7 +52,7 @@ def _record(run_id: str, run_dir: Path, job_id: str, style: str = "none", **kw: 
 def test_a_replica_sets_status_shows_its_members_and_its_balancers_own_node(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = Squeue({"10": "node3", "11": "node1", "12": "node2"})
-    monkeypatch.setattr(status_module, "launcher_for_record", lambda rec: SlurmLauncher(runner))
+    monkeypatch.setattr(status_module, "scheduler_for_record", lambda rec: SlurmScheduler(runner))
     front = _record("set", tmp_path / "set", "10", style="front")
     members = [_record(f"set-r{i}", tmp_path / f"r{i}", job, replica_of="set", replica=i)
                for i, job in enumerate(("11", "12"))]

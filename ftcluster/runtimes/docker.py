@@ -1,6 +1,7 @@
-"""Per-run SSH keys for the Docker styles: mpirun reaches the other containers over ssh.
+"""Docker (a container per node, `docker run` by the job's node script): its per-run SSH keys,
+with which mpirun reaches the other containers over ssh.
 
-The launcher makes, in the run folder's state/ssh/ (0700), before submission:
+The runtime makes, in the run folder's state/ssh/ (0700), before submission:
   id_ed25519 / .pub           the client key; authorized only inside this run's containers
   host_ed25519 / .pub         the host key every container's sshd presents
 The job script writes known_hosts from the host key once it knows the node names, so ssh
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ftcluster.launchers.base import Launcher, Submission
+from ftcluster.runtimes.base import Runtime, Submission
 
 if TYPE_CHECKING:
     from ftcluster.run.layout import RunPaths
@@ -85,8 +86,11 @@ def remove(state_dir: Path) -> bool:
     return not d.exists()
 
 
-class RunKeysLauncher(Launcher):
-    """A launcher whose job needs per-run ssh keys: made before submission, removed at the end."""
+class DockerRuntime(Runtime):
+    """The job needs per-run ssh keys: made before submission, removed at the end. The job
+    script removes the run's containers on every node at its end."""
+
+    name = "docker"
 
     def prepare_resources(self, request: Submission) -> None:
         generate(request.paths.state, request.paths.run_id)

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 from ftcluster.run.events import EV, Event, EventFollower
 from ftcluster.job.poll import CLOCK, ENDING, ENDING_S, EVENTS, SCHEDULER, SCHEDULER_PER_MINUTE, Budget, Clock
-from ftcluster.slurm import JobInfo
+from ftcluster.run.job_info import JobInfo
 
 if TYPE_CHECKING:
-    from ftcluster.launchers.base import Launcher
+    from ftcluster.schedulers.base import Scheduler
     from ftcluster.run.layout import RunPaths
 
 
 class JobWatch:
-    def __init__(self, launcher: Launcher, job_id: str, paths: RunPaths, clock: Clock = CLOCK):
+    def __init__(self, launcher: Scheduler, job_id: str, paths: RunPaths, clock: Clock = CLOCK):
         self.launcher, self.job_id, self.paths, self.clock = launcher, job_id, paths, clock
         self.events = EventFollower(str(paths.events), clock)
         self.info: JobInfo | None = None     # the scheduler's last answer

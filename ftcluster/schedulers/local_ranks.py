@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftcluster.launchers.host_gpus import visible_pool
+from ftcluster.schedulers.host_gpus import visible_pool
 from ftcluster.rank.env import child_env
 
 POLL_S = 0.05

@@ -1,4 +1,6 @@
-"""Slurm launch style: the rendered sbatch script (bare or Pyxis) submitted with sbatch.
+"""The Slurm scheduler: the rendered sbatch script submitted with sbatch (every runtime: none,
+Pyxis, Charliecloud, Docker); its state from squeue/sacct/scontrol, a requeue seen as PENDING
+after the start. The Slurm commands themselves are built in slurm_cli.py.
 
 Every Slurm style's job ends with a teardown step on every node: it removes the run's containers
 (Pyxis, Docker) and what the ranks left in /dev/shm. A plain `scancel` would end the job before
@@ -14,11 +16,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import LaunchError, UserError
-from ftcluster.launchers.base import Launcher, Submission
+from ftcluster.schedulers.base import Scheduler
 from ftcluster.hosts.runner import Runner
-from ftcluster.slurm import JobInfo, JobState, Slurm
+from ftcluster.run.job_info import JobInfo, JobState
+from ftcluster.schedulers.slurm_cli import Slurm
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.runtimes.base import Runtime, Submission
     from ftcluster.run.layout import RunPaths
     from ftcluster.plan.parallel import Plan
     from ftcluster.spec.cluster import ClusterSpec
@@ -28,12 +32,20 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
 TEARDOWN_GRACE = 60.0
 
 
-class SlurmLauncher(Launcher):
-    def __init__(self, runner: Runner):
-        super().__init__(runner)
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+    time_limit_notice = True
+
+    @staticmethod
+    def submit_command(script: str) -> tuple[str, ...]:
+        # Submitted from the run folder: #SBATCH --output paths are relative.
+        return Slurm.submit_command(script)
+
+    def __init__(self, runner: Runner, runtime: Runtime | None = None):
+        super().__init__(runner, runtime)
         self.slurm = Slurm(runner)
 
-    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
+    def check_limits(self, cluster: ClusterSpec, plan: Plan, servers: bool) -> None:
         total = self.slurm.partition_nodes(cluster.partition)
         if total is not None and plan.nodes > total:
             raise UserError(f"{plan.nodes} nodes requested but partition {cluster.partition!r} has {total}",
@@ -59,7 +71,7 @@ class SlurmLauncher(Launcher):
         """End the job and wait until Slurm has let it go: the job's `done` says when to look
         (watch.JobWatch), so the wait costs the scheduler a few queries, not one per 0.2 s."""
         # startup: the job watch only when a job is cancelled
-        from ftcluster.launchers.watch import JobWatch
+        from ftcluster.schedulers.watch import JobWatch
 
         watch = JobWatch(self, job_id, paths, self.clock)
         try:
@@ -77,22 +89,3 @@ class SlurmLauncher(Launcher):
                                   f"answers, and stop again if it still runs")
         finally:
             watch.close()
-
-
-class PyxisSlurmLauncher(SlurmLauncher):
-    """Pyxis: the job script removes the run's named container on every node at its end."""
-
-    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
-        super().check(cluster, plan, servers)
-        image = cluster.container.image or ""
-        # Pyxis takes an image that starts with '/' or '.' as a squashfs file on the nodes (the
-        # spec refuses other paths); a registry name is pulled by Enroot at run time.
-        if image[:1] not in ("/", "."):
-            return
-        if not image.startswith("/"):
-            raise UserError(f"{image!r} is relative: Pyxis would look for it in the job's working "
-                            "directory, the run folder", field="container.image",
-                            hint="give the .sqsh file's absolute path")
-        if not self.runner.exists(image):
-            raise UserError(f"{image} does not exist", field="container.image",
-                            hint="import the image first (ftcluster image import) or correct the path")

@@ -1,4 +1,4 @@
-"""Local launch style: the rendered job.sh runs here, each rank in its own process group.
+"""The local scheduler: the rendered job.sh runs here as a process group, each rank in its own.
 
 The job id is `local:<pid>@<start time>` of the job script, which leads its own session so that a
 stop from another ftcluster process can signal the whole group, once it is identified as ours.
@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
 from ftcluster.run.events import parse_events
-from ftcluster.launchers.base import Launcher, Submission
+from ftcluster.schedulers.base import Scheduler
 from ftcluster.plan.facts import resolve
 from ftcluster.run.layout import FILES
 from ftcluster.run.procs import ProcessId, job_id_of, read_pidfile
 from ftcluster.run.state import ended
-from ftcluster.slurm import NO_SUCH_JOB, JobInfo, JobState
+from ftcluster.run.job_info import NO_SUCH_JOB, JobInfo, JobState
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.runtimes.base import Submission
     from ftcluster.run.layout import RunPaths
     from ftcluster.plan.parallel import Plan
     from ftcluster.spec.cluster import ClusterSpec
@@ -77,7 +78,8 @@ def _ports_of(cluster: ClusterSpec, plan: Plan) -> list[tuple[str, int, str, str
     return taken
 
 
-class LocalLauncher(Launcher):
+class LocalScheduler(Scheduler):
+    name = "local"
     # By job id (pid and start time): a pid alone is reused (pid_max may be 32768), and a later
     # job's pid found here took an earlier, ended child's exit for its own.
     _children: dict[str, subprocess.Popen[bytes]] = {}
@@ -142,7 +144,7 @@ class LocalLauncher(Launcher):
         raise UserError(f"no block of free ports found on this machine in {PORT_PICKS} tries", field="ports",
                         hint="fix the ports in the cluster spec (ports: {http: ..., grpc: ..., metrics: ...})")
 
-    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
+    def check_limits(self, cluster: ClusterSpec, plan: Plan, servers: bool) -> None:
         # The ranks serve on this machine: a port in use is refused before anything starts.
         if not servers:
             return

@@ -1,4 +1,4 @@
-"""Slurm + Charliecloud: the bare Slurm job with every task inside `ch-run IMAGE`
+"""Charliecloud: the job's every task inside `ch-run IMAGE`
 (job_templates/charliecloud_node.sh.j2). Nothing to remove at the end: a ch-run container ends
 with its command. What is checked here, before anything is submitted, where the image folder
 is visible (it must be on a filesystem every node sees): that it exists and has every folder a
@@ -11,9 +11,10 @@ import os
 from typing import TYPE_CHECKING
 
 from ftcluster.errors import UserError
-from ftcluster.launchers.slurm import SlurmLauncher
+from ftcluster.runtimes.base import Runtime
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
+    from ftcluster.hosts.runner import Runner
     from ftcluster.plan.parallel import Plan
     from ftcluster.spec.cluster import ClusterSpec
 
@@ -27,15 +28,16 @@ def mount_points(cluster: ClusterSpec) -> list[tuple[str, str]]:
     return [(f, p) for f, p in points if not (p + "/").startswith("/tmp/")]
 
 
-class CharliecloudSlurmLauncher(SlurmLauncher):
-    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
-        super().check(cluster, plan, servers)
+class CharliecloudRuntime(Runtime):
+    name = "charliecloud"
+
+    def check(self, cluster: ClusterSpec, plan: Plan, runner: Runner) -> None:
         image = cluster.container.image or ""
-        if not self.runner.exists(image):
+        if not runner.exists(image):
             raise UserError(f"{image} does not exist here", field="container.image",
                             hint="unpack the image with ch-convert (e.g. ch-convert -i docker triton_with_ft:22.12 "
                                  f"{image}) on a filesystem every node sees")
-        missing = [(f, p) for f, p in mount_points(cluster) if not self.runner.exists(os.path.join(image, p.lstrip("/")))]
+        missing = [(f, p) for f, p in mount_points(cluster) if not runner.exists(os.path.join(image, p.lstrip("/")))]
         if missing:
             raise UserError("; ".join(f"{f}: the image has no folder {p} to mount on (ch-run binds only onto folders "
                                       f"a read-only image has)" for f, p in missing),

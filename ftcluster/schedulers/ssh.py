@@ -1,5 +1,6 @@
-"""scheduler `ssh` + Docker: the job script runs here, as the local style's does, and reaches
-the hosts over ssh (ftcluster.hosts.fanout). A stop sends SIGTERM to its process group; its trap
+"""The ssh scheduler: the job script runs here, as the local scheduler's does, and reaches the
+spec's fixed hosts over ssh (ftcluster.hosts.fanout); its runtime is Docker (the spec allows no
+other with scheduler ssh). A stop sends SIGTERM to its process group; its trap
 removes every container of the run on every host (over ssh, which takes longer than a local
 rank's exit) before anything is killed.
 """
@@ -12,8 +13,7 @@ from typing import TYPE_CHECKING
 from ftcluster.errors import UserError
 from ftcluster.hosts.fanout import FanoutConfig
 from ftcluster.job.config import PROXY_STAGE
-from ftcluster.launchers.local import LocalLauncher
-from ftcluster.launchers.ssh_keys import RunKeysLauncher
+from ftcluster.schedulers.local import LocalScheduler
 
 if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.run.layout import RunPaths
@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # specs and plans are heavy (pydantic); annotations only
     from ftcluster.spec.cluster import ClusterSpec
 
 
-class SshDockerLauncher(RunKeysLauncher, LocalLauncher):
+class SshScheduler(LocalScheduler):
+    name = "ssh"
     kill_stray_ranks = False   # rank pids are container pids: the container removal ends them
     # The node-side teardown over ssh: stop the ranks, docker rm -f on every host.
     teardown_grace = 90.0
@@ -31,15 +32,15 @@ class SshDockerLauncher(RunKeysLauncher, LocalLauncher):
         # of theirs, so the spec's ports (or the defaults) stand, as on Slurm.
         return cluster
 
-    def check(self, cluster: ClusterSpec, plan: Plan, servers: bool = True) -> None:
+    def check_limits(self, cluster: ClusterSpec, plan: Plan, servers: bool) -> None:
         if plan.nodes > len(cluster.hosts):
             raise UserError(f"{plan.nodes} nodes requested but hosts lists {len(cluster.hosts)}",
                             field="--nodes", hint="lower --nodes or add hosts to the cluster spec")
 
     def release_resources(self, paths: RunPaths) -> None:
         super().release_resources(paths)
-        # The copy of Caddy the job stages for rank 0's container (access: private), left by a
-        # job that was killed before the container took it.
+        # The copy of Caddy the job stages here for rank 0's container on its host (access:
+        # private), left by a job that was killed before the container took it.
         shutil.rmtree(paths.state / PROXY_STAGE, ignore_errors=True)
 
     def nodes(self, paths: RunPaths) -> tuple[str, ...]:

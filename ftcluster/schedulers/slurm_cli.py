@@ -12,30 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
 
 from ftcluster.errors import LaunchError, UserError
 from ftcluster.job.poll import CLOCK, Clock
 from ftcluster.job.submit import PATIENCE_S, SubmitFailed, nothing_to_cancel, submit
 from ftcluster.hosts.runner import CommandResult, Runner
-
-
-class JobState(str, Enum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    # A run ended by `ftcluster stop`, as its own events say (ftcluster.run.state): never from
-    # Slurm, whose STOPPED (a job held by SIGSTOP) is PENDING here.
-    STOPPED = "STOPPED"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.STOPPED)
+from ftcluster.run.job_info import NO_SUCH_JOB, UNREACHABLE, JobInfo, JobState
 
 
 # Slurm's job states (squeue %T / sacct State / scontrol JobState) -> ours.
@@ -58,33 +40,6 @@ def map_state(raw: str) -> JobState:
     # sacct prints "CANCELLED by 0"; squeue may print abbreviations in other formats.
     word = raw.strip().split()[0].rstrip("+") if raw.strip() else ""
     return SLURM_STATES.get(word.upper(), JobState.UNKNOWN)
-
-
-# JobInfo.source when the scheduler answered that it knows no such job (it is gone), and when
-# it could not be asked at all (a busy or restarting slurmctld times out).
-NO_SUCH_JOB = "none"
-UNREACHABLE = "error"
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    job_id: str
-    state: JobState
-    raw_state: str
-    nodes: tuple[str, ...] = ()
-    reason: str = ""
-    exit_code: str = ""
-    source: str = ""   # who answered: squeue, sacct, scontrol, local; NO_SUCH_JOB; UNREACHABLE
-
-    @property
-    def gone(self) -> bool:
-        """The job is over: it reached a final state, or the scheduler knows no such job any more."""
-        return self.state.terminal or self.source == NO_SUCH_JOB
-
-    @property
-    def unreachable(self) -> bool:
-        """The scheduler could not be asked: not an answer about the job; ask again later."""
-        return self.source == UNREACHABLE
 
 
 def expand_nodelist(nodelist: str) -> tuple[str, ...]:
