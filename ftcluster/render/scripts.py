@@ -69,8 +69,10 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/: every module of
-# ftcluster/job/, read from the folder (a module added there travels without a list to keep).
-SUPERVISOR_MODULES = tuple(sorted(p.name for p in package_path("job").glob("*.py")))
+# ftcluster/job/ and its subpackages (schedulers/, runtimes/), as paths relative to it, read from
+# the folder (a module added there travels without a list to keep).
+SUPERVISOR_MODULES = tuple(sorted(p.relative_to(package_path("job")).as_posix()
+                                  for p in package_path("job").rglob("*.py")))
 
 
 def backend_directory(server_args: tuple[str, ...]) -> str:
@@ -632,7 +634,7 @@ def render(
             metrics=bool(away), tls_files=(f"{away['dir']}/{cert}", f"{away['dir']}/{key}") if away else None)
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
-        _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)
+        _ship(files, sources, f"{FILES.supervisor}/{module}", "job", *module.split("/"))
     if opts.step is not None:
         files.update(opts.step.files)
     if opts.step is None:

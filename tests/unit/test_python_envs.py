@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from ftcluster.job.bash import FREE_PYTHON_ENVS
-from ftcluster.job.styles import PYTHON_ENV_DIR
+from ftcluster.job.leftovers import PYTHON_ENV_DIR
 
 
 def test_a_folder_goes_once_no_other_run_claims_it(tmp_path: Path) -> None:

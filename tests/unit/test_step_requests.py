@@ -144,7 +144,7 @@ def test_docker_preflight_runs_over_mpirun_from_rank0s_container(tmp_path: Path)
     req = _preflight(tmp_path, container=DOCKER)
     assert req.launcher == "docker_slurm"
     job = _job(req)
-    job.style.hosts, job.style.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
+    job.style.runtime.hosts, job.style.runtime.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
     node = f"{req.paths.scripts}/docker_node.sh"
     assert job.style.step_command(job.cfg.step)[0] == [  # type: ignore[arg-type]
         "bash", node, "exec", "bash", node, "mpirun_brief", "n1:1,n2:1", *_step_argv(req), "--master-addr", "n1"]
@@ -201,7 +201,7 @@ def test_convert_on_slurm_docker_runs_in_the_runs_container_on_its_node(tmp_path
     req = convert_launch(_convert_req(tmp_path, "/hf/gptj", container=DOCKER)).request()
     assert (req.kind, req.launcher, req.style) == ("convert", "docker_slurm", "docker")
     job = _job(req)
-    job.style.hosts, job.style.rank0_node = ["n1"], "n1"   # type: ignore[attr-defined]  # up() finds them
+    job.style.runtime.hosts, job.style.runtime.rank0_node = ["n1"], "n1"   # type: ignore[attr-defined]  # up() finds them
     node = f"{req.paths.scripts}/docker_node.sh"
     assert job.style.step_command(job.cfg.step)[0] == ["bash", node, "exec", *_step_argv(req)]  # type: ignore[arg-type]
     # What the converter reads and writes is mounted at its own path in the container.
