@@ -8,7 +8,6 @@ import os
 import re
 from typing import TYPE_CHECKING, List
 
-from .bash import KILL_MARKED
 from .names import FILES
 from .text import read_text
 
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 
 # Triton's python backend's own /tmp folder (mkdtemp of /tmp/python_env_XXXXXX).
 PYTHON_ENV_DIR = re.compile(r"/tmp/python_env_[A-Za-z0-9]{6}")
-# Seconds x 10 a teardown that is not a failure's gives the marked processes (see KILL_MARKED).
+# Seconds x 10 a teardown that is not a failure's gives the marked processes (kill_marked.sh).
 MARKED_GRACE = 30
 
 
@@ -42,5 +41,5 @@ def python_envs(cfg: JobConfig) -> List[str]:
 
 def kill_marked_argv(cfg: JobConfig, grace: int) -> List[str]:
     """The command that kills the run's marked processes where it runs, after `grace`
-    tenths of a second for them to end by themselves (KILL_MARKED)."""
-    return ["bash", "-c", KILL_MARKED + 'kill_marked "$1" "$2"', "_", cfg.run_id, str(grace)]
+    tenths of a second for them to end by themselves (scripts/kill_marked.sh)."""
+    return ["bash", os.path.join(cfg.scripts, "kill_marked.sh"), cfg.run_id, str(grace)]

@@ -78,9 +78,8 @@ def _step_command(req: JobRequest) -> list[str]:
 
 def _proven_first(req: JobRequest) -> list[str]:
     """Pyxis's first step in the image: each task records its / before the step's command."""
-    from ftcluster.job.bash import PROVE_IN_IMAGE
-
-    return ["bash", "-c", PROVE_IN_IMAGE, "_", os.path.join(_job(req).cfg.state, "pyxis")]
+    job = _job(req)
+    return ["bash", os.path.join(job.cfg.scripts, "prove_in_image.sh"), os.path.join(job.cfg.state, "pyxis")]
 
 
 def _check_shell(req: JobRequest, tmp_path: Path) -> None:
@@ -108,7 +107,7 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     modes = {f.path: f.mode for f in req.files if not f.path.startswith("scripts/ftcluster_job/")}
     # The rank side is plain files in the run folder; no server wrapper.
     assert modes == {"scripts/job.sbatch": 0o755, "scripts/job.json": 0o600, "scripts/env.sh": 0o600,
-                     "scripts/pyxis_node.sh": 0o755,
+                     "scripts/pyxis_node.sh": 0o755, "scripts/prove_in_image.sh": 0o755,
                      "scripts/preflight.py": 0o644, "scripts/rank_env.py": 0o644}
     assert next(f.text for f in req.files if f.path == "scripts/preflight.py") == \
         (REPO / "ftcluster" / "rank" / "preflight.py").read_text()

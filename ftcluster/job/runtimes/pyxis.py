@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, List
 
-from ..bash import PROVE_IN_IMAGE
 from ..names import EV
 from ..text import first_match, read_text, squeeze
 from ..thisnode import this_node
@@ -39,7 +38,7 @@ class PyxisRuntime(Runtime):
         """Until a step has run in the image, a step's tasks prove where they run first."""
         if self.proven:
             return list(argv)
-        return ["bash", "-c", PROVE_IN_IMAGE, "_", self.containers.dir(), *argv]
+        return ["bash", self.script("prove_in_image.sh"), self.containers.dir(), *argv]
 
     def first_step_seen(self, failed: bool, logs: List[str]) -> None:
         """Proof that the steps run in the image: a step's / must not be this node's /. Pyxis

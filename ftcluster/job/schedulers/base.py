@@ -9,7 +9,6 @@ import os
 import subprocess
 from typing import TYPE_CHECKING, List, Optional
 
-from ..bash import NODE_TEARDOWN, SESSION_GUARD
 from ..leftovers import kill_marked_argv, marked_grace, python_envs, shm_glob
 from ..part import Part
 
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 
 class Scheduler(Part):
     # The job runs beside its launcher (local, ssh + Docker), where no scheduler ends the job's
-    # processes with it: a guard does, should the supervisor die (SESSION_GUARD).
+    # processes with it: a guard does, should the supervisor die (scripts/session_guard.sh).
     guarded = False
     # Whether the job runs on rank 0's node (Slurm: the batch host is rank 0's; local: every
     # rank's), rather than on the launching machine (ssh).
@@ -67,7 +66,7 @@ class Scheduler(Part):
 
     def guard_argv(self, mpi_folder: str = "") -> List[str]:
         session = os.getsid(0)
-        return ["bash", "-c", SESSION_GUARD, "_", str(session) if session == os.getpid() else "", mpi_folder,
+        return ["bash", self.script("session_guard.sh"), str(session) if session == os.getpid() else "", mpi_folder,
                 self.cfg.run_id, shm_glob(self.cfg)]
 
     def end_stopped_job(self) -> None:
@@ -92,8 +91,7 @@ class Scheduler(Part):
         run's marked processes, its /dev/shm entries, the python backend's folders it claimed."""
         world = self.style.world
         if world.started_servers() or world.checked:
-            self.job.run([*self.every_node("/dev/null"), "bash", "-c", NODE_TEARDOWN,
-                          "_", self.cfg.run_id, str(marked_grace(self.job)), shm_glob(self.cfg),
-                          *python_envs(self.cfg)],
+            self.job.run([*self.every_node("/dev/null"), "bash", self.script("node_teardown.sh"),
+                          self.cfg.run_id, str(marked_grace(self.job)), shm_glob(self.cfg), *python_envs(self.cfg)],
                          out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True

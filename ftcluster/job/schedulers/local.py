@@ -13,7 +13,6 @@ import subprocess
 import tempfile
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from ..bash import FREE_PYTHON_ENVS
 from ..config import StepConfig
 from ..fileops import remove_entry
 from ..leftovers import kill_marked_argv, marked_grace, python_envs, shm_glob
@@ -76,7 +75,7 @@ class LocalScheduler(Scheduler):
             remove_entry(path)
         envs = python_envs(self.cfg)
         if envs:
-            self.job.run(["bash", "-c", FREE_PYTHON_ENVS, "_", self.cfg.run_id, *envs],
+            self.job.run(["bash", self.script("free_python_envs.sh"), self.cfg.run_id, *envs],
                          out=subprocess.DEVNULL, limit=60, interruptible=False)
         return True
 
