@@ -34,7 +34,7 @@ class Runtime(Part):
         """The MPI world it brings (None: the scheduler's)."""
         return None
 
-    def proxy(self) -> "Proxy":
+    def proxy(self) -> Proxy:
         return Proxy(self.style)
 
     def up(self) -> None:
