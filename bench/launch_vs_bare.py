@@ -49,7 +49,7 @@ import report  # noqa: E402
 import yaml  # noqa: E402
 
 from ftcluster.run.events import parse_events  # noqa: E402
-from ftcluster.job.styles import remove_entry  # noqa: E402
+from ftcluster.job.fileops import remove_entry  # noqa: E402
 from ftcluster.spec.defaults import embedded_model_path  # noqa: E402
 from ftcluster.service.triton_local import find_tritonserver  # noqa: E402
 from ftcluster.client.ready import ours_ready  # noqa: E402

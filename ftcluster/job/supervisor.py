@@ -1,7 +1,8 @@
 """The job: containers, MPI check, a step or the servers, readiness, client, serving, teardown.
 
 One flow for every style; what differs between styles (how a command reaches the nodes, how
-containers go up and down, how rank 0 is asked to stop) is a `styles.JobStyle`. `Job` keeps the
+containers go up and down, how rank 0 is asked to stop) is a `styles.JobStyle`: the run's
+scheduler (`schedulers/`) and runtime (`runtimes/`), composed. `Job` keeps the
 run's shared state, its events, failures and children, and runs the flow: the incarnations of
 the servers and the restarts between them. Its parts each do one thing with it: `readiness`
 (start to ready), `serving` (ready to a fault), `doors` (the proxy, the GPU exporter, the

@@ -1,6 +1,6 @@
 """The one teardown, run on every exit of the job (`job.teardown(rc)`), and the ways the servers
 are stopped: rank 0 first on a normal end, every rank killed on a failure or a restart. Also the
-session guard that does the teardown's work for a supervisor killed without it (bash.SESSION_GUARD),
+session guard that does the teardown's work for a supervisor killed without it (scripts/session_guard.sh),
 told at the end that there is nothing left to do. Nothing here acts on INT/TERM: a signal that
 arrives late cannot cut the teardown short (supervisor.py)."""
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class Teardown:
     def __init__(self, job: Job):
         self.job = job
-        self.guard: Optional[subprocess.Popen[bytes]] = None   # bash.SESSION_GUARD, and its pipe's end
+        self.guard: Optional[subprocess.Popen[bytes]] = None   # scripts/session_guard.sh, and its pipe's end
         self.guard_pipe = -1
 
     def __call__(self, rc: int) -> int:
@@ -100,7 +100,7 @@ class Teardown:
 
     def start_guard(self) -> None:
         """The guard that ends what is left of the job if this process dies without its teardown
-        (bash.SESSION_GUARD): it waits on a pipe whose one writer is this process (os.pipe's
+        (scripts/session_guard.sh): it waits on a pipe whose one writer is this process (os.pipe's
         ends are not inherited by the job's other children)."""
         job = self.job
         read_end, self.guard_pipe = os.pipe()

@@ -60,9 +60,8 @@ from ftcluster.job.config import (
     ProxyConfig,
     StepConfig,
 )
-from ftcluster.job.bash import UNMARK_PYTHON_ENVS
 from ftcluster.render.liveness_request import liveness_config
-from ftcluster.spec.launch_styles import STYLES
+from ftcluster.spec.launch_styles import STYLES, Style
 from ftcluster.schedulers import scheduler_class
 
 STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
@@ -70,8 +69,10 @@ STYLE_TEMPLATE = {name: style.template for name, style in STYLES.items()}
 # plain `env.py` there could shadow a module of the image's Python.
 RANK_FILE_SOURCES = {"rank_env.py": "env.py"}
 # The job supervisor's modules, shipped into scripts/ftcluster_job/: every module of
-# ftcluster/job/, read from the folder (a module added there travels without a list to keep).
-SUPERVISOR_MODULES = tuple(sorted(p.name for p in package_path("job").glob("*.py")))
+# ftcluster/job/ and its subpackages (schedulers/, runtimes/), as paths relative to it, read from
+# the folder (a module added there travels without a list to keep).
+SUPERVISOR_MODULES = tuple(sorted(p.relative_to(package_path("job")).as_posix()
+                                  for p in package_path("job").rglob("*.py")))
 
 
 def backend_directory(server_args: tuple[str, ...]) -> str:
@@ -365,8 +366,6 @@ class RenderContext:
     # The event kinds and the run folder's file names, defined once in Python.
     ev: Kinds
     files: RunFiles
-    # bash: drop python_env marks, and each folder once no mark is left in it (the teardown's too).
-    unmark_python_envs: str = UNMARK_PYTHON_ENVS
 
     def variables(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -635,7 +634,7 @@ def render(
             metrics=bool(away), tls_files=(f"{away['dir']}/{cert}", f"{away['dir']}/{key}") if away else None)
     sources: dict[str, str] = {}
     for module in SUPERVISOR_MODULES:
-        _ship(files, sources, f"{FILES.supervisor}/{module}", "job", module)
+        _ship(files, sources, f"{FILES.supervisor}/{module}", "job", *module.split("/"))
     if opts.step is not None:
         files.update(opts.step.files)
     if opts.step is None:
@@ -651,9 +650,22 @@ def render(
         _ship(files, sources, name, "rank", RANK_FILE_SOURCES.get(name, name))
     if style.node_script:
         files[style.node_script.removesuffix(".j2")] = env.get_template(style.node_script).render(variables)
+    for name in job_node_scripts(style):
+        files[name] = env.get_template(f"{name}.j2").render(variables)
     if style.host_list:
         files["nodes.json"] = fanout_config(cluster, plan).to_json()
     return RenderedScripts(style.name, files, sources, shown, ctx.facts)
+
+
+def job_node_scripts(style: Style) -> tuple[str, ...]:
+    """The bash the job itself runs as `bash SCRIPT ARGS` (job_templates/, sharing _marked.sh.j2's
+    definitions with rank_server.sh), for what its style's job does: the guard of a job beside
+    its launcher; Pyxis's proof that a step ran in the image; where no container of the run's
+    holds what killed ranks leave (bare metal, Charliecloud, one host), their removal."""
+    keeps_containers = style.docker_run or style.srun_mounts   # its node script reaps and removes
+    return (("session_guard.sh",) if style.runs_here else ()) + (
+        ("prove_in_image.sh",) if style.srun_mounts else ()) + (
+        () if keeps_containers else ("kill_marked.sh", "free_python_envs.sh" if style.one_host else "node_teardown.sh"))
 
 
 def env_file(env: dict[str, str]) -> str:

@@ -11,9 +11,9 @@ PMIx) change what starts the ranks. All of these are refused.
 
 The scripts' names are read from the scripts themselves, so a variable added or renamed there is
 refused at once: job_templates/ (their bash, and the string literals inside their Jinja
-expressions, which become bash: `{{ ' $proxy_pids' if ... }}`), the shipped rank-side shell
-files, the bash the job runs by `bash -c` (ftcluster/job/bash.py, which the templates also get
-as values), and the FTC_* variables the rank-side Python reads. The job supervisor's Python
+expressions, which become bash: `{{ ' $proxy_pids' if ... }}`; the scripts the job itself runs as
+`bash SCRIPT`, kill_marked.sh, node_teardown.sh, session_guard.sh, ..., are among them), the
+shipped rank-side shell files, and the FTC_* variables the rank-side Python reads. The job supervisor's Python
 (ftcluster/job/) never reads the user's env: it gives it to its children only.
 """
 
@@ -23,7 +23,6 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from ftcluster.job import bash
 from ftcluster.resources import package_path, tree_path
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -103,9 +102,24 @@ def job_library_files() -> list[Path]:
     return sorted(tree_path("job_templates").glob("*.j2")) + sorted(package_path("rank").glob("*.sh"))
 
 
+# The scripts the job itself runs as `bash SCRIPT ARGS` (render.scripts.job_node_scripts picks
+# them per style), rendered from job_templates/ with the definitions of _marked.sh.j2 they share
+# with rank_server.sh.
+JOB_SCRIPTS = ("kill_marked.sh", "node_teardown.sh", "free_python_envs.sh", "session_guard.sh", "prove_in_image.sh")
+
+
 def job_bash_snippets() -> list[str]:
-    """The bash the job runs by `bash -c` (ftcluster/job/bash.py: constants only, a light import)."""
-    return [v for k, v in vars(bash).items() if k.isupper() and isinstance(v, str)]
+    """The bash the job itself runs on the nodes, rendered: _marked.sh.j2's shared definitions,
+    then each of its scripts. The scanner reads their templates (job_library_files); this shows
+    what they become."""
+    # startup: Jinja only for this look, never on the way to a spec's check
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(tree_path("job_templates"))), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    shared = env.get_template("_marked.sh.j2").module
+    return ([str(getattr(shared, name)()) for name in ("unmark_python_envs", "free_python_envs", "kill_marked")]
+            + [env.get_template(f"{name}.j2").render(run_id="RUN") for name in JOB_SCRIPTS])
 
 
 def rank_python_files() -> list[Path]:
@@ -117,8 +131,6 @@ def job_library_names() -> frozenset[str]:
     names: set[str] = set()
     for path in job_library_files():
         names |= names_in_script(path.read_text())
-    for code in job_bash_snippets():
-        names |= names_in_script(code)
     for path in rank_python_files():
         names |= set(_FTC_LITERAL.findall(path.read_text()))
     return frozenset(names)

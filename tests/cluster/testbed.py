@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ftcluster.job.styles import remove_entry
+from ftcluster.job.fileops import remove_entry
 from tests.pyxis import bed as pyxis_bed
 
 from . import netns, slurmconf, sshd

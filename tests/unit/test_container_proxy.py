@@ -19,7 +19,8 @@ import pytest
 from ftcluster.job.config import JobConfig
 from ftcluster.job.ranks import DIRECT, Via
 from ftcluster.job.supervisor import Failed, Job
-from ftcluster.job.styles import SshDockerStyle
+from ftcluster.job.runtimes.docker import ContainerProxy, DockerRuntime
+from ftcluster.job.schedulers.ssh import SshScheduler
 from tests.unit.test_render import PYTHON, render_style
 
 TOKEN = "tok-" + "x" * 40
@@ -30,7 +31,7 @@ def _job(run_dir: Path, **spec: Any) -> Job:
     for d in ("state", "logs"):
         (run_dir / d).mkdir(parents=True, exist_ok=True)
     job = Job(JobConfig.from_json(files["job.json"]))
-    job.style.find_hosts()   # type: ignore[attr-defined]
+    job.style.runtime.find_hosts()   # type: ignore[attr-defined]
     return job
 
 
@@ -65,7 +66,7 @@ def test_the_job_stages_caddy_and_the_tls_files_and_passes_no_token(tmp_path: Pa
     job.run = run   # type: ignore[method-assign,assignment]
     job.style.stop_proxy()
     node_script = f"{run_dir}/scripts/docker_node.sh"
-    assert ran == [job.style.in_rank0_container("bash", node_script, "proxy_stop", "5")]   # type: ignore[attr-defined]
+    assert ran == [job.style.runtime.in_rank0_container("bash", node_script, "proxy_stop", "5")]   # type: ignore[attr-defined]
     assert not stage.exists()
     job.style.stop_proxy()
     assert len(ran) == 1   # once
@@ -95,8 +96,9 @@ def _proxy(job: Job, script: str) -> subprocess.Popen[bytes]:
 def test_the_job_waits_until_rank0s_container_says_the_proxy_listens(tmp_path: Path) -> None:
     job = _job(tmp_path / "run")
     style = job.style
-    assert isinstance(style, SshDockerStyle)
-    record = Path(style.proxy_record())
+    assert isinstance(style.scheduler, SshScheduler) and isinstance(style.runtime, DockerRuntime)
+    assert isinstance(style.proxy, ContainerProxy)
+    record = Path(style.proxy.proxy_record())
     record.parent.mkdir(parents=True)
     # The container's word comes after a while: the job waits for it, the proxy still running.
     proc = _proxy(job, f"sleep 0.3; echo ok >{record}; exec sleep 30")
@@ -116,11 +118,11 @@ def test_the_job_waits_until_rank0s_container_says_the_proxy_listens(tmp_path: P
 
 
 def test_no_word_from_the_container_fails_the_start_in_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ftcluster.job.styles as styles
+    import ftcluster.job.runtimes.docker as docker
 
-    monkeypatch.setattr(styles, "PROXY_START_S", 0.5)
+    monkeypatch.setattr(docker, "PROXY_START_S", 0.5)
     job = _job(tmp_path / "run")
-    Path(job.style.proxy_record()).parent.mkdir(parents=True)   # type: ignore[attr-defined]
+    Path(job.style.proxy.proxy_record()).parent.mkdir(parents=True)   # type: ignore[attr-defined]
     proc = _proxy(job, "exec sleep 30")
     try:
         with pytest.raises(Failed):

@@ -64,6 +64,6 @@ def test_render_writes_the_plan_hosts_and_node_ssh() -> None:
     files = render(c, m, plan, RunPaths("r1", Path("/shared/runs/r1")), RenderOptions()).files
     assert sorted(f for f in files if not f.startswith("ftcluster_job/")) == [
         "ctmpi.py", "docker_node.sh", "env.sh", "job.json", "job.sh", "mpicheck.py", "nodes.json", "proxy.json",
-        "rank_env.py", "rank_server.sh", "signal_rank.sh"]   # private by default: the proxy's config
+        "rank_env.py", "rank_server.sh", "session_guard.sh", "signal_rank.sh"]   # private by default: the proxy's config
     assert FanoutConfig.from_json(files["nodes.json"]) == cfg
     assert json.loads(files["job.json"])["run_hosts"] == ["h1", "h2"]

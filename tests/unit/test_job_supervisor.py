@@ -38,7 +38,7 @@ def test_pyxis_steps_carry_the_container_flags_and_the_node_steps_never_do() -> 
     flags = job.cfg.container_flags
     assert [f.split("=", 1)[0] for f in flags] == ["--container-image", "--container-mounts", "--container-name",
                                                    "--container-workdir"]
-    world = job.style.srun_world()
+    world = job.style.world.srun_world()   # type: ignore[attr-defined]
     assert world[:6] == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert world[6:] == flags
     # Nothing re-enters the servers' named container beside them (NVIDIA/pyxis#130: a later step
@@ -49,22 +49,22 @@ def test_pyxis_steps_carry_the_container_flags_and_the_node_steps_never_do() -> 
 
 def test_bare_slurm_steps_have_no_container_flags() -> None:
     job = job_of(render_style("none").files)
-    assert not any(a.startswith("--container") for a in job.style.srun_world())
+    assert not any(a.startswith("--container") for a in job.style.world.srun_world())   # type: ignore[attr-defined]
 
 
 def test_docker_world_is_mpirun_from_rank0s_container() -> None:
     job = job_of(render_style("docker").files)
     style = job.style
-    style.hosts, style.rank0_node = ["n1", "n2"], "n1"     # what up() finds through Slurm
+    style.runtime.hosts, style.runtime.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # what up() finds through Slurm
     node_script = f"{RUN_DIR}/scripts/docker_node.sh"
     # The servers' mpirun gives a failed world the exit grace; the MPI check's and a step's none.
-    assert style.world("mpirun", "bash", "X", "rank") == [  # type: ignore[attr-defined]
+    assert style.world.from_rank0("mpirun", "bash", "X", "rank") == [  # type: ignore[attr-defined]
         "bash", node_script, "exec", "bash", node_script, "mpirun", "n1:1,n2:1", "bash", "X", "rank"]
-    assert style.mpi_world("python3", "check.py") == [
+    assert style.world.mpi_world("python3", "check.py") == [
         "bash", node_script, "exec", "bash", node_script, "mpirun_brief", "n1:1,n2:1", "python3", "check.py"]
     ssh = job_of(render_style("ssh_docker").files)
-    ssh.style.find_hosts()   # type: ignore[attr-defined]
-    assert ssh.style.in_rank0_container("true")[:6] == [      # type: ignore[attr-defined]
+    ssh.style.runtime.find_hosts()   # type: ignore[attr-defined]
+    assert ssh.style.runtime.in_rank0_container("true")[:6] == [      # type: ignore[attr-defined]
         PYTHON, "-m", "ftcluster.hosts.fanout", "--config", f"{RUN_DIR}/scripts/nodes.json", "--hosts"]
 
 
@@ -223,7 +223,7 @@ def test_no_node_step_when_every_rank_answered_after_a_death(tmp_path: Path, mon
     job = job_of(render_style("none").files)
     ran: list[list[str]] = []
     monkeypatch.setattr(job, "run", lambda argv, *a, **k: ran.append(list(argv)) or 0)
-    monkeypatch.setattr(job.style, "job_nodes", lambda: ["n1", "n2"])   # scontrol's, in a job
+    monkeypatch.setattr(job.style.scheduler, "job_nodes", lambda: ["n1", "n2"])   # scontrol's, in a job
     (tmp_path / "exits").write_text("")
     job.exits = ExitWatch(str(tmp_path))
     (tmp_path / "exits").write_text("1 137 200.0 died 0\n0 143 200.1 stopped 0\n")

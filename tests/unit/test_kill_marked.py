@@ -1,4 +1,4 @@
-"""The teardown's sweep of a run's leftover server processes (KILL_MARKED), on real processes:
+"""The teardown's sweep of a run's leftover server processes (scripts/kill_marked.sh), on real processes:
 exactly those whose environment holds FTC_SERVER_OF=<this run>/..., whatever else is alike."""
 
 from __future__ import annotations
@@ -7,7 +7,16 @@ import os
 import subprocess
 import time
 
-from ftcluster.job.bash import KILL_MARKED
+from pathlib import Path
+
+from tests.unit.test_render import render_style
+
+
+def _kill_marked(tmp_path: Path) -> str:
+    """The rendered script, as the job runs it: `bash kill_marked.sh RUN_ID GRACE`."""
+    script = tmp_path / "kill_marked.sh"
+    script.write_text(render_style("local").files["kill_marked.sh"])
+    return str(script)
 
 
 def _sleeper(entry: str) -> subprocess.Popen[bytes]:
@@ -15,14 +24,14 @@ def _sleeper(entry: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "60"], env={**os.environ, name: value})
 
 
-def test_only_the_runs_marked_processes_are_killed() -> None:
+def test_only_the_runs_marked_processes_are_killed(tmp_path: Path) -> None:
     mine = [_sleeper("FTC_SERVER_OF=run-1.a/rank0/11"), _sleeper("FTC_SERVER_OF=run-1.a/rank1/12")]
     others = [_sleeper("FTC_SERVER_OF=run-1Xa/rank0/13"),      # '.' is no wildcard
               _sleeper("FTC_SERVER_OF=run-1.a2/rank0/14"),     # another run, same prefix
               _sleeper("XFTC_SERVER_OF=run-1.a/rank0/15")]     # not the mark
     try:
         time.sleep(0.1)
-        subprocess.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1"', "_", "run-1.a"], check=True, timeout=30)
+        subprocess.run(["bash", _kill_marked(tmp_path), "run-1.a"], check=True, timeout=30)
         for p in mine:
             assert p.wait(timeout=5) == -9
         assert all(p.poll() is None for p in others)
@@ -32,7 +41,7 @@ def test_only_the_runs_marked_processes_are_killed() -> None:
             p.wait()
 
 
-def test_the_grace_ends_when_none_of_them_goes() -> None:
+def test_the_grace_ends_when_none_of_them_goes(tmp_path: Path) -> None:
     # A 3 s grace, two marked processes: one ends by itself within it (it is given the time), the
     # other never does (a stub blocked in its model's initialize): killed half a second after the
     # last one went, not at the end of the grace.
@@ -41,7 +50,7 @@ def test_the_grace_ends_when_none_of_them_goes() -> None:
     try:
         time.sleep(0.1)
         t0 = time.monotonic()
-        subprocess.run(["bash", "-c", KILL_MARKED + 'kill_marked "$1" "$2"', "_", "run-2", "30"], check=True,
+        subprocess.run(["bash", _kill_marked(tmp_path), "run-2", "30"], check=True,
                        timeout=30)
         took = time.monotonic() - t0
         assert going.wait(timeout=5) == 0 and stuck.wait(timeout=5) == -9

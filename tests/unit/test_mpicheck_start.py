@@ -119,7 +119,7 @@ srun: error: node1: task 0: Exited with exit code 14
 
 
 def test_a_crashed_rank_is_named_from_srun() -> None:
-    from ftcluster.job.styles import crashed_rank
+    from ftcluster.job.world import crashed_rank
 
     assert crashed_rank(_SRUN_CRASH_LOG) == "rank 1 on node2 (Segmentation fault)"
     assert crashed_rank("srun: error: node3: tasks 0-1: Bus error (core dumped)\n") == "rank 0-1 on node3 (Bus error)"
@@ -138,11 +138,10 @@ def test_a_crashed_rank_is_named_from_srun() -> None:
 def test_a_failed_check_is_named_from_the_same_srun_lines_as_a_crash() -> None:
     """The failed check's cause and the crash come from one reading of srun's task lines: the
     first failed task, its node, what srun said of it, and the first line that is not srun's."""
-    from types import SimpleNamespace
+    from ftcluster.job.schedulers.slurm import SrunWorld
+    from ftcluster.job.world import srun_failures
 
-    from ftcluster.job.styles import JobStyle, srun_failures
-
-    style = JobStyle(SimpleNamespace(cfg=None))   # type: ignore[arg-type]
+    style = SrunWorld.__new__(SrunWorld)   # no job: a log without a plugin's word asks it nothing
     assert srun_failures(_SRUN_CRASH_LOG) == [("node2", "1", "Segmentation fault"),
                                               ("node1", "0", "Exited with exit code 14")]
     assert style.mpi_check_problem(_SRUN_CRASH_LOG) == (
@@ -156,14 +155,14 @@ def test_a_failed_check_is_named_from_the_same_srun_lines_as_a_crash() -> None:
 def test_a_failed_check_in_containers_is_named_by_its_rank_not_by_mpiruns_warning() -> None:
     """mpirun over ssh (the Docker styles) may log Open MPI's ignored setpgid warning before the
     rank's own PROBLEM line (seen on the test bed): the rank's line names the failure."""
-    from ftcluster.job.styles import DockerStyle
+    from ftcluster.job.runtimes.docker import DockerWorld
 
     log = ("[node1:00045] plm:rsh: Warning: setpgid(62,62) failed in parent with errno=Permission denied(13)\n"
            "PROBLEM: rank 1 on node2 cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file\n")
-    problem = DockerStyle.mpi_check_problem(None, log)   # type: ignore[arg-type]
+    problem = DockerWorld.mpi_check_problem(None, log)   # type: ignore[arg-type]
     assert problem == "rank 1 on node2 cannot start MPI: FTC_LIBMPI=/nonexistent/libmpi.so.40: no such file"
     # Without the rank's line: the first error that is not the warning.
-    assert DockerStyle.mpi_check_problem(None, log.splitlines()[0] + "\nssh: connect to host node2: "   # type: ignore[arg-type]
+    assert DockerWorld.mpi_check_problem(None, log.splitlines()[0] + "\nssh: connect to host node2: "   # type: ignore[arg-type]
                                          "Connection refused\nORTE was unable to reach a daemon: failed\n") == (
         "ORTE was unable to reach a daemon: failed")
 
@@ -179,7 +178,7 @@ def _mpiruns() -> list[str]:
 @pytest.mark.parametrize(("sig", "crashed"), [("SIGSEGV", True), ("SIGKILL", False)])
 def test_a_crashed_rank_is_named_from_mpirun(mpirun: str, sig: str, crashed: bool) -> None:
     """mpirun's own report of a rank that died by a signal (Open MPI 5 wraps it at any space)."""
-    from ftcluster.job.styles import crashed_rank
+    from ftcluster.job.world import crashed_rank
 
     version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, check=False).stdout
     if "Open MPI" not in version and "OpenRTE" not in version:   # 4.x's orterun says OpenRTE

@@ -81,15 +81,15 @@ def test_down_reports_a_failed_removal(tmp_path: Path) -> None:
 
 def test_job_guards_and_tears_down_every_node_through_the_node_script() -> None:
     from ftcluster.job.config import JobConfig
-    from ftcluster.job.styles import PyxisStyle
+    from ftcluster.job.runtimes.pyxis import PyxisRuntime
     from ftcluster.job.supervisor import Job
 
     files = render_style("pyxis").files
     job = Job(JobConfig.from_json(files["job.json"]))
-    assert isinstance(job.style, PyxisStyle)
+    assert isinstance(job.style.runtime, PyxisRuntime)
     node_script = str(RUN_DIR / "scripts" / "pyxis_node.sh")
     for what in ("guard", "down"):
-        argv = job.style.containers.node_step(what, what)
+        argv = job.style.runtime.containers.node_step(what, what)
         assert argv[:2] == ["srun", "--overlap"] and argv[-3:] == ["bash", node_script, what]
     assert "pyxis_node.sh" in files
     bare = render_style("none").files

@@ -387,3 +387,14 @@ def test_a_fractional_sampling_interval_reaches_bash_as_whole_seconds() -> None:
     scripts = render(c, _model(), _plan(c, 2), RunPaths("gpt-2n", RUN_DIR), RenderOptions(python=PYTHON, keep_serving=True))
     assert "    nap_while_server 1 || break\n" in scripts.files["rank_server.sh"]
     assert "e-05" not in scripts.files["rank_server.sh"].split("--interval")[0]
+
+
+def test_the_jobs_own_scripts_are_the_ones_scanned_for_env_names() -> None:
+    """Each bash file the job runs as `bash SCRIPT` (a style's pick) is one envnames renders and
+    reads: a script added to one list and not the other fails here."""
+    from ftcluster.render.scripts import job_node_scripts
+    from ftcluster.spec.envnames import JOB_SCRIPTS
+    from ftcluster.spec.launch_styles import STYLES
+
+    picked = {name for style in STYLES.values() for name in job_node_scripts(style)}
+    assert picked == set(JOB_SCRIPTS)

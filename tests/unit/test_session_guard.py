@@ -1,4 +1,4 @@
-"""The guard of a job beside its launcher (styles.SESSION_GUARD), with real processes: when the
+"""The guard of a job beside its launcher (scripts/session_guard.sh), with real processes: when the
 job's process dies without its teardown, what is left of the job's session and the run's marked
 processes are killed and the run's /dev/shm entries and python backend marks removed; a job that
 ended with its teardown ("done") leaves the guard nothing to do; a job that leads no session of
@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from ftcluster.job.bash import SESSION_GUARD
 from tests.launch_helpers import alive
+from tests.unit.test_render import render_style
 
 # A stand-in job: leads a session of its own (as the local launcher starts it), starts a child
 # in its session and a guard on a pipe only it holds, says both pids, then waits to be killed.
@@ -22,7 +22,7 @@ import os, subprocess, sys
 child = subprocess.Popen(["sleep", "300"])
 r, w = os.pipe()
 lead = sys.argv[1] == "lead"
-guard = subprocess.Popen(["bash", "-c", sys.argv[2], "_", str(os.getsid(0)) if lead else "", sys.argv[3], sys.argv[4],
+guard = subprocess.Popen(["bash", sys.argv[2], str(os.getsid(0)) if lead else "", sys.argv[3], sys.argv[4],
                           sys.argv[5]], stdin=r, start_new_session=True)
 os.close(r)
 print(child.pid, guard.pid, flush=True)
@@ -50,7 +50,9 @@ def _start(tmp_path: Path, how: str, ending: str, run: str) -> tuple[subprocess.
     mpi.mkdir()
     shm = Path("/dev/shm") / f"ftc+{run}+r0+i0+mpi"
     shm.write_text("")
-    job = subprocess.Popen([sys.executable, "-c", JOB, how, SESSION_GUARD, str(mpi), run, f"/dev/shm/ftc+{run}+",
+    guard_script = tmp_path / "session_guard.sh"   # as the job runs it: bash session_guard.sh ARGS
+    guard_script.write_text(render_style("local").files["session_guard.sh"])
+    job = subprocess.Popen([sys.executable, "-c", JOB, how, str(guard_script), str(mpi), run, f"/dev/shm/ftc+{run}+",
                             ending], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                            start_new_session=how == "lead")
     assert job.stdout is not None

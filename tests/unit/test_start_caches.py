@@ -154,7 +154,9 @@ def test_the_supervisors_copies_come_with_their_bytecode(tmp_path: Path) -> None
     req = _request(tmp_path, scheduler="local", partition=None)
     req.write_files()
     scripts = req.paths.scripts
-    shipped = sorted(p.name.split(".")[0] + ".py" for p in (scripts / "ftcluster_job" / "__pycache__").iterdir())
+    job = scripts / "ftcluster_job"   # its subpackages' modules too, each in its own folder's cache
+    shipped = sorted((p.parent.parent / (p.name.split(".")[0] + ".py")).relative_to(job).as_posix()
+                     for p in job.rglob("__pycache__/*"))
     assert shipped == sorted(SUPERVISOR_MODULES)
     compiled, filename, last = _job_import(scripts)
     assert compiled == "[]"

@@ -78,9 +78,8 @@ def _step_command(req: JobRequest) -> list[str]:
 
 def _proven_first(req: JobRequest) -> list[str]:
     """Pyxis's first step in the image: each task records its / before the step's command."""
-    from ftcluster.job.bash import PROVE_IN_IMAGE
-
-    return ["bash", "-c", PROVE_IN_IMAGE, "_", os.path.join(_job(req).cfg.state, "pyxis")]
+    job = _job(req)
+    return ["bash", os.path.join(job.cfg.scripts, "prove_in_image.sh"), os.path.join(job.cfg.state, "pyxis")]
 
 
 def _check_shell(req: JobRequest, tmp_path: Path) -> None:
@@ -108,7 +107,7 @@ def test_pyxis_preflight_runs_in_the_servers_container(tmp_path: Path) -> None:
     modes = {f.path: f.mode for f in req.files if not f.path.startswith("scripts/ftcluster_job/")}
     # The rank side is plain files in the run folder; no server wrapper.
     assert modes == {"scripts/job.sbatch": 0o755, "scripts/job.json": 0o600, "scripts/env.sh": 0o600,
-                     "scripts/pyxis_node.sh": 0o755,
+                     "scripts/pyxis_node.sh": 0o755, "scripts/prove_in_image.sh": 0o755,
                      "scripts/preflight.py": 0o644, "scripts/rank_env.py": 0o644}
     assert next(f.text for f in req.files if f.path == "scripts/preflight.py") == \
         (REPO / "ftcluster" / "rank" / "preflight.py").read_text()
@@ -144,7 +143,7 @@ def test_docker_preflight_runs_over_mpirun_from_rank0s_container(tmp_path: Path)
     req = _preflight(tmp_path, container=DOCKER)
     assert req.launcher == "docker_slurm"
     job = _job(req)
-    job.style.hosts, job.style.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
+    job.style.runtime.hosts, job.style.runtime.rank0_node = ["n1", "n2"], "n1"   # type: ignore[attr-defined]  # up() finds them
     node = f"{req.paths.scripts}/docker_node.sh"
     assert job.style.step_command(job.cfg.step)[0] == [  # type: ignore[arg-type]
         "bash", node, "exec", "bash", node, "mpirun_brief", "n1:1,n2:1", *_step_argv(req), "--master-addr", "n1"]
@@ -201,7 +200,7 @@ def test_convert_on_slurm_docker_runs_in_the_runs_container_on_its_node(tmp_path
     req = convert_launch(_convert_req(tmp_path, "/hf/gptj", container=DOCKER)).request()
     assert (req.kind, req.launcher, req.style) == ("convert", "docker_slurm", "docker")
     job = _job(req)
-    job.style.hosts, job.style.rank0_node = ["n1"], "n1"   # type: ignore[attr-defined]  # up() finds them
+    job.style.runtime.hosts, job.style.runtime.rank0_node = ["n1"], "n1"   # type: ignore[attr-defined]  # up() finds them
     node = f"{req.paths.scripts}/docker_node.sh"
     assert job.style.step_command(job.cfg.step)[0] == ["bash", node, "exec", *_step_argv(req)]  # type: ignore[arg-type]
     # What the converter reads and writes is mounted at its own path in the container.

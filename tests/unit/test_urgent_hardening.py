@@ -107,7 +107,7 @@ def test_the_scanner_sees_every_variable_of_the_job_library() -> None:
 
 def test_the_scanner_reads_the_bash_in_jinja_expressions_and_the_jobs_bash_snippets() -> None:
     """A Jinja expression's string literals become bash in the script (`{{ ' $proxy_pids' if x }}`),
-    and the job runs the snippets of ftcluster/job/bash.py by `bash -c` with the user's env: the
+    and the job runs its node scripts (kill_marked.sh, session_guard.sh, ...) with the user's env: the
     names in both are refused like the scripts' own."""
     from ftcluster.spec.envnames import job_bash_snippets, names_in_script
 
