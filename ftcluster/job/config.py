@@ -65,7 +65,7 @@ class ProxyConfig(NamedTuple):
 
 
 class JobConfig(NamedTuple):
-    style: str                      # which behaviour of ftcluster_job.styles runs the job
+    style: str                      # which row of ftcluster_job.styles (a scheduler and a runtime) runs the job
     run_id: str
     run_dir: str
     logs: str

@@ -1,7 +1,7 @@
 """Slurm knowledge in one place: submit, state, cancel, partitions. Every Slurm command that
 ftcluster runs from the login side (sbatch, squeue, sacct, scontrol, sinfo, scancel) is built
 here; the job's own (srun, scancel, squeue, scontrol inside the allocation) are built by the job
-supervisor, ftcluster/job/styles.py, which is shipped standard-library-only.
+supervisor (ftcluster/job/schedulers/slurm.py), which is shipped standard-library-only.
 
 Job states map to a few launch-level states in one table. State comes from `squeue` first
 (live jobs) and `sacct` when accounting exists; clusters without accounting (sacct exits 1)

@@ -6,7 +6,7 @@ values: a name that is one of the scripts' own variables replaces it (and bash a
 in an array subscript: `RUN_CLIENT: 'SECONDS[$(cmd)]'` ran `cmd`), a shell-special name
 changes how every bash of the job behaves (BASH_ENV is expanded, then sourced, by each
 non-interactive bash; Enroot is a bash script that Pyxis starts with the job's environment),
-and the launchers' and runtimes' own variables (Slurm's input variables, Pyxis/Enroot, Docker,
+and the schedulers' and runtimes' own variables (Slurm's input variables, Pyxis/Enroot, Docker,
 PMIx) change what starts the ranks. All of these are refused.
 
 The scripts' names are read from the scripts themselves, so a variable added or renamed there is

@@ -4,8 +4,8 @@ A style is a scheduler x a container runtime. A new style is a row here naming i
 (a key of SCHEDULERS: a module in ftcluster/schedulers/) and its runtime (a key of RUNTIMES: a
 module in ftcluster/runtimes/), either of them new or both existing; its launcher name (a key of
 LAUNCHERS, which run records keep); an entry script template that extends
-job_templates/job.sh.j2; and a behaviour class in ftcluster/job/styles.py (how the job reaches
-the nodes and its containers). Rendering, the job request, status, logs and stop
+job_templates/job.sh.j2; and a row of JOB_STYLES in ftcluster/job/styles.py (the job's side,
+composed of a scheduler of ftcluster/job/schedulers/ and a runtime of ftcluster/job/runtimes/). Rendering, the job request, status, logs and stop
 find it through this table and ask its fields, never its name. Light (no specs, no templates)
 so that status/logs/stop start fast.
 """
@@ -47,7 +47,7 @@ class Style:
 
     @property
     def job_style(self) -> str:
-        """The supervisor's behaviour class for this style (ftcluster.job.styles.JOB_STYLES)."""
+        """The supervisor's row for this style (ftcluster.job.styles.JOB_STYLES: its scheduler and runtime)."""
         return self.name
 
 
